@@ -49,6 +49,6 @@ test-litert: $(PROTO_OUT)  ## Delegate tests against ai-edge-litert 2.3 (numpy 2
 	test -x $(LITERT_VENV)/bin/python || $(PY) -m venv $(LITERT_VENV)
 	$(LITERT_VENV)/bin/pip install -q --upgrade pip
 	$(LITERT_VENV)/bin/pip install -q ai-edge-litert==2.3.0 "numpy>=2" grpcio==1.85.1 grpcio-health-checking==1.85.1 \
-		protobuf==7.36.2 flatbuffers==25.12.19 tflite==2.18.0 pytest==9.2.0 hypothesis==6.170.15
+		protobuf==7.36.2 flatbuffers==25.12.19 tflite==2.18.0 blake3==1.0.11 pytest==9.2.0 hypothesis==6.170.15
 	$(LITERT_VENV)/bin/pip install -q --no-deps -e .
 	PATH=$(CURDIR)/$(LITERT_VENV)/bin:$$PATH $(LITERT_VENV)/bin/pytest tests/delegate tests/test_tfl.py $(PYTEST_ARGS)

@@ -26,11 +26,13 @@ def measure(tflite_model: bytes, repeats: int = 3) -> dict:
                 for r in range(repeats):
                     token = model_token(model, user_token=f"bench-{time.time_ns()}-{r}".encode())
                     t = time.perf_counter()
-                    c.prepare_model(model, token=token).release()
+                    compiled = c.prepare_model(model, token=token)
                     compile_s.append(time.perf_counter() - t)
+                    compiled.release()
                     t = time.perf_counter()
-                    c.prepare_model_from_cache(model, token).release()
+                    loaded = c.prepare_model_from_cache(model, token)
                     cache_s.append(time.perf_counter() - t)
+                    loaded.release()
         finally:
             proc.terminate()
             proc.wait(30)

@@ -2,12 +2,14 @@
 
 An entry is two files named by the token: ``<hex>.model`` (header, JSON
 payload, HMAC) and ``<hex>.data`` (raw arrays, 64-byte aligned). See
-FORMAT.md. Writes are atomic (temp file, fsync, rename, fsync of the
-directory); a reader verifies magic, format version, driver version,
-capabilities fingerprint, token, lengths, SHA-256 of payload and data and
-an HMAC-SHA256 keyed by a per-cache secret before anything is used. A bad
-entry is removed and reported, never loaded. Storage only: payloads are
-opaque bytes plus numpy arrays.
+FORMAT.md. Writes are atomic (temp file, fsync, read-only mode, rename,
+fsync of the directory); a reader verifies magic, format version, driver
+version, capabilities fingerprint, token, lengths, the SHA-256 of the payload, the
+BLAKE3 digest of the data file and an HMAC-SHA256 keyed by a per-cache secret
+before anything is used. The data file is memory-mapped, not copied: it is
+checked to be a read-only regular file of ours first, and its digest is
+verified on the mapping (BLAKE3's tree mode hashes it on every core). A bad entry is removed and reported,
+never loaded. Storage only: payloads are opaque bytes plus numpy arrays.
 """
 from __future__ import annotations
 
@@ -15,19 +17,23 @@ import hashlib
 import hmac
 import json
 import logging
+import mmap
 import os
 import secrets
+import stat
 import struct
 import tempfile
 import threading
 from dataclasses import dataclass
 
+import blake3
 import numpy as np
 
 log = logging.getLogger("nnhal.cache")
 
 MAGIC = b"NNHALCM\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+ENTRY_MODE = 0o400  # entries are never modified in place; a mapped data file must stay read-only
 TOKEN_BYTES = 32
 ALIGN = 64
 KEY_FILE = "cache.key"
@@ -77,23 +83,22 @@ class CacheStore:
             a = np.ascontiguousarray(a)
             layout.append({"offset": offset, "nbytes": a.nbytes, "dtype": a.dtype.str, "shape": list(a.shape)})
             offset += (a.nbytes + ALIGN - 1) // ALIGN * ALIGN
-        data_sha = hashlib.sha256()
         with _AtomicFile(data_path) as f:
             pos = 0
             for a, entry in zip(arrays, layout):
                 pad = entry["offset"] - pos
                 if pad:
                     f.write(b"\0" * pad)
-                    data_sha.update(b"\0" * pad)
-                buf = memoryview(np.ascontiguousarray(a)).cast("B")
-                f.write(buf)
-                data_sha.update(buf)
+                f.write(memoryview(np.ascontiguousarray(a)).cast("B"))
                 pos = entry["offset"] + entry["nbytes"]
             data_len = pos
+            f.flush()
+            data_digest = _file_digest(f.fileno(), data_len)
         header = json.dumps({
             "driver_version": self.driver_version, "capabilities": self.fingerprint, "token": token.hex(),
             "payload_length": len(payload), "payload_sha256": hashlib.sha256(payload).hexdigest(),
-            "data_length": data_len, "data_sha256": data_sha.hexdigest(), "arrays": layout,
+            "data_length": data_len, "data_blake3": data_digest,
+            "arrays": layout,
         }, separators=(",", ":")).encode()
         body = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)) + header + payload
         with _AtomicFile(model_path) as f:
@@ -105,21 +110,16 @@ class CacheStore:
     def get(self, token: bytes) -> tuple[bytes, list[np.ndarray]]:
         """Verified (payload, arrays), or CacheError after removing the entry.
 
-        Each file is read once through one descriptor into private memory and verified there,
-        so a file replaced or rewritten during the load cannot slip unverified bytes in."""
+        The model file is read once into private memory and verified there. The data file is
+        opened once, checked to be a read-only regular file of ours and mapped; its digests are
+        verified on that mapping, which keeps the opened inode: a file renamed over it during or
+        after the load changes nothing we use. The arrays are read-only views of the mapping."""
         model_path, data_path = self._paths(token)
         if not os.path.exists(model_path):
             raise CacheError("no cache entry for this token")
         try:
             payload, header = self._read_model(model_path, token)
-            try:
-                data = _read_file(data_path, header["data_length"] + 1)
-            except FileNotFoundError:
-                raise CacheError("data file missing (wrong number of cache files)") from None
-            if len(data) != header["data_length"]:
-                raise CacheError(f"data file has {len(data)} bytes, header says {header['data_length']}")
-            if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), header["data_sha256"]):
-                raise CacheError("data file checksum mismatch")
+            data = _map_data(data_path, header)
             arrays = []
             for a in header["arrays"]:
                 off, n = int(a["offset"]), int(a["nbytes"])
@@ -228,12 +228,59 @@ class CacheStore:
         return n
 
 
+def _digest(buf) -> str:
+    """BLAKE3 of a buffer, on every core: it bounds how fast a verified entry can load."""
+    return blake3.blake3(buf, max_threads=blake3.blake3.AUTO).hexdigest()
+
+
+def _file_digest(fd: int, length: int) -> str:
+    """Digest of the first ``length`` bytes of a just-written file (read back from the page cache)."""
+    if length == 0:
+        return _digest(b"")
+    with mmap.mmap(fd, length, access=mmap.ACCESS_READ) as m:
+        return _digest(m)
+
+
+def _map_data(path: str, header: dict):
+    """Open, check and map the data file; verify its digest on the mapping."""
+    length, want = header["data_length"], header["data_blake3"]
+    if not isinstance(length, int) or length < 0 or not isinstance(want, str):
+        raise CacheError("data description in the header is malformed")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise CacheError("data file missing (wrong number of cache files)") from None
+    except OSError as e:
+        raise CacheError(f"data file cannot be opened: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CacheError("data file is not a regular file")
+        if st.st_uid != os.geteuid() or st.st_mode & 0o222:
+            raise CacheError(f"data file must be read-only and ours to be mapped (mode {st.st_mode & 0o777:o}, "
+                             f"uid {st.st_uid})")
+        if st.st_size != length:
+            raise CacheError(f"data file has {st.st_size} bytes, header says {length}")
+        if length == 0:
+            data = b""
+        else:
+            data = mmap.mmap(fd, length, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    if not hmac.compare_digest(_digest(data), want):
+        raise CacheError("data file checksum mismatch")
+    return data
+
+
 def _read_file(path: str, limit: int) -> bytes:
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size > limit:
             raise CacheError(f"{os.path.basename(path)} is larger than allowed ({size} bytes)")
-        return f.read(limit)
+        raw = f.read(size + 1)  # a file that grew since fstat is caught by the length checks
+    if len(raw) > limit:
+        raise CacheError(f"{os.path.basename(path)} is larger than allowed")
+    return raw
 
 
 def _touch(path: str) -> None:
@@ -260,6 +307,7 @@ class _AtomicFile:
             if exc_type is None:
                 self.f.flush()
                 os.fsync(self.f.fileno())
+                os.fchmod(self.f.fileno(), ENTRY_MODE)
             self.f.close()
             if exc_type is None:
                 os.replace(self.tmp, self.path)

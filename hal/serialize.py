@@ -114,6 +114,26 @@ def _known_modules() -> set[str]:
 class _Decoder:
     def __init__(self, arrays: list[np.ndarray]):
         self.arrays = arrays
+        self._refs: dict[tuple[str, str], Any] = {}  # (kind, ref) -> checked object: resolve once per load
+
+    def _checked(self, kind: str, ref: Any):
+        key = (kind, ref)
+        hit = self._refs.get(key)
+        if hit is not None:
+            return hit
+        if not isinstance(ref, str):
+            raise SerializationError(f"reference {ref!r} is not a string")
+        obj = _resolve(ref)
+        if kind == "enum" and not (isinstance(obj, type) and issubclass(obj, enum.Enum)):
+            raise SerializationError(f"{ref} is not an enum")
+        if kind == "fn" and not isinstance(obj, types.FunctionType):
+            raise SerializationError(f"{ref} is not a function")
+        if kind == "dc":
+            if not (isinstance(obj, type) and dataclasses.is_dataclass(obj)):
+                raise SerializationError(f"{ref} is not a dataclass")
+            obj = (obj, frozenset(f.name for f in dataclasses.fields(obj)))
+        self._refs[key] = obj
+        return obj
 
     def value(self, v: Any) -> Any:
         if not isinstance(v, dict):
@@ -135,22 +155,13 @@ class _Decoder:
         if t == "dict":
             return {self.value(k): self.value(x) for k, x in v["v"]}
         if t == "enum":
-            cls = _resolve(v["ref"])
-            if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
-                raise SerializationError(f"{v['ref']} is not an enum")
-            return cls(v["v"])
+            return self._checked("enum", v["ref"])(v["v"])
         if t == "fn":
-            fn = _resolve(v["ref"])
-            if not isinstance(fn, types.FunctionType):
-                raise SerializationError(f"{v['ref']} is not a function")
-            return fn
+            return self._checked("fn", v["ref"])
         if t == "dc":
-            cls = _resolve(v["ref"])
-            if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
-                raise SerializationError(f"{v['ref']} is not a dataclass")
-            names = {f.name for f in dataclasses.fields(cls)}
+            cls, names = self._checked("dc", v["ref"])
             fields = v["f"]
-            if set(fields) != names:
+            if not isinstance(fields, dict) or fields.keys() != names:
                 raise SerializationError(f"{v['ref']}: fields {sorted(fields)} != {sorted(names)}")
             obj = cls.__new__(cls)
             for k, x in fields.items():
@@ -176,12 +187,15 @@ def _model_tree(m: Model) -> dict:
             "extensions": [[e.name, e.prefix] for e in m.extension_name_to_prefix]}
 
 
+_LIFETIMES = {m.value: m for m in OperandLifeTime}  # a dict lookup: enum calls dominate on big models
+
+
 def _model_from_tree(t: dict) -> Model:
     def sg(s: dict) -> Subgraph:
         operands = []
         for typ, dims, scale, zp, lt, cq, ext in s["operands"]:
             operands.append(Operand(
-                type=typ, dimensions=tuple(dims), scale=scale, zero_point=zp, lifetime=OperandLifeTime(lt),
+                type=typ, dimensions=tuple(dims), scale=scale, zero_point=zp, lifetime=_LIFETIMES[lt],
                 channel_quant=None if cq is None else SymmPerChannelQuantParams(tuple(cq[0]), cq[1]),
                 extension_params=None if ext is None else bytes.fromhex(ext)))
         return Subgraph(operands=operands,
@@ -241,13 +255,13 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray]) -> CompiledModel:
         base, infos = [], []
         for i, op in enumerate(sg.operands):
             cq = op.channel_quant
-            info = OperandInfo(
-                type=op.type, shape=tuple(op.dimensions), scale=op.scale, zero_point=op.zero_point,
-                channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
-                channel_dim=0 if cq is None else cq.channel_dim, lifetime=op.lifetime, value=constants.get(i),
-                index=i)
+            info = OperandInfo(op.type, op.dimensions, op.scale, op.zero_point,
+                               None if cq is None else np.asarray(cq.scales, dtype=np.float32),
+                               0 if cq is None else cq.channel_dim, op.lifetime, constants.get(i), i)
             base.append(info)
-            infos.append(dataclasses.replace(info, shape=tuple(shapes[i])))
+            planned = tuple(shapes[i])
+            # as compile_model does: the plan shares an operand's info unless inference changed its shape
+            infos.append(info if planned == info.shape else dataclasses.replace(info, shape=planned))
         steps = []
         for s in tree["steps"]:
             k = s["index"]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import shutil
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ from hypothesis import strategies as st
 
 import cache.store as store_mod
 from cache.store import CacheError, CacheStore
+from tests.cache.tamper import replace_file
 
 TOKEN = bytes(range(32))
 OTHER = bytes(range(1, 33))
@@ -79,7 +79,7 @@ def test_any_flipped_bit_is_rejected(tmp_path, which, pos, bit):
     raw = bytearray(open(path, "rb").read())
     i = int(pos * len(raw))
     raw[i] ^= 1 << bit
-    open(path, "wb").write(raw)
+    replace_file(path, bytes(raw))
     rejected(s)
 
 
@@ -91,7 +91,7 @@ def test_truncation_and_appended_byte(tmp_path, which):
         s.put(TOKEN, *want)
         path = files(s)[which]
         raw = open(path, "rb").read()
-        open(path, "wb").write(mutate(raw))
+        replace_file(path, mutate(raw))
         rejected(s)
 
 
@@ -110,7 +110,7 @@ def test_entry_copied_over_another_token(tmp_path):
     s = make(tmp_path)
     s.put(OTHER, *sample(1))
     for src, dst in zip(files(s, OTHER), files(s, TOKEN)):
-        shutil.copy(src, dst)
+        replace_file(dst, open(src, "rb").read())
     rejected(s, match="token inside the file differs")
     assert_same(s.get(OTHER), sample(1))
 
@@ -147,25 +147,53 @@ def test_data_file_swapped_during_load(tmp_path, monkeypatch):
     def swapping(path, limit):
         out = real(path, limit)
         if path.endswith(TOKEN.hex() + ".model"):
-            shutil.copy(files(s, OTHER)[1], files(s, TOKEN)[1])
+            replace_file(files(s, TOKEN)[1], open(files(s, OTHER)[1], "rb").read())
         return out
     monkeypatch.setattr(store_mod, "_read_file", swapping)
     rejected(s, match="checksum")
 
 
 def test_file_replaced_after_verification_is_not_used(tmp_path, monkeypatch):
+    """The data file is mapped through the descriptor that was checked: a file renamed over it
+    once the digest matched (or while it is being hashed) is never what the arrays show."""
     s = make(tmp_path)
     want = sample(0)
     s.put(TOKEN, *want)
-    real = store_mod._read_file
+    real = store_mod._digest
 
-    def replacing(path, limit):
-        out = real(path, limit)
-        if path.endswith(".data"):
-            open(path, "r+b").write(b"\xff" * 64)  # rewritten in place right after our read
+    def replacing(buf):
+        out = real(buf)
+        if len(buf) > 64:  # the data file, verified: now swap in other bytes under its name
+            replace_file(files(s)[1], b"\xff" * len(buf))
         return out
-    monkeypatch.setattr(store_mod, "_read_file", replacing)
-    assert_same(s.get(TOKEN), want)  # private verified bytes were used
+    monkeypatch.setattr(store_mod, "_digest", replacing)
+    payload, arrays = s.get(TOKEN)
+    assert open(files(s)[1], "rb").read(4) == b"\xff" * 4  # the swap did happen
+    assert_same((payload, arrays), want)
+
+
+def test_entries_are_read_only_and_mapped_read_only(tmp_path):
+    s = make(tmp_path)
+    s.put(TOKEN, *sample())
+    for p in files(s):
+        assert os.stat(p).st_mode & 0o777 == 0o400
+    _, arrays = s.get(TOKEN)
+    assert not any(a.flags.writeable for a in arrays)
+    with pytest.raises(ValueError, match="read-only"):
+        arrays[0][0, 0] = 1.0
+
+
+def test_writable_or_foreign_data_file_is_not_mapped(tmp_path):
+    """A data file someone can write in place could change under the mapping: refused."""
+    s = make(tmp_path)
+    s.put(TOKEN, *sample())
+    os.chmod(files(s)[1], 0o620)
+    rejected(s, match="read-only")
+    s.put(TOKEN, *sample())
+    data = files(s)[1]
+    os.replace(data, data + ".real")
+    os.symlink(data + ".real", data)  # O_NOFOLLOW: a link is not our file
+    rejected(s, match="cannot be opened")
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -173,7 +201,7 @@ def test_file_replaced_after_verification_is_not_used(tmp_path, monkeypatch):
 def test_garbage_files_never_crash(tmp_path, junk, which):
     s = make(tmp_path)
     s.put(TOKEN, *sample())
-    open(files(s)[int(which)], "wb").write(junk)
+    replace_file(files(s)[int(which)], junk)
     rejected(s)
 
 

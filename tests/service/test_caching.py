@@ -12,6 +12,7 @@ import pytest
 from hal.types import ErrorStatus
 from service.client import Client, ServiceError
 from service.token import model_token
+from tests.cache.tamper import replace_file
 from tests.service.models import add_chain, add_model
 
 
@@ -39,7 +40,7 @@ def test_tampered_entry_is_rejected_then_recompiled(client, server):
     model_file, data_file = _entry_files(server, token)
     raw = bytearray(open(model_file, "rb").read())
     raw[len(raw) // 2] ^= 0x10
-    open(model_file, "wb").write(raw)
+    replace_file(model_file, bytes(raw))
     with pytest.raises(ServiceError) as e:
         client.prepare_model_from_cache(model, token)
     assert e.value.status == ErrorStatus.GENERAL_FAILURE and "rejected" in e.value.message
@@ -55,7 +56,7 @@ def test_corrupted_data_file_never_crashes(client, server):
     token = model_token(model)
     client.prepare_model(model, token=token)
     _, data_file = _entry_files(server, token)
-    open(data_file, "wb").write(os.urandom(os.path.getsize(data_file)))
+    replace_file(data_file, os.urandom(os.path.getsize(data_file)))
     with pytest.raises(ServiceError, match="rejected"):
         client.prepare_model_from_cache(model, token)
     assert client.get_version_string()  # still serving
@@ -121,7 +122,7 @@ def test_cache_cli(client, server):
     model_file = _entry_files(server, token)[0]
     raw = bytearray(open(model_file, "rb").read())
     raw[20] ^= 1
-    open(model_file, "wb").write(raw)
+    replace_file(model_file, bytes(raw))
     bad = cli("verify")
     assert bad.returncode == 1 and "HMAC" in bad.stdout
     assert "0 entries" in cli("ls").stdout  # verify removed the bad entry
