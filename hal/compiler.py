@@ -39,8 +39,35 @@ class Step:
 
 @dataclass
 class Plan:
+    """Steps in execution order, the operand infos they were prepared with, and the memory plan:
+    ``release[n]`` lists the temporaries step n is the last reader of (or, if nothing reads them,
+    produces), so an execution drops each intermediate tensor as soon as it is dead instead of
+    holding every one until the end."""
+
     steps: list[Step]
     infos: list[OperandInfo]
+    keep: frozenset[int] = frozenset()  # operands never released: the model's outputs
+    release: list[tuple[int, ...]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.release:
+            self.release = plan_releases(self.steps, self.keep)
+
+
+def plan_releases(steps: list[Step], keep: frozenset[int]) -> list[tuple[int, ...]]:
+    """Liveness over the step order: each produced operand dies after its last reading step."""
+    last: dict[int, int] = {}
+    for n, step in enumerate(steps):
+        for o in step.outputs:
+            last.setdefault(o, n)  # produced and never read: freed right after its producer
+        for i in step.inputs:
+            if i in last:  # a temporary produced earlier (constants and model inputs never are)
+                last[i] = n
+    release: list[list[int]] = [[] for _ in steps]
+    for operand, n in last.items():
+        if operand not in keep:
+            release[n].append(operand)
+    return [tuple(sorted(r)) for r in release]
 
 
 @dataclass
@@ -155,7 +182,7 @@ def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tu
     for idx, shape in input_shapes.items():
         infos[idx] = dataclasses.replace(infos[idx], shape=tuple(shape))
     steps = [prepare_operation(k, model, infos) for k in range(len(model.main.operations))]
-    return Plan(steps, infos)
+    return Plan(steps, infos, keep=frozenset(model.main.output_indexes))
 
 
 def compile_model(model: Model, copy_constants: bool = True) -> CompiledModel:

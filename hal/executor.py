@@ -73,7 +73,7 @@ def execute(compiled: CompiledModel, inputs: list[np.ndarray],
     plan = compiled.plan_for(tuple(a.shape for a in arrays))
     values: dict[int, np.ndarray] = dict(compiled.constants)
     values.update(zip(compiled.input_indexes, arrays))
-    for step in plan.steps:
+    for step, dead in zip(plan.steps, plan.release):
         _check_deadline(deadline_ns, f"before {step.ctx.name}")
         # .get: a constant the cache did not keep (its op reads the packed form) arrives as None
         args = [values.get(i) if i >= 0 else None for i in step.inputs]
@@ -93,6 +93,8 @@ def execute(compiled: CompiledModel, inputs: list[np.ndarray],
                                f"{step.ctx.name}: output {j} came out {out.dtype}{list(out.shape)}, "
                                f"prepared as {type_name(info.type)}{list(info.shape)}")
             values[o] = out
+        for o in dead:  # the memory plan: this step was the tensor's last reader
+            del values[o]
     return [values[o] for o in compiled.output_indexes]
 
 

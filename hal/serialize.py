@@ -283,4 +283,4 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray]) -> CompiledModel:
     except Exception as e:  # malformed JSON / structure: never trust, never crash
         raise SerializationError(f"invalid compiled-model payload: {e!r}") from e
     return CompiledModel(model=model, constants=constants, input_indexes=list(sg.input_indexes),
-                         output_indexes=list(sg.output_indexes), base_infos=base, static_plan=Plan(steps, infos))
+                         output_indexes=list(sg.output_indexes), base_infos=base, static_plan=Plan(steps, infos, keep=frozenset(sg.output_indexes)))
