@@ -282,5 +282,6 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray]) -> CompiledModel:
         raise
     except Exception as e:  # malformed JSON / structure: never trust, never crash
         raise SerializationError(f"invalid compiled-model payload: {e!r}") from e
+    plan = Plan(steps, infos, keep=frozenset(sg.output_indexes))
     return CompiledModel(model=model, constants=constants, input_indexes=list(sg.input_indexes),
-                         output_indexes=list(sg.output_indexes), base_infos=base, static_plan=Plan(steps, infos, keep=frozenset(sg.output_indexes)))
+                         output_indexes=list(sg.output_indexes), base_infos=base, static_plan=plan)
