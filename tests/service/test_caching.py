@@ -32,23 +32,68 @@ def test_prepare_then_from_cache(client, server):
     np.testing.assert_array_equal(cached.execute([x]).outputs[0], first)
 
 
-def test_tampered_entry_is_rejected_then_recompiled(client, server):
-    model = add_chain(4, (3, 3))
-    token = model_token(model)
-    x = np.arange(9, dtype=np.float32).reshape(3, 3)
-    client.prepare_model(model, token=token)
+def _flip(path, where):
+    raw = bytearray(open(path, "rb").read())
+    raw[int(where * (len(raw) - 1))] ^= 0x10
+    replace_file(path, bytes(raw))
+
+
+def _edit(path, change):
+    replace_file(path, change(open(path, "rb").read()))
+
+
+def _copy_entry(server, src_token, dst_token, which=(0, 1)):
+    for k in which:
+        replace_file(_entry_files(server, dst_token)[k], open(_entry_files(server, src_token)[k], "rb").read())
+
+
+def _model_file(server, token):
+    return _entry_files(server, token)[0]
+
+
+def _data_file(server, token):
+    return _entry_files(server, token)[1]
+
+
+# Each tampering a VTS CompilationCachingTest (or a cache-file attack) makes, as f(server, token,
+# other): ``other`` is the token of a valid entry of a same-shaped model with other weights.
+TAMPERING = {
+    "model file: flipped bit in header": lambda s, t, o: _flip(_model_file(s, t), 0.1),
+    "model file: flipped bit in payload": lambda s, t, o: _flip(_model_file(s, t), 0.6),
+    "model file: flipped bit in HMAC": lambda s, t, o: _flip(_model_file(s, t), 1.0),
+    "data file: flipped bit": lambda s, t, o: _flip(_data_file(s, t), 0.5),
+    "model file: truncated": lambda s, t, o: _edit(_model_file(s, t), lambda b: b[:-1]),
+    "data file: truncated": lambda s, t, o: _edit(_data_file(s, t), lambda b: b[: len(b) // 2]),
+    "data file: appended byte": lambda s, t, o: _edit(_data_file(s, t), lambda b: b + b"\0"),
+    "data file: missing (wrong number of files)": lambda s, t, o: os.unlink(_data_file(s, t)),
+    "data file: another entry's": lambda s, t, o: _copy_entry(s, o, t, (1,)),
+    "entry of another model copied over": lambda s, t, o: _copy_entry(s, o, t),
+    "data file: made writable": lambda s, t, o: os.chmod(_data_file(s, t), 0o644),
+}
+
+
+@pytest.mark.parametrize("kind", list(TAMPERING))
+def test_tampered_entry_is_rejected_then_recompiled(client, server, kind):
+    """Every tampering: GENERAL_FAILURE, the entry is gone, prepareModel recompiles, outputs are
+    right, and the rewritten entry loads again. The service keeps serving throughout."""
+    rng = np.random.default_rng(len(kind))
+    w, w_other = (rng.standard_normal((16, 16)).astype(np.float32) for _ in range(2))
+    model, other = add_model((16, 16), constant=w), add_model((16, 16), constant=w_other)
+    token, other_token = model_token(model), model_token(other)
+    x = rng.standard_normal((16, 16)).astype(np.float32)
+    client.prepare_model(model, token=token).release()
+    client.prepare_model(other, token=other_token).release()
     model_file, data_file = _entry_files(server, token)
-    raw = bytearray(open(model_file, "rb").read())
-    raw[len(raw) // 2] ^= 0x10
-    replace_file(model_file, bytes(raw))
+    TAMPERING[kind](server, token, other_token)
     with pytest.raises(ServiceError) as e:
         client.prepare_model_from_cache(model, token)
-    assert e.value.status == ErrorStatus.GENERAL_FAILURE and "rejected" in e.value.message
-    assert not os.path.exists(model_file)  # dropped
-    # The client falls back to prepareModel, which rewrites the entry; outputs are right.
-    pm = client.prepare_model(model, token=token)
-    np.testing.assert_array_equal(pm.execute([x]).outputs[0], 5 * x)
-    np.testing.assert_array_equal(client.prepare_model_from_cache(model, token).execute([x]).outputs[0], 5 * x)
+    assert e.value.status == ErrorStatus.GENERAL_FAILURE and "rejected" in e.value.message, e.value.message
+    assert not os.path.exists(model_file) and not os.path.exists(data_file)  # dropped
+    pm = client.prepare_model(model, token=token)  # what the delegate does next
+    np.testing.assert_array_equal(pm.execute([x]).outputs[0], x + w)
+    np.testing.assert_array_equal(client.prepare_model_from_cache(model, token).execute([x]).outputs[0], x + w)
+    np.testing.assert_array_equal(client.prepare_model_from_cache(other, other_token).execute([x]).outputs[0],
+                                  x + w_other)
 
 
 def test_corrupted_data_file_never_crashes(client, server):
