@@ -286,6 +286,41 @@ def extensions() -> list[ExtensionTypes]:
     return [_EXTENSIONS[k] for k in sorted(_EXTENSIONS)]
 
 
+def extension_modules(ext: ExtensionTypes) -> set[str]:
+    """Modules whose functions implement an extension's operations."""
+    return {fn.__module__ for reg in ext.operations.values() for fn in (reg.validate, reg.prepare, reg.execute)}
+
+
+def extension_identity(name: str) -> str | None:
+    """Digest of what an extension is now: its operand and operation types and the source of the
+    modules implementing them. A compiled model that used another identity must be recompiled."""
+    import hashlib
+    import inspect
+    import sys
+
+    ext = _EXTENSIONS.get(name)
+    if ext is None:
+        return None
+    known = _IDENTITIES.get(name)
+    if known is not None and known[0] is ext:
+        return known[1]
+    h = hashlib.sha256(name.encode())
+    for t in sorted(ext.operand_types.values(), key=lambda t: t.type):
+        h.update(f"|{t.type}:{t.dtype.str}:{t.is_tensor}".encode())
+    h.update(("|ops:" + ",".join(str(t) for t in sorted(ext.operations))).encode())
+    for module in sorted(extension_modules(ext)):
+        try:
+            source = inspect.getsource(sys.modules[module])
+        except (KeyError, OSError, TypeError):
+            source = "<no source>"
+        h.update(f"|{module}:".encode() + source.encode())
+    _IDENTITIES[name] = (ext, h.hexdigest())
+    return _IDENTITIES[name][1]
+
+
+_IDENTITIES: dict[str, tuple[ExtensionTypes, str]] = {}  # per registered object: sources are read once
+
+
 def resolve_extension_type(code: int, prefixes: dict[int, str]) -> tuple[ExtensionTypes | None, int]:
     """(extension, type within it) for an encoded code, given the model's prefix -> name map."""
     ext = _EXTENSIONS.get(prefixes.get(code >> 16, ""))

@@ -3,9 +3,12 @@
 What prepareModel computed (shapes, repacked weights, multipliers) is written
 as a JSON tree plus a list of numpy arrays, so the cache can store the arrays
 raw and aligned. Loading builds objects only from an allow-list: dataclasses,
-enums and functions defined in ``hal`` modules, numpy arrays and scalars, and
-JSON values. Nothing is eval'd; no constructor or ``__setstate__`` of an
-arbitrary class ever runs.
+enums and functions defined in ``hal`` modules or in the (already imported)
+modules implementing an extension the model uses, numpy arrays and scalars,
+and JSON values. Nothing is eval'd or imported on behalf of a payload outside
+``hal``; no constructor or ``__setstate__`` of an arbitrary class ever runs.
+A payload names the identity (types and source digest) of every extension it
+was compiled with; a different or missing extension fails the load.
 """
 from __future__ import annotations
 
@@ -28,10 +31,19 @@ from hal.model import (
     Subgraph,
     SymmPerChannelQuantParams,
 )
-from hal.registry import OperandInfo, OperationContext, lookup
+from hal.registry import (
+    OperandInfo,
+    OperationContext,
+    extension,
+    extension_identity,
+    extension_modules,
+    lookup_in_model,
+    model_prefixes,
+    resolve_extension_type,
+)
 from hal.types import OperandLifeTime
 
-FORMAT_VERSION = 2  # 2: constants stored per operand, packed-only constants left out
+FORMAT_VERSION = 3  # 2: constants stored per operand, packed-only constants left out; 3: extensions
 _ALLOWED_PREFIX = "hal."
 
 
@@ -41,9 +53,10 @@ class SerializationError(ValueError):
 
 # ---- encoding ---------------------------------------------------------------------------------
 class _Encoder:
-    def __init__(self) -> None:
+    def __init__(self, modules: frozenset[str] = frozenset()) -> None:
         self.arrays: list[np.ndarray] = []
         self._ids: dict[int, int] = {}
+        self.modules = modules  # extension modules whose objects may be referenced
 
     def array(self, a: np.ndarray) -> dict:
         key = id(a)
@@ -56,7 +69,7 @@ class _Encoder:
         if v is None or isinstance(v, (bool, str)):
             return v
         if isinstance(v, enum.Enum):
-            return {"t": "enum", "ref": _ref(type(v)), "v": v.value}
+            return {"t": "enum", "ref": _ref(type(v), self.modules), "v": v.value}
         if isinstance(v, (int, float)):
             return v
         if isinstance(v, np.ndarray):
@@ -70,26 +83,30 @@ class _Encoder:
         if isinstance(v, dict):
             return {"t": "dict", "v": [[self.value(k), self.value(x)] for k, x in v.items()]}
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return {"t": "dc", "ref": _ref(type(v)),
+            return {"t": "dc", "ref": _ref(type(v), self.modules),
                     "f": {f.name: self.value(getattr(v, f.name)) for f in dataclasses.fields(v)}}
         if isinstance(v, types.FunctionType):
-            return {"t": "fn", "ref": _ref(v)}
+            return {"t": "fn", "ref": _ref(v, self.modules)}
         raise SerializationError(f"cannot serialise {type(v).__module__}.{type(v).__qualname__}")
 
 
-def _ref(obj) -> str:
+def _ref(obj, modules: frozenset[str] = frozenset()) -> str:
     module, qual = obj.__module__, obj.__qualname__
-    if not module.startswith(_ALLOWED_PREFIX) or "<" in qual:
-        raise SerializationError(f"{module}.{qual} is not serialisable (only hal module-level objects)")
+    if not (module.startswith(_ALLOWED_PREFIX) or module in modules) or "<" in qual:
+        raise SerializationError(f"{module}.{qual} is not serialisable "
+                                 "(only module-level objects of hal or of the model's extensions)")
     return f"{module}:{qual}"
 
 
 # ---- decoding ---------------------------------------------------------------------------------
-def _resolve(ref: str):
+def _resolve(ref: str, modules: frozenset[str] = frozenset()):
     module, _, qual = ref.partition(":")
-    if not module.startswith(_ALLOWED_PREFIX) or not qual or "<" in qual or "__" in qual:
+    in_hal = module.startswith(_ALLOWED_PREFIX)
+    if not (in_hal or module in modules) or not qual or "<" in qual or "__" in qual:
         raise SerializationError(f"refused reference {ref!r}")
     mod = sys.modules.get(module)
+    if mod is None and not in_hal:  # extension modules are imported by their plugin, never by a payload
+        raise SerializationError(f"extension module {module!r} is not loaded")
     if mod is None:
         if module not in _known_modules():
             raise SerializationError(f"unknown module {module!r}")
@@ -112,8 +129,9 @@ def _known_modules() -> set[str]:
 
 
 class _Decoder:
-    def __init__(self, arrays: list[np.ndarray]):
+    def __init__(self, arrays: list[np.ndarray], modules: frozenset[str] = frozenset()):
         self.arrays = arrays
+        self.modules = modules
         self._refs: dict[tuple[str, str], Any] = {}  # (kind, ref) -> checked object: resolve once per load
 
     def _checked(self, kind: str, ref: Any):
@@ -123,7 +141,7 @@ class _Decoder:
             return hit
         if not isinstance(ref, str):
             raise SerializationError(f"reference {ref!r} is not a string")
-        obj = _resolve(ref)
+        obj = _resolve(ref, self.modules)
         if kind == "enum" and not (isinstance(obj, type) and issubclass(obj, enum.Enum)):
             raise SerializationError(f"{ref} is not an enum")
         if kind == "fn" and not isinstance(obj, types.FunctionType):
@@ -218,6 +236,19 @@ def _superseded_constants(plan: Plan, constants: dict[int, np.ndarray]) -> set[i
     return packed_only
 
 
+def _modules_of(extension_names: list[str]) -> frozenset[str]:
+    return frozenset(m for name in extension_names if (ext := extension(name)) is not None
+                     for m in extension_modules(ext))
+
+
+def _extension_dtype(code: int, prefixes: dict[int, str]) -> np.dtype | None:
+    if not code >> 16:
+        return None
+    ext, t = resolve_extension_type(code, prefixes)
+    spec = None if ext is None else ext.operand_types.get(t)
+    return None if spec is None else spec.dtype
+
+
 def dump_compiled(compiled: CompiledModel) -> tuple[bytes, list[np.ndarray]]:
     """Serialise a statically planned CompiledModel: (JSON payload, arrays).
 
@@ -226,10 +257,15 @@ def dump_compiled(compiled: CompiledModel) -> tuple[bytes, list[np.ndarray]]:
     plan = compiled.static_plan
     if plan is None:
         raise SerializationError("models with unknown input shapes are planned per execution; not cached")
-    enc = _Encoder()
+    used = sorted(e.name for e in compiled.model.extension_name_to_prefix)
+    identities = {name: extension_identity(name) for name in used}
+    if None in identities.values():
+        raise SerializationError("the model uses an extension that is not registered")
+    enc = _Encoder(_modules_of(used))
     dropped = _superseded_constants(plan, compiled.constants)
     tree = {
         "format": FORMAT_VERSION,
+        "extensions": identities,
         "model": _model_tree(compiled.model),
         "constants": [[i, enc.array(v)] for i, v in sorted(compiled.constants.items()) if i not in dropped],
         "shapes": [list(info.shape) for info in plan.infos],
@@ -245,8 +281,16 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray]) -> CompiledModel:
         tree = json.loads(payload)
         if tree.get("format") != FORMAT_VERSION:
             raise SerializationError(f"payload format {tree.get('format')!r} != {FORMAT_VERSION}")
-        dec = _Decoder(arrays)
         model = _model_from_tree(tree["model"])
+        used = sorted(e.name for e in model.extension_name_to_prefix)
+        identities = tree["extensions"]
+        if not isinstance(identities, dict) or sorted(identities) != used:
+            raise SerializationError("payload's extension list does not match its model")
+        for name in used:
+            if extension_identity(name) != identities[name]:
+                raise SerializationError(f"extension {name!r} is not loaded or changed since compilation")
+        dec = _Decoder(arrays, _modules_of(used))
+        prefixes = model_prefixes(model)
         sg = model.main
         constants = {int(i): dec.value(ref) for i, ref in tree["constants"]}
         shapes = tree["shapes"]
@@ -257,7 +301,8 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray]) -> CompiledModel:
             cq = op.channel_quant
             info = OperandInfo(op.type, op.dimensions, op.scale, op.zero_point,
                                None if cq is None else np.asarray(cq.scales, dtype=np.float32),
-                               0 if cq is None else cq.channel_dim, op.lifetime, constants.get(i), i)
+                               0 if cq is None else cq.channel_dim, op.lifetime, constants.get(i), i,
+                               _extension_dtype(op.type, prefixes))
             base.append(info)
             planned = tuple(shapes[i])
             # as compile_model does: the plan shares an operand's info unless inference changed its shape
@@ -266,7 +311,7 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray]) -> CompiledModel:
         for s in tree["steps"]:
             k = s["index"]
             operation = sg.operations[k]
-            reg = lookup(operation.type)
+            reg = lookup_in_model(operation.type, prefixes)
             if reg is None:
                 raise SerializationError(f"operation {k}: type {operation.type} is not registered")
             no_value = OperandLifeTime.NO_VALUE
