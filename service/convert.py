@@ -82,12 +82,13 @@ def subgraph_to_proto(s: Subgraph) -> pb.Subgraph:
                        input_indexes=list(s.input_indexes), output_indexes=list(s.output_indexes))
 
 
-def model_to_proto(m: Model, pools: list[pb.Memory] | None = None) -> pb.Model:
-    """hal Model -> proto; ``pools`` replaces the model's pools (e.g. shared-memory references)."""
+def model_to_proto(m: Model, pools: list[pb.Memory] | None = None, *, with_values: bool = True) -> pb.Model:
+    """hal Model -> proto; ``pools`` replaces the model's pools (e.g. shared-memory references);
+    ``with_values=False`` leaves operand_values empty (the structure alone, without a copy of it)."""
     if pools is None:
         pools = [pb.Memory(inline_data=bytes(memoryview(p).cast("B"))) for p in m.pools]
     return pb.Model(main=subgraph_to_proto(m.main), referenced=[subgraph_to_proto(s) for s in m.referenced],
-                    operand_values=bytes(m.operand_values), pools=pools,
+                    operand_values=bytes(m.operand_values) if with_values else b"", pools=pools,
                     relax_computation_float32_to_float16=m.relax_computation_float32_to_float16,
                     extension_name_to_prefix=[pb.ExtensionNameAndPrefix(name=e.name, prefix=e.prefix)
                                               for e in m.extension_name_to_prefix])

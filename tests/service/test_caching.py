@@ -1,6 +1,7 @@
 """Compilation caching through the real service: round trip, tampering, colliding structures."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -8,8 +9,11 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from hal.types import ErrorStatus
+from hal.model import DataLocation
+from hal.types import ErrorStatus, OperandLifeTime
 from service.client import Client, ServiceError
 from service.token import model_token
 from tests.cache.tamper import replace_file
@@ -127,6 +131,40 @@ def test_token_covers_user_token_options_and_is_stable():
     assert model_token(m, user_token=b"app-1") != t
     assert model_token(m, options={"allow_fp16": True}) != t
     assert model_token(add_model((2, 2))) != model_token(add_model((2, 3)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_any_weight_byte_changes_the_token(data):
+    """Every constant byte counts, in operand_values and in CONSTANT_POOL pools alike."""
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    model = add_model((3, 4), constant=w)
+    base = model_token(model)
+    i = data.draw(st.integers(0, len(model.operand_values) - 1))
+    values = bytearray(model.operand_values)
+    values[i] ^= 1 << data.draw(st.integers(0, 7))
+    assert model_token(dataclasses.replace(model, operand_values=bytes(values))) != base
+    # The same constant moved into a pool: its bytes still count.
+    k = next(k for k, o in enumerate(model.main.operands) if o.lifetime == OperandLifeTime.CONSTANT_COPY
+             and o.location.length == w.nbytes)
+    operand = model.main.operands[k]
+    pooled_operand = dataclasses.replace(operand, lifetime=OperandLifeTime.CONSTANT_POOL,
+                                         location=DataLocation(0, 0, w.nbytes))
+    operands = list(model.main.operands)
+    operands[k] = pooled_operand
+    pooled = dataclasses.replace(model, main=dataclasses.replace(model.main, operands=operands),
+                                 pools=[bytearray(w.tobytes())])
+    changed = bytearray(w.tobytes())
+    changed[data.draw(st.integers(0, w.nbytes - 1))] ^= 1
+    assert model_token(pooled) != model_token(dataclasses.replace(pooled, pools=[changed]))
+
+
+def test_pool_boundaries_count_in_the_token():
+    """Pools ["ab", "c"] and ["a", "bc"] hold the same byte stream but different constants."""
+    model = add_model((1,), constant=np.zeros(1, np.float32))
+    a = dataclasses.replace(model, pools=[bytearray(b"\0" * 8), bytearray(b"\1" * 4)])
+    b = dataclasses.replace(model, pools=[bytearray(b"\0" * 4), bytearray(b"\0" * 4 + b"\1" * 4)])
+    assert model_token(a) != model_token(b)
 
 
 def test_two_clients_prepare_the_same_token_at_once(server):
