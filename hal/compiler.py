@@ -151,14 +151,17 @@ def _context(k: int, model: Model, infos: list[OperandInfo]) -> OperationContext
     return OperationContext(k, operation.type, ins, [infos[o] for o in operation.outputs])
 
 
-def prepare_operation(k: int, model: Model, infos: list[OperandInfo]) -> Step:
-    """Validate + prepare one operation; updates ``infos`` with its output shapes."""
+def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: bool = True) -> Step:
+    """Validate + prepare one operation; updates ``infos`` with its output shapes.
+
+    ``packing=False`` (support queries) lets prepare skip repacking constant weights."""
     operation = model.main.operations[k]
     reg = lookup_in_model(operation.type, extension_prefixes(model))
     if reg is None:
         raise HalError(ErrorStatus.INVALID_ARGUMENT,
                        f"operation {k} ({operation_name(operation.type)}): not supported by this driver")
     ctx = _context(k, model, infos)
+    ctx.packing = packing
     try:
         reg.validate(ctx)
         ctx.data = reg.prepare(ctx)
@@ -216,14 +219,15 @@ def supported_operations(model: Model) -> list[bool]:
 
     The model must be valid (HalError otherwise). An operation is supported when
     it is registered and its own validate and prepare accept it as declared,
-    so support is never claimed for a variant execute cannot run.
+    so support is never claimed for a variant execute cannot run. Weights are
+    not repacked for the answer: a delegate asks on every start, cached or not.
     """
     validate_model(model)
-    infos = operand_infos(model)
+    infos = operand_infos(model, copy=False)  # nothing outlives the query: no need to copy constants
     result = []
     for k in range(len(model.main.operations)):
         try:
-            prepare_operation(k, model, infos)
+            prepare_operation(k, model, infos, packing=False)
             result.append(True)
         except HalError:
             result.append(False)

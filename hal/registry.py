@@ -82,6 +82,9 @@ class OperationContext:
         self.outputs = list(outputs)
         self.output_shapes: list[tuple[int, ...] | None] = [None] * len(self.outputs)
         self.data: Any = None
+        #: False while answering getSupportedOperations: prepare must still check everything and set
+        #: shapes, but may skip repacking constant weights (execute packs what prepare did not).
+        self.packing = True
 
     # ---- naming and failure -------------------------------------------------
     @property

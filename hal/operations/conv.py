@@ -222,7 +222,7 @@ def _prepare(ctx: OperationContext) -> ConvData:
         d.multipliers, d.shifts = _requant_params(x, w, out, out_c)
         d.act_min, d.act_max = quant.activation_range_quantized(p.act, out.type, out.scale,
                                                                 out.zero_point)
-    if w.is_constant:
+    if w.is_constant and ctx.packing:
         d.filter = _pack_filter(d, w.value)
     if b.is_constant:
         d.bias = _bias(b.value)

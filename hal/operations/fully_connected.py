@@ -87,7 +87,7 @@ def _prepare(ctx: OperationContext) -> FullyConnectedData:
         d.output_multiplier, d.output_shift = quant.quantize_multiplier(real)
         d.act_min, d.act_max = quant.activation_range_quantized(d.act, out.type, out.scale,
                                                                 out.zero_point)
-    if w.is_constant:
+    if w.is_constant and ctx.packing:
         d.weights_t = _pack_weights(w.value, d.weights_offset)
     if b.is_constant:
         d.bias = b.value.astype(np.float64)
