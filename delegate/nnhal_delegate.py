@@ -184,17 +184,18 @@ def supported_nodes(graph, client: Client | None) -> dict[int, str | None]:
         if node.options.get("__undecoded__"):
             reasons[node.index] = "parameters of this builtin are not read by the delegate"
             continue
-        probe = MappingContext(graph)
+        checkpoint = ctx.checkpoint()
+        start = len(ctx.builder.model.main.operations)
         try:
-            map_node(probe, node)
+            map_node(ctx, node)
         except MappingError as e:
+            ctx.rollback(checkpoint)
             reasons[node.index] = f"no NNAPI mapping: {e}"
             continue
         except Exception as e:  # noqa: BLE001 - a mapper bug must not break delegation
+            ctx.rollback(checkpoint)
             reasons[node.index] = f"mapping failed: {e!r}"
             continue
-        start = len(ctx.builder.model.main.operations)
-        map_node(ctx, node)
         spans[node.index] = (start, len(ctx.builder.model.main.operations))
     if not spans:
         return reasons

@@ -133,6 +133,20 @@ class ModelBuilder:
         self._chunks.append(view)
         self._size += len(view)
 
+    def mark(self) -> tuple[int, int, int, int, int]:
+        """A point to rewind to (operands, operations, constants, extension prefixes)."""
+        m = self.model
+        return (len(m.main.operands), len(m.main.operations), len(self._chunks), self._size,
+                len(m.extension_name_to_prefix))
+
+    def rewind(self, mark: tuple[int, int, int, int, int]) -> None:
+        """Drop everything added since ``mark`` (a caller backing out of a half-built operation)."""
+        n_operands, n_operations, n_chunks, size, n_prefixes = mark
+        m = self.model
+        del m.main.operands[n_operands:], m.main.operations[n_operations:], self._chunks[n_chunks:]
+        del m.extension_name_to_prefix[n_prefixes:]
+        self._size = size
+
     def set_no_value(self, index: int) -> None:
         op = self.operands[index]
         op.lifetime = OperandLifeTime.NO_VALUE
@@ -177,5 +191,4 @@ class ModelBuilder:
 
     def finish(self) -> Model:
         self.model.operand_values = b"".join(self._chunks)
-        self._chunks = [self.model.operand_values]
         return self.model

@@ -60,6 +60,16 @@ class MappingContext:
         self.operand_of: dict[int, int] = {}  # tflite tensor index -> NNAPI operand index
         self.node: TfLiteNode | None = None
 
+    def checkpoint(self) -> tuple:
+        return self.builder.mark(), len(self.operand_of)
+
+    def rollback(self, checkpoint: tuple) -> None:
+        """Undo a node whose mapping failed half way: its operands, operations and constants."""
+        mark, n_tensors = checkpoint
+        self.builder.rewind(mark)
+        for t in list(self.operand_of)[n_tensors:]:  # dicts keep insertion order
+            del self.operand_of[t]
+
     # ---- tensors ------------------------------------------------------------
     def tensor_info(self, t: int) -> TfLiteTensor:
         if not 0 <= t < len(self.graph.tensors):

@@ -1,4 +1,5 @@
 """Partitioning: dependency-safe subsets and the selection options."""
+import numpy as np
 import pytest
 
 from delegate.partition import PartitionOptions, choose_partitions, independent_subsets, parse_node_ranges
@@ -59,3 +60,37 @@ def test_min_nodes_and_manual_ranges():
 def test_bad_ranges(bad):
     with pytest.raises(ValueError):
         parse_node_ranges(bad)
+
+
+def _conv_graph(act):
+    from delegate.tfl import TfLiteModelBuilder, read_model
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [1, 4, 4, 2])
+    w = b.add_constant("w", np.ones((3, 3, 3, 2), np.float32))
+    bias = b.add_constant("b", np.zeros(3, np.float32))
+    y = b.add_tensor("y", [1, 4, 4, 3])
+    b.add_operator("CONV_2D", [x, w, bias], [y], ("Conv2DOptions", {
+        "padding": 0, "stride_w": 1, "stride_h": 1, "fused_activation_function": act}))
+    b.set_outputs([y])
+    return read_model(b.build())
+
+
+def test_a_failed_node_mapping_is_rolled_back():
+    """supported_nodes maps each node once into the probe model; a node failing half way (here on
+    its fused TANH, after its padding scalar was added) must leave nothing behind."""
+    from delegate.mapping import MappingError
+    from delegate.mapping.core import MappingContext, map_node
+    from delegate.tfl.schema import ActivationFunctionType as Act
+    graph = _conv_graph(Act.TANH)
+    ctx = MappingContext(graph)
+    ctx.tensor(graph.inputs[0])  # state from earlier nodes must survive
+    before = ctx.checkpoint()
+    values_before = ctx.builder.finish().operand_values
+    with pytest.raises(MappingError, match="fused activation"):
+        map_node(ctx, graph.nodes[0])
+    assert ctx.checkpoint() != before  # the failed mapping did add operands
+    ctx.rollback(before)
+    assert ctx.checkpoint() == before
+    assert ctx.builder.finish().operand_values == values_before
+    map_node(ctx, _conv_graph(Act.RELU).nodes[0])  # the context still works
+    assert len(ctx.builder.model.main.operations) == 1
