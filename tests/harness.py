@@ -17,6 +17,7 @@ from delegate.runtime import Interpreter, OpResolverType
 from delegate.tfl import read_model
 from hal.compiler import compile_model
 from hal.executor import execute
+from hal.serialize import SerializationError, dump_compiled, load_compiled
 
 #: Hypothesis profile for op tests: no deadline (TFLite interpreter start-up varies), few examples.
 OP_SETTINGS = settings(max_examples=30, deadline=None,
@@ -40,9 +41,25 @@ def hal_run(model: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
     part = convert_partition(graph)
     compiled = compile_model(part.model)
     by_tensor = dict(zip(graph.inputs, inputs))
-    outs = execute(compiled, [np.asarray(by_tensor[t]) for t in part.input_tensors])
+    args = [np.asarray(by_tensor[t]) for t in part.input_tensors]
+    outs = execute(compiled, args)
+    _check_cached_copy(compiled, args, outs)
     produced = dict(zip(part.output_tensors, outs))
     return [produced[t] for t in graph.outputs]
+
+
+def _check_cached_copy(compiled, args: list[np.ndarray], outs: list[np.ndarray]) -> None:
+    """Every model the op tests run also goes through the compilation cache's serialisation, with
+    read-only arrays as the cache maps them, and must give bit-identical outputs."""
+    try:
+        payload, arrays = dump_compiled(compiled)
+    except SerializationError:
+        return  # planned per input shape: never cached
+    arrays = [np.array(a) for a in arrays]  # private copies, read-only like the cache's mapping
+    for a in arrays:
+        a.setflags(write=False)
+    for got, want in zip(execute(load_compiled(payload, arrays), args), outs):
+        np.testing.assert_array_equal(got, want, err_msg="the cached compilation computes something else")
 
 
 def assert_float_close(got: np.ndarray, expected: np.ndarray, rtol: float = 1e-5,
