@@ -295,10 +295,9 @@ def extension_modules(ext: ExtensionTypes) -> set[str]:
 
 
 def extension_identity(name: str) -> str | None:
-    """Digest of what an extension is now: its operand and operation types and the source of the
+    """Digest of what an extension is now: its operand and operation types and the files of the
     modules implementing them. A compiled model that used another identity must be recompiled."""
     import hashlib
-    import inspect
     import sys
 
     ext = _EXTENSIONS.get(name)
@@ -312,11 +311,13 @@ def extension_identity(name: str) -> str | None:
         h.update(f"|{t.type}:{t.dtype.str}:{t.is_tensor}".encode())
     h.update(("|ops:" + ",".join(str(t) for t in sorted(ext.operations))).encode())
     for module in sorted(extension_modules(ext)):
+        path = getattr(sys.modules.get(module), "__file__", None)  # source or a compiled library alike
         try:
-            source = inspect.getsource(sys.modules[module])
-        except (KeyError, OSError, TypeError):
-            source = "<no source>"
-        h.update(f"|{module}:".encode() + source.encode())
+            with open(path, "rb") as f:
+                code = f.read()
+        except (TypeError, OSError):
+            code = b"<no file>"
+        h.update(f"|{module}:".encode() + hashlib.sha256(code).digest())
     _IDENTITIES[name] = (ext, h.hexdigest())
     return _IDENTITIES[name][1]
 
