@@ -80,7 +80,7 @@ class CacheStore:
         model_path, data_path = self._paths(token)
         layout, offset = [], 0
         for a in arrays:
-            a = np.ascontiguousarray(a)
+            a = np.asarray(a, order="C")
             layout.append({"offset": offset, "nbytes": a.nbytes, "dtype": a.dtype.str, "shape": list(a.shape)})
             offset += (a.nbytes + ALIGN - 1) // ALIGN * ALIGN
         with _AtomicFile(data_path) as f:
@@ -89,7 +89,7 @@ class CacheStore:
                 pad = entry["offset"] - pos
                 if pad:
                     f.write(b"\0" * pad)
-                f.write(memoryview(np.ascontiguousarray(a)).cast("B"))
+                f.write(memoryview(np.asarray(a, order="C").reshape(-1)).cast("B"))  # 1-D: empty arrays too
                 pos = entry["offset"] + entry["nbytes"]
             data_len = pos
             f.flush()

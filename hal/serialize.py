@@ -62,7 +62,7 @@ class _Encoder:
         key = id(a)
         if key not in self._ids:  # shared arrays (e.g. constants used twice) are stored once
             self._ids[key] = len(self.arrays)
-            self.arrays.append(np.ascontiguousarray(a))
+            self.arrays.append(np.asarray(a, order="C"))
         return {"t": "array", "i": self._ids[key]}
 
     def value(self, v: Any) -> Any:

@@ -58,7 +58,10 @@ def _check_cached_copy(compiled, args: list[np.ndarray], outs: list[np.ndarray])
     arrays = [np.array(a) for a in arrays]  # private copies, read-only like the cache's mapping
     for a in arrays:
         a.setflags(write=False)
-    for got, want in zip(execute(load_compiled(payload, arrays), args), outs):
+    loaded = load_compiled(payload, arrays)
+    for i, value in loaded.constants.items():
+        assert value.shape == compiled.constants[i].shape and value.dtype == compiled.constants[i].dtype
+    for got, want in zip(execute(loaded, args), outs):
         np.testing.assert_array_equal(got, want, err_msg="the cached compilation computes something else")
 
 

@@ -60,6 +60,15 @@ def test_round_trip_and_layout(tmp_path):
     assert oct(os.stat(s.dir).st_mode & 0o777) == "0o700"
 
 
+@pytest.mark.parametrize("arrays", [[], [np.zeros((0, 3), np.float32), np.arange(3)], [np.float32(2.5)]],
+                         ids=["no arrays", "empty array", "scalar"])
+def test_degenerate_arrays_round_trip(tmp_path, arrays):
+    s = make(tmp_path)
+    want = (b"{}", [np.asarray(a) for a in arrays])
+    s.put(TOKEN, *want)
+    assert_same(s.get(TOKEN), want)
+
+
 def test_arrays_are_aligned(tmp_path):
     s = make(tmp_path)
     s.put(TOKEN, *sample())
