@@ -184,6 +184,8 @@ class Driver:
             log.info("not cached: %s", e)
         except (CacheError, OSError) as e:
             log.warning("cache write failed: %s", e)
+        except Exception:  # a bug in writing must not fail a compilation that succeeded
+            log.exception("cache write failed unexpectedly; the model is prepared, not cached")
 
     def _register(self, compiled: CompiledModel, pref: ExecutionPreference, prio: Priority) -> PreparedEntry:
         entry = PreparedEntry(uuid.uuid4().hex, compiled, pref, prio,
