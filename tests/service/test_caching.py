@@ -100,6 +100,24 @@ def test_tampered_entry_is_rejected_then_recompiled(client, server, kind):
                                   x + w_other)
 
 
+def test_loaded_model_survives_its_entry_being_removed(client, server):
+    """A model prepared from the cache runs on a mapping of the data file: clearing or evicting
+    the entry (or renaming garbage over it) afterwards changes nothing it computes."""
+    w = np.random.default_rng(3).standard_normal((64, 64)).astype(np.float32)
+    model = add_model((64, 64), constant=w)
+    token = model_token(model)
+    x = np.ones((64, 64), np.float32)
+    client.prepare_model(model, token=token).release()
+    cached = client.prepare_model_from_cache(model, token)
+    model_file, data_file = _entry_files(server, token)
+    replace_file(data_file, b"\xff" * os.path.getsize(data_file))
+    np.testing.assert_array_equal(cached.execute([x]).outputs[0], x + w)
+    cleared = subprocess.run([sys.executable, "-m", "nnhal.cli", "cache", "clear", "--cache-dir", server.cache_dir],
+                             capture_output=True, text=True, timeout=60)
+    assert cleared.returncode == 0 and not os.path.exists(model_file)
+    np.testing.assert_array_equal(cached.execute([x]).outputs[0], x + w)
+
+
 def test_corrupted_data_file_never_crashes(client, server):
     model = add_model((64, 64), constant=np.ones((64, 64), np.float32))
     token = model_token(model)
