@@ -8,8 +8,9 @@ version, capabilities fingerprint, token, lengths, the SHA-256 of the payload, t
 BLAKE3 digest of the data file and an HMAC-SHA256 keyed by a per-cache secret
 before anything is used. The data file is memory-mapped, not copied: it is
 checked to be a read-only regular file of ours first, and its digest is
-verified on the mapping (BLAKE3's tree mode hashes it on every core). A bad entry is removed and reported,
-never loaded. Storage only: payloads are opaque bytes plus numpy arrays.
+verified on the mapping (BLAKE3's tree mode hashes it on every core). A bad
+entry is removed and reported, never loaded. Storage only: payloads are
+opaque bytes plus numpy arrays.
 """
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ class CacheStore:
         """Verified (payload, arrays), or CacheError after removing the entry.
 
         The model file is read once into private memory and verified there. The data file is
-        opened once, checked to be a read-only regular file of ours and mapped; its digests are
+        opened once, checked to be a read-only regular file of ours and mapped; its digest is
         verified on that mapping, which keeps the opened inode: a file renamed over it during or
         after the load changes nothing we use. The arrays are read-only views of the mapping."""
         model_path, data_path = self._paths(token)
@@ -247,15 +248,11 @@ def _map_data(path: str, header: dict):
     if not isinstance(length, int) or length < 0 or not isinstance(want, str):
         raise CacheError("data description in the header is malformed")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        fd = _open_regular(path, "data file")
     except FileNotFoundError:
         raise CacheError("data file missing (wrong number of cache files)") from None
-    except OSError as e:
-        raise CacheError(f"data file cannot be opened: {e.strerror}") from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CacheError("data file is not a regular file")
         if st.st_uid != os.geteuid() or st.st_mode & 0o222:
             raise CacheError(f"data file must be read-only and ours to be mapped (mode {st.st_mode & 0o777:o}, "
                              f"uid {st.st_uid})")
@@ -272,8 +269,24 @@ def _map_data(path: str, header: dict):
     return data
 
 
+def _open_regular(path: str, what: str) -> int:
+    """A descriptor on ``path`` that is a regular file. O_NONBLOCK: a FIFO or device planted under
+    an entry's name must be refused, not waited on; O_NOFOLLOW: a symlink is not our file."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise CacheError(f"{what} cannot be opened: {e.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CacheError(f"{what} is not a regular file")
+    return fd
+
+
 def _read_file(path: str, limit: int) -> bytes:
-    with open(path, "rb") as f:
+    with os.fdopen(_open_regular(path, os.path.basename(path)), "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size > limit:
             raise CacheError(f"{os.path.basename(path)} is larger than allowed ({size} bytes)")
@@ -337,8 +350,8 @@ def _load_or_create_key(path: str) -> bytes:
                 pass  # another process published its key first: use that one
         finally:
             os.unlink(tmp)
-    with open(path, "rb") as f:
-        key = f.read()
+    with os.fdopen(_open_regular(path, "cache key"), "rb") as f:
+        key = f.read(33)
     if len(key) != 32:
         raise CacheError(f"cache key {path} is corrupt ({len(key)} bytes)")
     return key

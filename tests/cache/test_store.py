@@ -205,6 +205,26 @@ def test_writable_or_foreign_data_file_is_not_mapped(tmp_path):
     rejected(s, match="cannot be opened")
 
 
+@pytest.mark.parametrize("which", [0, 1])
+def test_fifo_planted_as_an_entry_file_is_refused_not_waited_on(tmp_path, which):
+    """Opening a FIFO for reading blocks until a writer appears: a loader must never hang on one."""
+    import threading
+    s = make(tmp_path)
+    s.put(TOKEN, *sample())
+    path = files(s)[which]
+    os.unlink(path)
+    os.mkfifo(path)
+    errors = []
+    t = threading.Thread(target=lambda: errors.append(rejected(s)), daemon=True)
+    t.start()
+    t.join(20)
+    if t.is_alive():
+        with open(path, "wb"):  # unblock the loader so the test process can exit
+            pass
+        pytest.fail("the loader blocked on a FIFO")
+    assert errors and "not a regular file" in errors[0]
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.binary(max_size=300), st.booleans())
 def test_garbage_files_never_crash(tmp_path, junk, which):
