@@ -299,10 +299,11 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray]) -> CompiledModel:
         base, infos = [], []
         for i, op in enumerate(sg.operands):
             cq = op.channel_quant
-            info = OperandInfo(op.type, op.dimensions, op.scale, op.zero_point,
-                               None if cq is None else np.asarray(cq.scales, dtype=np.float32),
-                               0 if cq is None else cq.channel_dim, op.lifetime, constants.get(i), i,
-                               _extension_dtype(op.type, prefixes))
+            info = OperandInfo(
+                type=op.type, shape=op.dimensions, scale=op.scale, zero_point=op.zero_point,
+                channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
+                channel_dim=0 if cq is None else cq.channel_dim, lifetime=op.lifetime, value=constants.get(i),
+                index=i, extension_dtype=_extension_dtype(op.type, prefixes))
             base.append(info)
             planned = tuple(shapes[i])
             # as compile_model does: the plan shares an operand's info unless inference changed its shape
