@@ -106,6 +106,37 @@ def test_second_interpreter_prepares_from_cache(server):
     assert d3.impl.kernels[0].from_cache is False
 
 
+@pytest.mark.parametrize("damage", ["flip a data byte", "truncate the model file", "remove the data file"])
+def test_damaged_cache_entry_is_recompiled_transparently(server, damage):
+    """The user never sees a bad cache entry: the delegate's prepareModelFromCache is refused, it
+    calls prepareModel, outputs equal TFLite CPU, and the next interpreter loads the new entry."""
+    import glob
+    import os
+
+    from tests.cache.tamper import replace_file
+    model = head_model(np.float32, seed=11)
+    interpreter(model, load_delegate(server.address))
+    (data_file,) = glob.glob(os.path.join(server.cache_dir, "*.data"))
+    model_file = data_file[:-5] + ".model"
+    if damage == "flip a data byte":
+        raw = bytearray(open(data_file, "rb").read())
+        raw[len(raw) // 3] ^= 0x40
+        replace_file(data_file, bytes(raw))
+    elif damage == "truncate the model file":
+        replace_file(model_file, open(model_file, "rb").read()[:-7])
+    else:
+        os.unlink(data_file)
+    d = load_delegate(server.address)
+    it = interpreter(model, d)
+    assert d.impl.kernels[0].from_cache is False and d.report.delegated == len(d.report.nodes)
+    ref = interpreter(model)
+    xs = random_inputs(ref, np.random.default_rng(12))
+    assert_outputs_equal(run(it, xs), run(ref, xs))
+    d_again = load_delegate(server.address)
+    interpreter(model, d_again)
+    assert d_again.impl.kernels[0].from_cache is True
+
+
 def test_options_are_checked():
     with pytest.raises(TypeError, match="unknown nnhal delegate option"):
         load_delegate(bogus=1)
