@@ -248,11 +248,10 @@ def _map_data(path: str, header: dict):
     if not isinstance(length, int) or length < 0 or not isinstance(want, str):
         raise CacheError("data description in the header is malformed")
     try:
-        fd = _open_regular(path, "data file")
+        fd, st = _open_regular(path, "data file")
     except FileNotFoundError:
         raise CacheError("data file missing (wrong number of cache files)") from None
     try:
-        st = os.fstat(fd)
         if st.st_uid != os.geteuid() or st.st_mode & 0o222:
             raise CacheError(f"data file must be read-only and ours to be mapped (mode {st.st_mode & 0o777:o}, "
                              f"uid {st.st_uid})")
@@ -269,9 +268,9 @@ def _map_data(path: str, header: dict):
     return data
 
 
-def _open_regular(path: str, what: str) -> int:
-    """A descriptor on ``path`` that is a regular file. O_NONBLOCK: a FIFO or device planted under
-    an entry's name must be refused, not waited on; O_NOFOLLOW: a symlink is not our file."""
+def _open_regular(path: str, what: str) -> tuple[int, os.stat_result]:
+    """A descriptor on ``path`` that is a regular file, and its fstat. O_NONBLOCK: a FIFO or device
+    planted under an entry's name must be refused, not waited on; O_NOFOLLOW: a symlink is not ours."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -279,15 +278,17 @@ def _open_regular(path: str, what: str) -> int:
         raise
     except OSError as e:
         raise CacheError(f"{what} cannot be opened: {e.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise CacheError(f"{what} is not a regular file")
-    return fd
+    return fd, st
 
 
 def _read_file(path: str, limit: int) -> bytes:
-    with os.fdopen(_open_regular(path, os.path.basename(path)), "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    fd, st = _open_regular(path, os.path.basename(path))
+    with os.fdopen(fd, "rb") as f:
+        size = st.st_size
         if size > limit:
             raise CacheError(f"{os.path.basename(path)} is larger than allowed ({size} bytes)")
         raw = f.read(size + 1)  # a file that grew since fstat is caught by the length checks
@@ -350,7 +351,7 @@ def _load_or_create_key(path: str) -> bytes:
                 pass  # another process published its key first: use that one
         finally:
             os.unlink(tmp)
-    with os.fdopen(_open_regular(path, "cache key"), "rb") as f:
+    with os.fdopen(_open_regular(path, "cache key")[0], "rb") as f:
         key = f.read(33)
     if len(key) != 32:
         raise CacheError(f"cache key {path} is corrupt ({len(key)} bytes)")

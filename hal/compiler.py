@@ -15,7 +15,14 @@ import numpy as np
 
 from hal.errors import HalError
 from hal.model import Model, Operand
-from hal.registry import OperandInfo, OperationContext, OperationRegistration, lookup_in_model, resolve_extension_type
+from hal.registry import (
+    OperandInfo,
+    OperationContext,
+    OperationRegistration,
+    extension_dtype,
+    lookup_in_model,
+    model_prefixes,
+)
 from hal.types import (
     NUMPY_DTYPE,
     SCALAR_TYPES,
@@ -118,20 +125,12 @@ def decode_constant(model: Model, operand: Operand, copy: bool = True, dtype: np
     return arr.reshape(operand.dimensions)
 
 
-def extension_prefixes(model: Model) -> dict[int, str]:
-    return {e.prefix: e.name for e in model.extension_name_to_prefix}
-
-
 def operand_infos(model: Model, copy: bool = True) -> list[OperandInfo]:
     infos = []
-    prefixes = extension_prefixes(model)
+    prefixes = model_prefixes(model)
     for i, op in enumerate(model.main.operands):
         value = None
-        ext_dtype = None
-        if is_extension_type(op.type):
-            ext, t = resolve_extension_type(op.type, prefixes)
-            info = None if ext is None else ext.operand_types.get(t)
-            ext_dtype = None if info is None else info.dtype
+        ext_dtype = extension_dtype(op.type, prefixes)
         if op.lifetime in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_POOL) \
                 and (not is_extension_type(op.type) or ext_dtype is not None):
             value = decode_constant(model, op, copy, ext_dtype)
@@ -156,7 +155,7 @@ def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: b
 
     ``packing=False`` (support queries) lets prepare skip repacking constant weights."""
     operation = model.main.operations[k]
-    reg = lookup_in_model(operation.type, extension_prefixes(model))
+    reg = lookup_in_model(operation.type, model_prefixes(model))
     if reg is None:
         raise HalError(ErrorStatus.INVALID_ARGUMENT,
                        f"operation {k} ({operation_name(operation.type)}): not supported by this driver")
@@ -205,7 +204,7 @@ def compile_model(model: Model, copy_constants: bool = True) -> CompiledModel:
     if plan is None:  # still validate every operation's signature now, with unknown shapes
         for k in range(len(sg.operations)):
             op = sg.operations[k]
-            reg = lookup_in_model(op.type, extension_prefixes(model))
+            reg = lookup_in_model(op.type, model_prefixes(model))
             if reg is None:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                f"operation {k} ({operation_name(op.type)}): not supported by this driver")

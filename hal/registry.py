@@ -336,16 +336,24 @@ def model_prefixes(model) -> dict[int, str]:
     return {e.prefix: e.name for e in model.extension_name_to_prefix}
 
 
+def extension_dtype(code: int, prefixes: dict[int, str]) -> np.dtype | None:
+    """numpy element type of an extension operand type; None for builtin or undefined codes."""
+    if not code >> 16:
+        return None
+    ext, t = resolve_extension_type(code, prefixes)
+    info = None if ext is None else ext.operand_types.get(t)
+    return None if info is None else info.dtype
+
+
 def operand_dtype(code: int, prefixes: dict[int, str]) -> np.dtype:
     """numpy element type of a builtin or extension operand type; the service and the client size
     and decode request arguments with it, extension types included."""
     if code >> 16:
-        ext, t = resolve_extension_type(code, prefixes)
-        info = None if ext is None else ext.operand_types.get(t)
-        if info is None:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT,
-                           f"operand type {code} (prefix {code >> 16}, type {t}): no registered extension defines it")
-        return info.dtype
+        dtype = extension_dtype(code, prefixes)
+        if dtype is None:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"operand type {code} (prefix {code >> 16}, "
+                                                         f"type {code & 0xFFFF}): no registered extension defines it")
+        return dtype
     try:
         return NUMPY_DTYPE[OperandType(code)]
     except (ValueError, KeyError):

@@ -35,11 +35,11 @@ from hal.registry import (
     OperandInfo,
     OperationContext,
     extension,
+    extension_dtype,
     extension_identity,
     extension_modules,
     lookup_in_model,
     model_prefixes,
-    resolve_extension_type,
 )
 from hal.types import OperandLifeTime
 
@@ -241,14 +241,6 @@ def _modules_of(extension_names: list[str]) -> frozenset[str]:
                      for m in extension_modules(ext))
 
 
-def _extension_dtype(code: int, prefixes: dict[int, str]) -> np.dtype | None:
-    if not code >> 16:
-        return None
-    ext, t = resolve_extension_type(code, prefixes)
-    spec = None if ext is None else ext.operand_types.get(t)
-    return None if spec is None else spec.dtype
-
-
 def dump_compiled(compiled: CompiledModel) -> tuple[bytes, list[np.ndarray]]:
     """Serialise a statically planned CompiledModel: (JSON payload, arrays).
 
@@ -303,7 +295,7 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray]) -> CompiledModel:
                 type=op.type, shape=op.dimensions, scale=op.scale, zero_point=op.zero_point,
                 channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
                 channel_dim=0 if cq is None else cq.channel_dim, lifetime=op.lifetime, value=constants.get(i),
-                index=i, extension_dtype=_extension_dtype(op.type, prefixes))
+                index=i, extension_dtype=extension_dtype(op.type, prefixes))
             base.append(info)
             planned = tuple(shapes[i])
             # as compile_model does: the plan shares an operand's info unless inference changed its shape
