@@ -14,6 +14,7 @@ later.
 from __future__ import annotations
 
 import logging
+import re
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -22,7 +23,14 @@ import numpy as np
 
 import hal
 from delegate import capi
-from delegate.mapping import MappingContext, MappingError, convert_partition, lookup_mapper, map_node
+from delegate.mapping import (
+    InvalidNnapiOperation,
+    MappingContext,
+    MappingError,
+    convert_partition,
+    lookup_mapper,
+    map_node,
+)
 from delegate.mapping.core import custom_provider
 from delegate.mapping.folding import fold_constants
 from delegate.partition import PartitionOptions, PartitionPlan, parse_node_ranges
@@ -188,6 +196,10 @@ def supported_nodes(graph, client: Client | None) -> dict[int, str | None]:
         start = len(ctx.builder.model.main.operations)
         try:
             map_node(ctx, node)
+        except InvalidNnapiOperation as e:
+            ctx.rollback(checkpoint)
+            reasons[node.index] = str(e)
+            continue
         except MappingError as e:
             ctx.rollback(checkpoint)
             reasons[node.index] = f"no NNAPI mapping: {e}"
@@ -208,18 +220,27 @@ def supported_nodes(graph, client: Client | None) -> dict[int, str | None]:
     b.identify_inputs_and_outputs(ins, outs)
     model = b.finish()
     if client is None:
-        flags = hal.supported_operations(model)
+        answers = hal.support_reasons(model)
     else:
         try:
-            flags = client.get_supported_operations(model)
+            answers = client.get_support_reasons(model)
         except ServiceError as e:
             for k in spans:
                 reasons[k] = f"service error: {e}"
             return reasons
     for k, (lo, hi) in spans.items():
-        ok = all(flags[lo:hi])
-        reasons[k] = None if ok else "the service does not support this operation variant"
+        why = next((a for a in answers[lo:hi] if a is not None), None)
+        reasons[k] = None if why is None else f"not supported by the nnhal service: {_strip_operation(why)}"
     return reasons
+
+
+_OPERATION_PREFIX = re.compile(r"^operation \d+ \(([^)]*)\): ")
+
+
+def _strip_operation(message: str) -> str:
+    """hal's "operation 3 (HARD_SWISH): ..." names an index of the probe model, not a node of
+    the user's graph: keep the operation's name only."""
+    return _OPERATION_PREFIX.sub(r"\1: ", message, count=1)
 
 
 def fill_report(report: DelegationReport, plan: PartitionPlan, reasons: dict[int, str | None]) -> None:

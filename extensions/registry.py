@@ -1,10 +1,14 @@
 """The extension registry and plugin discovery.
 
 An extension is a name (``com.example.fibonacci``), operand types and operations;
-each operation is the same validate / prepare / execute triple as a hal op, plus
-the TFLite custom_code(s) it implements and a mapper that turns such a CUSTOM
-node into the NNAPI operation. Registering plugs it into hal's registry (hal
-resolves ``(prefix << 16) | type`` through each model's extension_name_to_prefix).
+each operation is a validate / prepare / execute triple, plus the TFLite
+custom_code(s) it implements and a mapper that turns such a CUSTOM node into the
+NNAPI operation. Registering plugs it into hal as hal's own operations are split:
+validate and prepare become the operation's spec in hal's registry (validate runs
+from validateModel, so it must not read tensor values), execute becomes the
+kernel of a backend named after the extension (prepare's result is its plan
+data). hal resolves ``(prefix << 16) | type`` through each model's
+extension_name_to_prefix.
 """
 from __future__ import annotations
 
@@ -17,8 +21,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hal import backends as hal_backends
 from hal import registry as hal_registry
-from hal.registry import ExtensionOperandType, ExtensionTypes, OperationRegistration
+from hal.registry import ExtensionOperandType, ExtensionTypes, OperationSpec
 
 log = logging.getLogger("nnhal.extensions")
 
@@ -62,11 +67,27 @@ class Extension:
                 raise ValueError(f"{self.name}: {what} codes must be unique and < 65536, got {codes}")
 
     def hal_types(self) -> ExtensionTypes:
+        """Operand types and operation specs, as hal's registry holds them."""
         return ExtensionTypes(
             self.name,
             {t.type: ExtensionOperandType(t.type, np.dtype(t.dtype), t.is_tensor) for t in self.operand_types},
-            {op.type: OperationRegistration((1 << 16) | op.type, op.validate, op.prepare, op.execute, ())
-             for op in self.operations})
+            {op.type: OperationSpec((1 << 16) | op.type, op.validate, op.prepare, input_types=None,
+                                    optional_inputs=None, name_override=f"{self.name}:{op.name}")
+             for op in self.operations},
+            modules=frozenset(fn.__module__ for op in self.operations for fn in (op.validate, op.prepare, op.execute)
+                              if fn is not None))
+
+    def backend(self) -> hal_backends.ExtensionBackend:
+        """The extension's kernels: each operation's prepare result is its plan data."""
+        b = hal_backends.ExtensionBackend(self.name, self.version)
+        for op in self.operations:
+            b.register(op.type, plan=_prepared_data, execute=op.execute)
+        return b
+
+
+def _prepared_data(ctx):
+    """An extension's prepare returns what its execute needs (the one-function API of extensions)."""
+    return ctx.params
 
 
 @dataclass
@@ -89,12 +110,16 @@ def register(ext: Extension) -> None:
     with _lock:
         _registered[ext.name] = ext
         hal_registry.register_extension(ext.hal_types())
+        hal_backends.register_backend(ext.backend())
 
 
 def unregister(name: str) -> None:
     with _lock:
         _registered.pop(name, None)
         hal_registry.unregister_extension(name)
+        b = hal_backends.extension_backend(name)
+        if b is not None:
+            hal_backends.unregister_backend(name)
 
 
 def registered() -> list[Extension]:

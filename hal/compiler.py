@@ -1,8 +1,9 @@
-"""prepareModel's work: validate, decode constants, infer shapes, precompute op data.
+"""prepareModel's work: validate, decode constants, infer shapes, assign backends, plan.
 
-``compile_model`` returns a CompiledModel whose steps each hold the op's
-prepared context (``ctx.data`` = multipliers, repacked weights, ...), so an
-execution only runs numpy kernels. Models whose inputs have unknown
+For every operation: the spec's validate (with the inferred shapes) and prepare (output shapes,
+``ctx.params``), then the first backend of the preference order whose kernel takes it plans it
+(``ctx.data``: packed weights, multipliers, ...). ``compile_model`` returns a CompiledModel whose
+steps hold those contexts, so an execution only runs kernels. Models whose inputs have unknown
 dimensions are planned again per distinct input shape (and cached).
 """
 from __future__ import annotations
@@ -10,38 +11,32 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
 
+from hal import backends
+from hal.backends import Backend, Kernel
 from hal.errors import HalError
-from hal.model import Model, Operand
-from hal.registry import (
-    OperandInfo,
-    OperationContext,
-    OperationRegistration,
-    extension_dtype,
-    lookup_in_model,
-    model_prefixes,
-)
-from hal.types import (
-    NUMPY_DTYPE,
-    SCALAR_TYPES,
-    ErrorStatus,
-    OperandLifeTime,
-    OperandType,
-    is_extension_type,
-    operation_name,
-)
+from hal.model import Model
+from hal.operands import decode_constant, operand_infos, operation_context  # noqa: F401  (decode_constant: API)
+from hal.registry import OperandInfo, OperationContext, OperationSpec, extension_name, lookup_in_model, model_prefixes
+from hal.types import SCALAR_TYPES, ErrorStatus, OperandLifeTime, operation_name
 from hal.validation import validate_model
 
 
 @dataclass
 class Step:
     index: int
-    registration: OperationRegistration
+    spec: OperationSpec
+    kernel: Kernel
     ctx: OperationContext
     inputs: tuple[int, ...]  # operand indexes, -1 where an optional input is omitted
     outputs: tuple[int, ...]
+
+    @property
+    def backend(self) -> str:
+        return self.kernel.backend
 
 
 @dataclass
@@ -85,6 +80,8 @@ class CompiledModel:
     output_indexes: list[int]
     base_infos: list[OperandInfo]
     static_plan: Plan | None
+    #: Backend preference this model was compiled with (dynamic models plan again with it).
+    backend_order: tuple[str, ...] = ()
     _plans: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -94,7 +91,8 @@ class CompiledModel:
         with self._lock:
             plan = self._plans.get(input_shapes)
         if plan is None:
-            plan = _make_plan(self.model, self.base_infos, dict(zip(self.input_indexes, input_shapes)))
+            plan = _make_plan(self.model, self.base_infos, dict(zip(self.input_indexes, input_shapes)),
+                              self.backend_order or None)
             with self._lock:
                 if len(self._plans) > 64:  # bound memory for clients cycling shapes
                     self._plans.clear()
@@ -108,62 +106,75 @@ class CompiledModel:
         return self.base_infos[self.output_indexes[k]]
 
 
-def decode_constant(model: Model, operand: Operand, copy: bool = True, dtype: np.dtype | None = None) -> np.ndarray:
-    """Constant operand bytes -> numpy array. Copied by default (pools may be unmapped later);
-    the cache loader passes copy=False: its arrays are private, verified buffers."""
-    loc = operand.location
-    if operand.lifetime == OperandLifeTime.CONSTANT_COPY:
-        raw = memoryview(model.operand_values)[loc.offset:loc.offset + loc.length]
+def _not_supported(k: int, op_type: int) -> HalError:
+    return HalError(ErrorStatus.INVALID_ARGUMENT, f"operation {k} ({operation_name(op_type)}): not supported by "
+                                                  f"this driver")
+
+
+def _check_zero_sized(ctx: OperationContext, spec: OperationSpec) -> None:
+    if spec.allow_zero_sized_inputs:
+        return
+    for i, info in enumerate(ctx.inputs):
+        if info is not None and info.type not in SCALAR_TYPES and info.rank_known and 0 in info.shape \
+                and not info.is_constant:
+            raise ctx.fail(f"input {i} is zero-sized ({list(info.shape)}); this operation does not "
+                           f"accept zero-sized inputs")
+
+
+def assign_backend(ctx: OperationContext, spec: OperationSpec, model_prefix_map: dict[int, str],
+                   order: Iterable[Backend] | None = None) -> tuple[Kernel, object]:
+    """The first backend whose kernel takes this operation, and its plan (``ctx.data``).
+
+    A preferred backend that declines (or whose plan refuses) hands over to the next; the
+    reference backend's refusal is final and its message is the operation's."""
+    ext = extension_name(ctx.op_type, model_prefix_map)
+    if ext is not None:
+        b = backends.extension_backend(ext)
+        chain = [] if b is None else [b]
+        key = ctx.op_type & 0xFFFF
     else:
-        raw = memoryview(model.pools[loc.pool_index]).cast("B")[loc.offset:loc.offset + loc.length]
-    dtype = NUMPY_DTYPE[OperandType(operand.type)] if dtype is None else dtype
-    arr = np.frombuffer(raw, dtype=dtype)
-    if copy:
-        arr = arr.copy()
-    if operand.type in SCALAR_TYPES or (arr.size == 1 and not operand.dimensions):
-        return arr.reshape(())
-    return arr.reshape(operand.dimensions)
+        chain = list(order) if order is not None else backends.candidates()
+        key = ctx.op_type
+    declined: list[str] = []
+    for n, backend in enumerate(chain):
+        kernel = backend.kernel(key)
+        if kernel is None:
+            declined.append(f"{backend.name}: no kernel")
+            continue
+        last = n == len(chain) - 1
+        why = kernel.unsupported(ctx)
+        if why is not None:
+            if last and not declined:
+                raise ctx.fail(why)
+            declined.append(f"{backend.name}: {why}")
+            continue
+        ctx.backend = backend.name
+        try:
+            return kernel, kernel.plan(ctx)
+        except HalError as e:
+            if last:
+                raise
+            declined.append(f"{backend.name}: {getattr(e, 'detail', e.message)}")
+    raise ctx.fail("no backend runs it" + (f" ({'; '.join(declined)})" if declined else ""))
 
 
-def operand_infos(model: Model, copy: bool = True) -> list[OperandInfo]:
-    infos = []
+def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: bool = True,
+                      order: list[Backend] | None = None) -> Step:
+    """Validate, infer shapes and plan one operation; updates ``infos`` with its output shapes.
+
+    ``packing=False`` (support queries) lets plans skip repacking constant weights."""
+    operation = model.main.operations[k]
     prefixes = model_prefixes(model)
-    for i, op in enumerate(model.main.operands):
-        value = None
-        ext_dtype = extension_dtype(op.type, prefixes)
-        if op.lifetime in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_POOL) \
-                and (not is_extension_type(op.type) or ext_dtype is not None):
-            value = decode_constant(model, op, copy, ext_dtype)
-        cq = op.channel_quant
-        infos.append(OperandInfo(
-            type=op.type, shape=tuple(op.dimensions), scale=op.scale, zero_point=op.zero_point,
-            channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
-            channel_dim=0 if cq is None else cq.channel_dim, lifetime=op.lifetime, value=value,
-            index=i, extension_dtype=ext_dtype))
-    return infos
-
-
-def _context(k: int, model: Model, infos: list[OperandInfo]) -> OperationContext:
-    operation = model.main.operations[k]
-    ins = [None if model.main.operands[i].lifetime == OperandLifeTime.NO_VALUE else infos[i]
-           for i in operation.inputs]
-    return OperationContext(k, operation.type, ins, [infos[o] for o in operation.outputs])
-
-
-def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: bool = True) -> Step:
-    """Validate + prepare one operation; updates ``infos`` with its output shapes.
-
-    ``packing=False`` (support queries) lets prepare skip repacking constant weights."""
-    operation = model.main.operations[k]
-    reg = lookup_in_model(operation.type, model_prefixes(model))
-    if reg is None:
-        raise HalError(ErrorStatus.INVALID_ARGUMENT,
-                       f"operation {k} ({operation_name(operation.type)}): not supported by this driver")
-    ctx = _context(k, model, infos)
+    spec = lookup_in_model(operation.type, prefixes)
+    if spec is None:
+        raise _not_supported(k, operation.type)
+    ctx = operation_context(k, operation, model.main.operands, infos)
     ctx.packing = packing
     try:
-        reg.validate(ctx)
-        ctx.data = reg.prepare(ctx)
+        spec.run_validate(ctx)
+        ctx.params = spec.prepare(ctx)
+        _check_zero_sized(ctx, spec)
+        kernel, ctx.data = assign_backend(ctx, spec, prefixes, order)
     except HalError:
         raise
     except Exception as e:  # a bug or an unforeseen input: still a clean error
@@ -176,58 +187,67 @@ def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: b
         ctx.outputs[j] = infos[o]
     inputs = tuple(-1 if model.main.operands[i].lifetime == OperandLifeTime.NO_VALUE else i
                    for i in operation.inputs)
-    return Step(k, reg, ctx, inputs, tuple(operation.outputs))
+    return Step(k, spec, kernel, ctx, inputs, tuple(operation.outputs))
 
 
-def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tuple[int, ...]]) -> Plan:
+def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tuple[int, ...]],
+               order_names: tuple[str, ...] | None = None) -> Plan:
     infos = list(base)
     for idx, shape in input_shapes.items():
         infos[idx] = dataclasses.replace(infos[idx], shape=tuple(shape))
-    steps = [prepare_operation(k, model, infos) for k in range(len(model.main.operations))]
+    order = backends.candidates(order_names)
+    steps = [prepare_operation(k, model, infos, order=order) for k in range(len(model.main.operations))]
     return Plan(steps, infos, keep=frozenset(model.main.output_indexes))
 
 
-def compile_model(model: Model, copy_constants: bool = True) -> CompiledModel:
+def compile_model(model: Model, copy_constants: bool = True,
+                  backend_order: Iterable[str] | None = None) -> CompiledModel:
     """prepareModel: raises HalError for invalid or unsupported models.
 
     ``copy_constants=False`` lets constants alias the model's buffers: only for
-    callers that own those buffers privately and never change them.
+    callers that own those buffers privately and never change them. ``backend_order``
+    overrides the process's backend preference (``hal.backends.preference()``).
     """
     validate_model(model)
     if model.referenced:
         raise HalError(ErrorStatus.INVALID_ARGUMENT, "control flow (referenced subgraphs) is not supported")
+    order = backends.parse_preference(backend_order) if backend_order is not None else backends.preference()
     base = operand_infos(model, copy_constants)
     sg = model.main
     static = all(base[i].type in SCALAR_TYPES or (base[i].shape and base[i].fully_specified)
                  for i in sg.input_indexes)
-    plan = _make_plan(model, base, {}) if static else None
-    if plan is None:  # still validate every operation's signature now, with unknown shapes
-        for k in range(len(sg.operations)):
-            op = sg.operations[k]
-            reg = lookup_in_model(op.type, model_prefixes(model))
-            if reg is None:
-                raise HalError(ErrorStatus.INVALID_ARGUMENT,
-                               f"operation {k} ({operation_name(op.type)}): not supported by this driver")
+    plan = _make_plan(model, base, {}, order) if static else None
+    if plan is None:  # still check now that every operation is one this driver has
+        prefixes = model_prefixes(model)
+        for k, op in enumerate(sg.operations):
+            if lookup_in_model(op.type, prefixes) is None:
+                raise _not_supported(k, op.type)
     return CompiledModel(model=model, constants={i: v.value for i, v in enumerate(base) if v.value is not None},
                          input_indexes=list(sg.input_indexes), output_indexes=list(sg.output_indexes),
-                         base_infos=base, static_plan=plan)
+                         base_infos=base, static_plan=plan, backend_order=order)
 
 
-def supported_operations(model: Model) -> list[bool]:
-    """getSupportedOperations: one bool per operation of the main subgraph.
+def support_reasons(model: Model, backend_order: Iterable[str] | None = None) -> list[str | None]:
+    """getSupportedOperations with reasons: None for each supported operation of the main
+    subgraph, else hal's message saying why not.
 
-    The model must be valid (HalError otherwise). An operation is supported when
-    it is registered and its own validate and prepare accept it as declared,
-    so support is never claimed for a variant execute cannot run. Weights are
-    not repacked for the answer: a delegate asks on every start, cached or not.
-    """
+    The model must be valid (HalError otherwise). An operation is supported when it has a spec,
+    its validate and prepare accept it as declared and a backend's kernel takes it, so support
+    is never claimed for a variant execute cannot run. Weights are not repacked for the answer:
+    a delegate asks on every start, cached or not."""
     validate_model(model)
     infos = operand_infos(model, copy=False)  # nothing outlives the query: no need to copy constants
-    result = []
+    order = backends.candidates(backend_order)
+    result: list[str | None] = []
     for k in range(len(model.main.operations)):
         try:
-            prepare_operation(k, model, infos, packing=False)
-            result.append(True)
-        except HalError:
-            result.append(False)
+            prepare_operation(k, model, infos, packing=False, order=order)
+            result.append(None)
+        except HalError as e:
+            result.append(e.message)
     return result
+
+
+def supported_operations(model: Model, backend_order: Iterable[str] | None = None) -> list[bool]:
+    """getSupportedOperations: one bool per operation of the main subgraph (see support_reasons)."""
+    return [r is None for r in support_reasons(model, backend_order)]

@@ -27,6 +27,7 @@ class OperationTiming:
     index: int
     type: int
     ns: int
+    backend: str = ""
 
 
 def _check_input(k: int, info: OperandInfo, arr: np.ndarray) -> None:
@@ -79,13 +80,14 @@ def execute(compiled: CompiledModel, inputs: list[np.ndarray],
         args = [values.get(i) if i >= 0 else None for i in step.inputs]
         t0 = time.perf_counter_ns() if timings is not None else 0
         try:
-            outs = step.registration.execute(step.ctx, args)
+            outs = step.kernel.execute(step.ctx, args)
         except HalError:
             raise
         except Exception as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{step.ctx.name}: execution failed: {e!r}") from e
         if timings is not None:
-            timings.append(OperationTiming(step.index, step.ctx.op_type, time.perf_counter_ns() - t0))
+            timings.append(OperationTiming(step.index, step.ctx.op_type, time.perf_counter_ns() - t0,
+                                           step.kernel.backend))
         for j, (o, out) in enumerate(zip(step.outputs, outs)):
             info = plan.infos[o]
             if out.shape != info.shape or out.dtype != info.dtype:

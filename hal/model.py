@@ -106,6 +106,7 @@ class ModelBuilder:
         self.model = Model()
         self._chunks: list = []  # bytes and read-only views, concatenated by finish()
         self._size = 0
+        self._small: dict[int, bytes] = {}  # operand index -> value copied at once (<= 128 bytes)
 
     @property
     def operands(self) -> list[Operand]:
@@ -123,6 +124,9 @@ class ModelBuilder:
         view = memoryview(data).cast("B")
         if view.nbytes <= self.IMMEDIATE_COPY_BYTES:
             view = view.tobytes()
+            self._small[index] = view
+        else:
+            self._small.pop(index, None)
         pad = (-self._size) % 4
         if pad:
             self._chunks.append(b"\0" * pad)
@@ -146,8 +150,16 @@ class ModelBuilder:
         del m.main.operands[n_operands:], m.main.operations[n_operations:], self._chunks[n_chunks:]
         del m.extension_name_to_prefix[n_prefixes:]
         self._size = size
+        for i in [i for i in self._small if i >= n_operands]:
+            del self._small[i]
+
+    def small_value(self, index: int) -> bytes | None:
+        """Bytes of a constant of at most 128 bytes (scalars among them), before finish():
+        what validating an operation while the model is being built may read."""
+        return self._small.get(index)
 
     def set_no_value(self, index: int) -> None:
+        self._small.pop(index, None)
         op = self.operands[index]
         op.lifetime = OperandLifeTime.NO_VALUE
         op.location = DataLocation()

@@ -1,17 +1,21 @@
-"""The operation registry: NNAPI op code -> (validate, prepare, execute).
+"""The operation registry: NNAPI op code -> OperationSpec, NNAPI's rules without arithmetic.
 
-AndroidNN's NN_REGISTER_OPERATION in Python. An op family module registers its
-codes with :func:`register`; several codes may share one implementation.
+AndroidNN's NN_REGISTER_OPERATION in Python, split as AOSP splits it. A family module in
+``hal/operations/`` registers each code's spec; the arithmetic lives in backends
+(``hal.backends``), which register kernels for the codes they run.
 
-Phases (as in AOSP's OperationResolver and TFLite's Prepare/Eval):
+Phases:
 
-* ``validate(ctx)``: input/output counts and types, ranks, what can be known
-  from types, static shapes and constant scalars. Raises HalError.
-* ``prepare(ctx)``: calls ``ctx.set_output_shape`` for every output and returns
-  the op's precomputed data (multipliers, shifts, repacked weights...).
-* ``execute(ctx, inputs)``: numpy work only; ``ctx.data`` is what prepare
-  returned, ``inputs[i]`` the i-th input array (None for an omitted optional
-  input). Returns the output arrays.
+* ``validate(ctx)``: input/output counts, operand types, ranks, constant scalar parameters. It
+  sees no tensor values (no buffers) and may see unknown dimensions (0) and unknown ranks: it runs
+  from validateModel for every operation, whatever the input shapes, and again at compilation
+  with the inferred shapes. A failure means the model is invalid (INVALID_ARGUMENT).
+* ``prepare(ctx) -> params``: shape inference. Calls ``ctx.set_output_shape`` for every output,
+  reads constant parameters (tensors too: a shape, an axis list), checks what the actual shapes
+  must satisfy and returns backend-neutral parameters (``ctx.params``). A failure here on a valid
+  model means "not supported" (a parameter this driver needs constant, a shape it cannot take).
+
+A backend then plans (``ctx.data``) and executes; see ``hal.backends``.
 """
 from __future__ import annotations
 
@@ -24,13 +28,17 @@ import numpy as np
 from hal.errors import HalError
 from hal.types import (
     NUMPY_DTYPE,
+    SCALAR_TYPES,
     ErrorStatus,
+    FeatureLevel,
     OperandLifeTime,
     OperandType,
     OperationType,
     operation_name,
     type_name,
 )
+
+_CONSTANT_LIFETIMES = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_POOL)
 
 
 @dataclass
@@ -44,13 +52,16 @@ class OperandInfo:
     channel_scales: np.ndarray | None = None  # per-channel quantization (float32)
     channel_dim: int = 0
     lifetime: OperandLifeTime = OperandLifeTime.TEMPORARY_VARIABLE
-    value: np.ndarray | None = None  # decoded constant, if constant
+    value: np.ndarray | None = None  # decoded constant (validation sees scalars only)
     index: int = -1  # operand index in the subgraph
     extension_dtype: np.dtype | None = None  # element type of an extension operand type
+    #: False for a non-constant tensor declared with no dimensions while validating: its rank is
+    #: unknown until shapes are inferred (NNAPI's dimensionCount 0).
+    rank_known: bool = True
 
     @property
     def is_constant(self) -> bool:
-        return self.value is not None
+        return self.lifetime in _CONSTANT_LIFETIMES or self.value is not None
 
     @property
     def rank(self) -> int:
@@ -64,26 +75,30 @@ class OperandInfo:
 
     @property
     def fully_specified(self) -> bool:
-        return all(d > 0 for d in self.shape)
+        return self.rank_known and all(d > 0 for d in self.shape)
 
 
 class OperationContext:
-    """Per-operation view used by validate, prepare and execute.
+    """Per-operation view used by validate, prepare, a backend's plan and execute.
 
     Error messages always start with ``operation <index> (<NAME>)`` so a
     client can tell which node of its graph is at fault.
     """
 
     def __init__(self, index: int, op_type: int, inputs: Sequence[OperandInfo | None],
-                 outputs: Sequence[OperandInfo]):
+                 outputs: Sequence[OperandInfo], *, validating: bool = False):
         self.index = index
         self.op_type = op_type
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.output_shapes: list[tuple[int, ...] | None] = [None] * len(self.outputs)
-        self.data: Any = None
-        #: False while answering getSupportedOperations: prepare must still check everything and set
-        #: shapes, but may skip repacking constant weights (execute packs what prepare did not).
+        #: True inside validateModel: no tensor values, possibly unknown shapes.
+        self.validating = validating
+        self.params: Any = None  # what the spec's prepare returned (backend-neutral)
+        self.data: Any = None  # what the assigned backend's plan returned
+        self.backend: str = ""  # name of the backend assigned at compilation
+        #: False while answering getSupportedOperations: plans must still check everything, but may
+        #: skip repacking constant weights (execute packs what plan did not).
         self.packing = True
 
     # ---- naming and failure -------------------------------------------------
@@ -92,7 +107,10 @@ class OperationContext:
         return f"operation {self.index} ({operation_name(self.op_type)})"
 
     def fail(self, message: str, status: ErrorStatus = ErrorStatus.INVALID_ARGUMENT) -> HalError:
-        return HalError(status, f"{self.name}: {message}")
+        err = HalError(status, f"{self.name}: {message}")
+        err.detail = message
+        err.operation = self.index
+        return err
 
     def check(self, cond: Any, message: str, status: ErrorStatus = ErrorStatus.INVALID_ARGUMENT) -> None:
         if not cond:
@@ -152,16 +170,29 @@ class OperationContext:
             want = ", ".join(type_name(a) for a in allowed)
             raise self.fail(f"output {i} must be of type {want}, got {type_name(t)}")
 
+    def rank_known(self, i: int) -> bool:
+        return self.input(i).rank_known
+
     def expect_input_rank(self, i: int, *ranks: int) -> None:
-        r = self.input(i).rank
-        if r not in ranks:
+        info = self.input(i)
+        if info.rank_known and info.rank not in ranks:
             want = " or ".join(str(x) for x in ranks)
-            raise self.fail(f"input {i} must be rank {want}, got {r}")
+            raise self.fail(f"input {i} must be rank {want}, got {info.rank}")
 
     def expect_max_input_rank(self, i: int, max_rank: int) -> None:
-        r = self.input(i).rank
-        if r > max_rank:
-            raise self.fail(f"input {i} must have rank <= {max_rank}, got {r}")
+        info = self.input(i)
+        if info.rank_known and info.rank > max_rank:
+            raise self.fail(f"input {i} must have rank <= {max_rank}, got {info.rank}")
+
+    def expect_input_rank_between(self, i: int, low: int, high: int | None) -> None:
+        info = self.input(i)
+        if not info.rank_known:
+            return
+        if high is None:
+            if info.rank < low:
+                raise self.fail(f"input {i} must have rank >= {low}, got {info.rank}")
+        elif not low <= info.rank <= high:
+            raise self.fail(f"input {i} must have rank {low} to {high}, got {info.rank}")
 
     def expect_same_quantization(self, i: int, out: int = 0) -> None:
         """NNAPI requires scale/zero point of input i and output ``out`` to match for some ops."""
@@ -171,6 +202,13 @@ class OperationContext:
                 f"output {out} quantization (scale={b.scale}, zero_point={b.zero_point}) must equal "
                 f"input {i} quantization (scale={a.scale}, zero_point={a.zero_point})")
 
+    def expect_output_quantization(self, out: int, scale: float, zero_point: int) -> None:
+        """NNAPI's fixed output quantization (LOGISTIC, TANH, SOFTMAX), compared in float32."""
+        o = self.output(out)
+        if np.float32(o.scale) != np.float32(scale) or o.zero_point != zero_point:
+            raise self.fail(f"output {out} quantization must be scale={scale}, zero_point={zero_point} "
+                            f"(got scale={o.scale}, zero_point={o.zero_point})")
+
     # ---- constant parameters -----------------------------------------------
     def is_constant(self, i: int) -> bool:
         return self.has_input(i) and self.inputs[i].is_constant
@@ -178,6 +216,9 @@ class OperationContext:
     def constant(self, i: int) -> np.ndarray:
         info = self.input(i)
         if info.value is None:
+            if self.validating and info.is_constant and info.type not in SCALAR_TYPES:
+                raise self.fail(f"input {i}: validate must not read tensor values (no buffers); read "
+                                f"them in prepare", ErrorStatus.GENERAL_FAILURE)
             raise self.fail(f"input {i} must be a constant operand for this driver",
                             ErrorStatus.INVALID_ARGUMENT)
         return info.value
@@ -191,8 +232,21 @@ class OperationContext:
             raise self.fail(f"input {i} must be a scalar, got shape {list(v.shape)}")
         return v.item()
 
+    def known_scalar(self, i: int, *types: int) -> Any:
+        """For validate: the scalar's value when it is a constant, None when it is computed or a
+        model input (NNAPI allows that; whether this driver supports it is prepare's question)."""
+        if types:
+            self.expect_input_type(i, *types)
+        info = self.input(i)
+        if info.value is None:
+            return None
+        return self.scalar(i)
+
     def optional_scalar(self, i: int, default: Any, *types: int) -> Any:
         return self.scalar(i, *types) if self.has_input(i) else default
+
+    def optional_known_scalar(self, i: int, default: Any, *types: int) -> Any:
+        return self.known_scalar(i, *types) if self.has_input(i) else default
 
     # ---- prepare ------------------------------------------------------------
     def set_output_shape(self, i: int, shape: Iterable[int]) -> None:
@@ -209,47 +263,94 @@ class OperationContext:
 
 Validate = Callable[[OperationContext], None]
 Prepare = Callable[[OperationContext], Any]
-Execute = Callable[[OperationContext, list], list]
 
 
 @dataclass(frozen=True)
-class OperationRegistration:
+class OperationSpec:
+    """NNAPI's definition of one operation code, with no arithmetic in it.
+
+    ``input_types`` are the input-0 types the operation is defined for here; the framework checks
+    them before ``validate`` runs, and the support table (``nnhal ops``) is what they and the
+    backends' kernels have in common. ``optional_inputs`` are the positions NNAPI lets a model
+    omit (NO_VALUE); any other omitted input is invalid. ``allow_zero_sized_inputs`` says whether an
+    input may have a 0 dimension at execution (AOSP's allowZeroSizedInput)."""
+
     type: int  # OperationType, or an extension-encoded code
     validate: Validate
     prepare: Prepare
-    execute: Execute
-    #: Input-0 operand types this op supports (the `nnhal ops` matrix).
-    supported_types: tuple[OperandType, ...]
-    #: Input positions whose *constant* value execute never reads: prepare packed it into the op
-    #: data (conv filters as GEMM matrices...). The compilation cache then stores only the packed form.
-    prepacked_inputs: tuple[int, ...] = ()
+    input_types: tuple[int, ...] | None = None  # None: validate checks types itself (extensions)
+    num_inputs: tuple[int, ...] | None = None  # accepted input counts; None: validate checks them
+    min_inputs: int = 0  # for variadic operations (CONCATENATION): at least this many inputs
+    num_outputs: tuple[int, ...] | None = None
+    optional_inputs: frozenset[int] | None = frozenset()  # None: validate decides (extensions)
+    allow_zero_sized_inputs: bool = False
+    min_feature_level: FeatureLevel = FeatureLevel.FL1
+    #: Feature level from which each input type exists for this operation (default: min_feature_level).
+    type_feature_levels: tuple[tuple[int, FeatureLevel], ...] = ()
+    name_override: str = ""
 
     @property
     def name(self) -> str:
-        return operation_name(self.type)
+        return self.name_override or operation_name(self.type)
+
+    def feature_level(self, operand_type: int) -> FeatureLevel:
+        return dict(self.type_feature_levels).get(operand_type, self.min_feature_level)
+
+    def check_signature(self, ctx: OperationContext) -> None:
+        """The declarative part of validation: input and output counts, omitted inputs, then the
+        input-0 type, in that order (each later check relies on the earlier ones)."""
+        if self.num_inputs is not None:
+            ctx.expect_num_inputs(*self.num_inputs)
+        if ctx.num_inputs < self.min_inputs:
+            raise ctx.fail(f"expected at least {self.min_inputs} inputs, got {ctx.num_inputs}")
+        if self.num_outputs is not None:
+            ctx.expect_num_outputs(*self.num_outputs)
+        for i, info in enumerate(ctx.inputs):
+            if info is None and self.optional_inputs is not None and i not in self.optional_inputs:
+                raise ctx.fail(f"input {i} must have a value (it is omitted)")
+        if self.input_types is not None and ctx.inputs:
+            ctx.expect_input_type(0, *self.input_types)
+
+    def run_validate(self, ctx: OperationContext) -> None:
+        self.check_signature(ctx)
+        self.validate(ctx)
 
 
-_REGISTRY: dict[int, OperationRegistration] = {}
+_REGISTRY: dict[int, OperationSpec] = {}
 
 
-def register(op_types: OperationType | Iterable[OperationType], *, validate: Validate,
-             prepare: Prepare, execute: Execute, supported_types: Iterable[OperandType],
-             prepacked_inputs: Iterable[int] = ()) -> None:
+def register(op_types: OperationType | Iterable[OperationType], *, validate: Validate, prepare: Prepare,
+             input_types: Iterable[int], num_inputs: Iterable[int] | None = None, min_inputs: int = 0,
+             num_outputs: Iterable[int] | None = (1,), optional_inputs: Iterable[int] | None = (),
+             allow_zero_sized_inputs: bool = False, min_feature_level: FeatureLevel = FeatureLevel.FL1,
+             type_feature_levels: dict[int, FeatureLevel] | None = None) -> None:
+    """Register the spec of one or more op codes (several codes may share validate and prepare)."""
     if isinstance(op_types, OperationType):
         op_types = [op_types]
     for t in op_types:
         if int(t) in _REGISTRY:
             raise RuntimeError(f"operation {t.name} registered twice")
-        _REGISTRY[int(t)] = OperationRegistration(int(t), validate, prepare, execute,
-                                                  tuple(supported_types), tuple(prepacked_inputs))
+        _REGISTRY[int(t)] = OperationSpec(
+            int(t), validate, prepare, tuple(input_types),
+            None if num_inputs is None else tuple(num_inputs), min_inputs,
+            None if num_outputs is None else tuple(num_outputs),
+            None if optional_inputs is None else frozenset(optional_inputs),
+            allow_zero_sized_inputs, FeatureLevel(min_feature_level),
+            tuple(sorted((type_feature_levels or {}).items())))
 
 
-def lookup(op_type: int) -> OperationRegistration | None:
-    """Registration for an op code (builtin or extension), or None."""
+def lookup(op_type: int) -> OperationSpec | None:
+    """Spec of a builtin op code, or None."""
     _ensure_loaded()
     return _REGISTRY.get(int(op_type))
 
 
+def registrations() -> list[OperationSpec]:
+    _ensure_loaded()
+    return [r for code, r in sorted(_REGISTRY.items()) if code < (1 << 16)]
+
+
+# ---- vendor extensions ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ExtensionOperandType:
     """An operand type an extension defines: its numpy element type and whether it is a tensor."""
@@ -261,11 +362,14 @@ class ExtensionOperandType:
 
 @dataclass(frozen=True)
 class ExtensionTypes:
-    """What hal knows of one vendor extension (the ``extensions`` package registers these)."""
+    """What hal knows of one vendor extension (the ``extensions`` package registers these): its
+    operand types and its operations' specs. Its kernels form a backend named after it."""
 
     name: str
     operand_types: dict[int, ExtensionOperandType]
-    operations: dict[int, OperationRegistration]  # keyed by type within the extension
+    operations: dict[int, OperationSpec]  # keyed by type within the extension
+    #: Modules implementing the extension (specs and kernels): its identity hashes their files.
+    modules: frozenset[str] = frozenset()
 
 
 _EXTENSIONS: dict[str, ExtensionTypes] = {}
@@ -291,7 +395,8 @@ def extensions() -> list[ExtensionTypes]:
 
 def extension_modules(ext: ExtensionTypes) -> set[str]:
     """Modules whose functions implement an extension's operations."""
-    return {fn.__module__ for reg in ext.operations.values() for fn in (reg.validate, reg.prepare, reg.execute)}
+    return set(ext.modules) | {fn.__module__ for spec in ext.operations.values() for fn in (spec.validate, spec.prepare)
+                               if fn is not None}
 
 
 def extension_identity(name: str) -> str | None:
@@ -331,6 +436,11 @@ def resolve_extension_type(code: int, prefixes: dict[int, str]) -> tuple[Extensi
     return ext, code & 0xFFFF
 
 
+def extension_name(code: int, prefixes: dict[int, str]) -> str | None:
+    """Name of the extension an encoded operation or operand code belongs to in this model."""
+    return prefixes.get(code >> 16) if code >> 16 else None
+
+
 def model_prefixes(model) -> dict[int, str]:
     """A model's prefix -> extension name map (prefixes are per model, not per driver)."""
     return {e.prefix: e.name for e in model.extension_name_to_prefix}
@@ -360,17 +470,12 @@ def operand_dtype(code: int, prefixes: dict[int, str]) -> np.dtype:
         raise HalError(ErrorStatus.INVALID_ARGUMENT, f"operand type {code} has no element type") from None
 
 
-def lookup_in_model(op_type: int, prefixes: dict[int, str]) -> OperationRegistration | None:
-    """Registration for a builtin code, or an extension code resolved through the model's prefixes."""
+def lookup_in_model(op_type: int, prefixes: dict[int, str]) -> OperationSpec | None:
+    """Spec of a builtin code, or of an extension code resolved through the model's prefixes."""
     if op_type >> 16:
         ext, t = resolve_extension_type(op_type, prefixes)
         return None if ext is None else ext.operations.get(t)
     return lookup(op_type)
-
-
-def registrations() -> list[OperationRegistration]:
-    _ensure_loaded()
-    return [r for code, r in sorted(_REGISTRY.items()) if code < (1 << 16)]
 
 
 _loaded = False

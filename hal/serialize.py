@@ -3,12 +3,15 @@
 What prepareModel computed (shapes, repacked weights, multipliers) is written
 as a JSON tree plus a list of numpy arrays, so the cache can store the arrays
 raw and aligned. Loading builds objects only from an allow-list: dataclasses,
-enums and functions defined in ``hal`` modules or in the (already imported)
-modules implementing an extension the model uses, numpy arrays and scalars,
-and JSON values. Nothing is eval'd or imported on behalf of a payload outside
-``hal``; no constructor or ``__setstate__`` of an arbitrary class ever runs.
-A payload names the identity (types and source digest) of every extension it
-was compiled with; a different or missing extension fails the load.
+enums and functions defined in hal's core modules (not its backends) or in the
+(already imported) modules of a backend the payload uses, numpy arrays and
+scalars, and JSON values. Nothing is eval'd or imported on behalf of a payload
+outside hal's core; no constructor or ``__setstate__`` of an arbitrary class
+ever runs. A payload names the identity (name, version, source digest) of every
+backend its steps were planned by, and of every extension its model declares
+(an extension's kernels are a backend of their own): a backend that is missing,
+changed or not enabled here fails the load, so editing one backend invalidates
+only the entries that use it.
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from hal import backends
+from hal.backends import Backend
 from hal.compiler import CompiledModel, Plan, Step
 from hal.model import (
     ExtensionNameAndPrefix,
@@ -34,17 +39,23 @@ from hal.model import (
 from hal.registry import (
     OperandInfo,
     OperationContext,
-    extension,
     extension_dtype,
-    extension_identity,
-    extension_modules,
+    extension_name,
     lookup_in_model,
     model_prefixes,
 )
 from hal.types import OperandLifeTime
 
-FORMAT_VERSION = 3  # 2: constants stored per operand, packed-only constants left out; 3: extensions
-_ALLOWED_PREFIX = "hal."
+#: 2: constants stored per operand, packed-only constants left out; 3: extensions; 4: backends
+FORMAT_VERSION = 4
+_CORE_PREFIX = "hal."
+_BACKENDS_PREFIX = "hal.backends."
+
+
+def _in_core(module: str) -> bool:
+    """hal's core (specs, types, model, quantization math); backends are admitted per payload."""
+    return module.startswith(_CORE_PREFIX) and not module.startswith(_BACKENDS_PREFIX) \
+        and module != "hal.backends"
 
 
 class SerializationError(ValueError):
@@ -53,10 +64,10 @@ class SerializationError(ValueError):
 
 # ---- encoding ---------------------------------------------------------------------------------
 class _Encoder:
-    def __init__(self, modules: frozenset[str] = frozenset()) -> None:
+    def __init__(self, used: tuple[Backend, ...] = ()) -> None:
         self.arrays: list[np.ndarray] = []
         self._ids: dict[int, int] = {}
-        self.modules = modules  # extension modules whose objects may be referenced
+        self.modules = used  # backends whose modules' objects may be referenced
 
     def array(self, a: np.ndarray) -> dict:
         key = id(a)
@@ -90,23 +101,27 @@ class _Encoder:
         raise SerializationError(f"cannot serialise {type(v).__module__}.{type(v).__qualname__}")
 
 
-def _ref(obj, modules: frozenset[str] = frozenset()) -> str:
+def _admitted(module: str, used: tuple[Backend, ...]) -> bool:
+    return _in_core(module) or any(b.owns_module(module) for b in used)
+
+
+def _ref(obj, used: tuple[Backend, ...] = ()) -> str:
     module, qual = obj.__module__, obj.__qualname__
-    if not (module.startswith(_ALLOWED_PREFIX) or module in modules) or "<" in qual:
+    if not _admitted(module, used) or "<" in qual:
         raise SerializationError(f"{module}.{qual} is not serialisable "
-                                 "(only module-level objects of hal or of the model's extensions)")
+                                 "(only module-level objects of hal's core or of the backends the model uses)")
     return f"{module}:{qual}"
 
 
 # ---- decoding ---------------------------------------------------------------------------------
-def _resolve(ref: str, modules: frozenset[str] = frozenset()):
+def _resolve(ref: str, used: tuple[Backend, ...] = ()):
     module, _, qual = ref.partition(":")
-    in_hal = module.startswith(_ALLOWED_PREFIX)
-    if not (in_hal or module in modules) or not qual or "<" in qual or "__" in qual:
+    in_core = _in_core(module)
+    if not (in_core or _admitted(module, used)) or not qual or "<" in qual or "__" in qual:
         raise SerializationError(f"refused reference {ref!r}")
     mod = sys.modules.get(module)
-    if mod is None and not in_hal:  # extension modules are imported by their plugin, never by a payload
-        raise SerializationError(f"extension module {module!r} is not loaded")
+    if mod is None and not in_core:  # a backend's modules are imported by the backend, never by a payload
+        raise SerializationError(f"backend module {module!r} is not loaded")
     if mod is None:
         if module not in _known_modules():
             raise SerializationError(f"unknown module {module!r}")
@@ -124,12 +139,12 @@ def _known_modules() -> set[str]:
 
     import hal
     import hal.operations
-    names = {f"hal.{m.name}" for m in pkgutil.iter_modules(hal.__path__)}
+    names = {f"hal.{m.name}" for m in pkgutil.iter_modules(hal.__path__)} - {"hal.backends"}
     return names | {f"hal.operations.{m.name}" for m in pkgutil.iter_modules(hal.operations.__path__)}
 
 
 class _Decoder:
-    def __init__(self, arrays: list[np.ndarray], modules: frozenset[str] = frozenset()):
+    def __init__(self, arrays: list[np.ndarray], modules: tuple[Backend, ...] = ()):
         self.arrays = arrays
         self.modules = modules
         self._refs: dict[tuple[str, str], Any] = {}  # (kind, ref) -> checked object: resolve once per load
@@ -229,16 +244,39 @@ def _superseded_constants(plan: Plan, constants: dict[int, np.ndarray]) -> set[i
     """Constants every use of which is an input its op packed at prepare time (never read again)."""
     packed_only = set(constants)
     for step in plan.steps:
-        prepacked = step.registration.prepacked_inputs
+        prepacked = step.kernel.prepacked_inputs
         for position, operand in enumerate(step.inputs):
             if operand in packed_only and position not in prepacked:
                 packed_only.discard(operand)
     return packed_only
 
 
-def _modules_of(extension_names: list[str]) -> frozenset[str]:
-    return frozenset(m for name in extension_names if (ext := extension(name)) is not None
-                     for m in extension_modules(ext))
+def _backends_used(compiled: CompiledModel) -> tuple[Backend, ...]:
+    """Backends the steps were planned by, plus the backend of every extension the model declares
+    (its operand types' meaning lives there too)."""
+    names = {s.backend for s in compiled.static_plan.steps} | {e.name for e in compiled.model.extension_name_to_prefix}
+    used = []
+    for name in sorted(names):
+        b = backends.get(name) or backends.extension_backend(name)
+        if b is None:
+            raise SerializationError(f"backend {name!r} is not registered")
+        used.append(b)
+    return tuple(used)
+
+
+def _check_backend(name: str, identity: str, order: tuple[str, ...], extensions: set[str]) -> Backend:
+    b = backends.extension_backend(name) if name in extensions else backends.get(name)
+    if name in extensions:
+        if b is None or b.identity() != identity:
+            raise SerializationError(f"extension {name!r} is not loaded or changed since compilation")
+        return b
+    if b is None:
+        raise SerializationError(f"backend {name!r} is not registered here")
+    if name not in order:
+        raise SerializationError(f"backend {name!r} is not enabled here (preference {','.join(order)})")
+    if b.identity() != identity:
+        raise SerializationError(f"backend {name!r} changed since compilation ({identity} -> {b.identity()})")
+    return b
 
 
 def dump_compiled(compiled: CompiledModel) -> tuple[bytes, list[np.ndarray]]:
@@ -249,39 +287,39 @@ def dump_compiled(compiled: CompiledModel) -> tuple[bytes, list[np.ndarray]]:
     plan = compiled.static_plan
     if plan is None:
         raise SerializationError("models with unknown input shapes are planned per execution; not cached")
-    used = sorted(e.name for e in compiled.model.extension_name_to_prefix)
-    identities = {name: extension_identity(name) for name in used}
-    if None in identities.values():
-        raise SerializationError("the model uses an extension that is not registered")
-    enc = _Encoder(_modules_of(used))
+    used = _backends_used(compiled)
+    enc = _Encoder(used)
     dropped = _superseded_constants(plan, compiled.constants)
     tree = {
         "format": FORMAT_VERSION,
-        "extensions": identities,
+        "backends": {b.name: b.identity() for b in used},
         "model": _model_tree(compiled.model),
         "constants": [[i, enc.array(v)] for i, v in sorted(compiled.constants.items()) if i not in dropped],
         "shapes": [list(info.shape) for info in plan.infos],
-        "steps": [{"index": s.index, "data": enc.value(s.ctx.data)} for s in plan.steps],
+        "steps": [{"index": s.index, "backend": s.backend, "data": enc.value(s.ctx.data)} for s in plan.steps],
     }
     return json.dumps(tree, separators=(",", ":")).encode(), enc.arrays
 
 
-def load_compiled(payload: bytes, arrays: list[np.ndarray]) -> CompiledModel:
+def load_compiled(payload: bytes, arrays: list[np.ndarray],
+                  backend_order: tuple[str, ...] | None = None) -> CompiledModel:
     """Rebuild a CompiledModel without re-running validation or prepare (the payload is trusted
-    only after the cache verified its HMAC). Raises SerializationError on any inconsistency."""
+    only after the cache verified its HMAC). Raises SerializationError on any inconsistency,
+    among them a backend that changed, is missing or is not enabled by ``backend_order``
+    (default: the process's preference)."""
     try:
         tree = json.loads(payload)
         if tree.get("format") != FORMAT_VERSION:
             raise SerializationError(f"payload format {tree.get('format')!r} != {FORMAT_VERSION}")
         model = _model_from_tree(tree["model"])
-        used = sorted(e.name for e in model.extension_name_to_prefix)
-        identities = tree["extensions"]
-        if not isinstance(identities, dict) or sorted(identities) != used:
-            raise SerializationError("payload's extension list does not match its model")
-        for name in used:
-            if extension_identity(name) != identities[name]:
-                raise SerializationError(f"extension {name!r} is not loaded or changed since compilation")
-        dec = _Decoder(arrays, _modules_of(used))
+        declared = {e.name for e in model.extension_name_to_prefix}
+        order = tuple(backend_order) if backend_order is not None else backends.preference()
+        identities = tree["backends"]
+        if not isinstance(identities, dict) or not declared <= set(identities):
+            raise SerializationError("payload's backend list does not cover its model's extensions")
+        used = tuple(_check_backend(name, ident, order, declared) for name, ident in sorted(identities.items()))
+        by_name = {b.name: b for b in used}
+        dec = _Decoder(arrays, used)
         prefixes = model_prefixes(model)
         sg = model.main
         constants = {int(i): dec.value(ref) for i, ref in tree["constants"]}
@@ -304,22 +342,32 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray]) -> CompiledModel:
         for s in tree["steps"]:
             k = s["index"]
             operation = sg.operations[k]
-            reg = lookup_in_model(operation.type, prefixes)
-            if reg is None:
-                raise SerializationError(f"operation {k}: type {operation.type} is not registered")
+            spec = lookup_in_model(operation.type, prefixes)
+            backend = by_name.get(s["backend"])
+            if spec is None or backend is None:
+                raise SerializationError(f"operation {k}: type {operation.type} or backend {s['backend']!r} "
+                                         f"is not available")
+            ext = extension_name(operation.type, prefixes)
+            if (backend.extension or None) != ext:
+                raise SerializationError(f"operation {k}: backend {backend.name!r} cannot run it")
+            kernel = backend.kernel(operation.type & 0xFFFF if ext else operation.type)
+            if kernel is None:
+                raise SerializationError(f"operation {k}: backend {backend.name!r} has no kernel for it")
             no_value = OperandLifeTime.NO_VALUE
             ins = [None if sg.operands[i].lifetime == no_value else infos[i] for i in operation.inputs]
             ctx = OperationContext(k, operation.type, ins, [infos[o] for o in operation.outputs])
             ctx.output_shapes = [infos[o].shape for o in operation.outputs]
+            ctx.backend = backend.name
             ctx.data = dec.value(s["data"])
-            steps.append(Step(k, reg, ctx, tuple(-1 if sg.operands[i].lifetime == no_value else i
-                                                 for i in operation.inputs), tuple(operation.outputs)))
-        if len(steps) != len(sg.operations):
-            raise SerializationError("payload does not cover every operation")
+            steps.append(Step(k, spec, kernel, ctx, tuple(-1 if sg.operands[i].lifetime == no_value else i
+                                                          for i in operation.inputs), tuple(operation.outputs)))
+        if len(steps) != len(sg.operations) or [s.index for s in steps] != list(range(len(sg.operations))):
+            raise SerializationError("payload does not cover every operation in order")
     except SerializationError:
         raise
     except Exception as e:  # malformed JSON / structure: never trust, never crash
         raise SerializationError(f"invalid compiled-model payload: {e!r}") from e
     plan = Plan(steps, infos, keep=frozenset(sg.output_indexes))
     return CompiledModel(model=model, constants=constants, input_indexes=list(sg.input_indexes),
-                         output_indexes=list(sg.output_indexes), base_infos=base, static_plan=plan)
+                         output_indexes=list(sg.output_indexes), base_infos=base, static_plan=plan,
+                         backend_order=order)

@@ -143,6 +143,19 @@ class OperationType(enum.IntEnum):
 LAST_NNAPI_1_3_OPERATION = OperationType.RANK
 
 
+class FeatureLevel(enum.IntEnum):
+    """NNAPI feature levels (ANEURALNETWORKS_FEATURE_LEVEL_*): 1-4 are NNAPI 1.0-1.3 (Android 8.1-11),
+    5-7 the updatable runtime's levels (Android 12+). An operation or operand type exists from one on."""
+
+    FL1 = 1  # NNAPI 1.0
+    FL2 = 2  # NNAPI 1.1
+    FL3 = 3  # NNAPI 1.2
+    FL4 = 4  # NNAPI 1.3
+    FL5 = 5
+    FL6 = 6
+    FL7 = 7
+
+
 class ErrorStatus(enum.IntEnum):
     NONE = 0
     DEVICE_UNAVAILABLE = 1

@@ -1,9 +1,11 @@
 """validateModel / validateRequest, as NNAPI's runtime and HAL do them.
 
 Structure is checked here (operand types, quantization rules, lifetimes, data
-locations, index ranges, execution order, single writer); each operation's
-signature is checked by its registered ``validate`` (see hal.compiler).
-Every failure is a HalError(INVALID_ARGUMENT, message naming the culprit).
+locations, index ranges, execution order, single writer), then every operation
+by its spec's ``validate`` (hal/operations), with the declared shapes and no
+tensor values, as AOSP's validateOperation does. An operation this driver has
+no spec for is not invalid, only unsupported. Every failure is a
+HalError(INVALID_ARGUMENT, message naming the culprit).
 """
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import math
 
 from hal import registry
 from hal.errors import HalError, check
-from hal.model import Model, Operand, Request, Subgraph
+from hal.model import Model, Operand, Operation, Request, Subgraph
+from hal.operands import model_scalar_value, operation_context, validation_infos
 from hal.quant import QUANT_RANGE
 from hal.types import (
     NUMPY_DTYPE,
@@ -289,6 +292,33 @@ def validate_model(model: Model) -> None:
     _validate_subgraph(model, model.main, "")
     for k, sg in enumerate(model.referenced):
         _validate_subgraph(model, sg, f"subgraph {k + 1}: ")
+    prefixes = registry.model_prefixes(model)
+    scalars = model_scalar_value(model)
+    for n, sg in enumerate([model.main, *model.referenced]):
+        infos = validation_infos(sg.operands, prefixes, scalars)
+        for k, operation in enumerate(sg.operations):
+            try:
+                validate_operation(k, operation, sg.operands, infos, prefixes)
+            except HalError as e:
+                if n:
+                    raise HalError(e.status, f"subgraph {n}: {e.message}") from None
+                raise
+
+
+def validate_operation(k: int, operation: Operation, operands: list[Operand], infos: list,
+                       prefixes: dict[int, str]) -> None:
+    """Operation k's own rules (its spec's validate). An operation without a spec here is left
+    alone: unsupported by this driver is not invalid."""
+    spec = registry.lookup_in_model(operation.type, prefixes)
+    if spec is None:
+        return
+    ctx = operation_context(k, operation, operands, infos, validating=True)
+    try:
+        spec.run_validate(ctx)
+    except HalError:
+        raise
+    except Exception as e:  # a bug or an input nobody foresaw: still a clean error
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{ctx.name}: cannot validate: {e!r}") from e
 
 
 def _arg_bad(what: str, k: int, idx: int, operand: Operand, msg: str) -> HalError:

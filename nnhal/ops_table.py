@@ -1,16 +1,16 @@
-"""The (operation, operand type) support matrix, from hal's registry."""
+"""The (operation, operand type) support matrix: what hal's specs define and its backends run."""
 from __future__ import annotations
 
 import json
 
-from hal.registry import registrations
+from hal import backends
 from hal.types import OperandType
 
 
 def ops_matrix() -> list[dict]:
     """One entry per (operation, input-0 operand type) the driver executes."""
-    return [{"operation": r.name, "code": int(r.type), "operand_type": OperandType(t).name}
-            for r in registrations() for t in r.supported_types]
+    return [{"operation": spec.name, "code": int(spec.type), "operand_type": OperandType(t).name}
+            for spec, types in backends.support_matrix() for t in types]
 
 
 def print_ops(as_json: bool = False) -> None:
@@ -21,8 +21,11 @@ def print_ops(as_json: bool = False) -> None:
     by_op: dict[tuple[str, int], list[str]] = {}
     for r in rows:
         by_op.setdefault((r["operation"], r["code"]), []).append(r["operand_type"])
+    runners = {int(spec.type): sorted({b for t in types for b in backends.runs(spec, t)})
+               for spec, types in backends.support_matrix()}
     width = max((len(k[0]) for k in by_op), default=10)
-    print(f"{'code':>4}  {'operation':<{width}}  operand types (input 0)")
+    print(f"{'code':>4}  {'operation':<{width}}  {'backends':<16}  operand types (input 0)")
     for (name, code), types in sorted(by_op.items(), key=lambda kv: kv[0][1]):
-        print(f"{code:>4}  {name:<{width}}  {', '.join(types)}")
-    print(f"{len(by_op)} operations, {len(rows)} (operation, type) combinations")
+        print(f"{code:>4}  {name:<{width}}  {','.join(runners[code]):<16}  {', '.join(types)}")
+    print(f"{len(by_op)} operations, {len(rows)} (operation, type) combinations; "
+          f"backend preference: {','.join(backends.preference())}")

@@ -404,10 +404,17 @@ class Client:
         return reply.num_model_cache, reply.num_data_cache
 
     def get_supported_operations(self, model: Model) -> list[bool]:
+        return [r is None for r in self.get_support_reasons(model)]
+
+    def get_support_reasons(self, model: Model) -> list[str | None]:
+        """getSupportedOperations with the service's reasons: None per supported operation, else
+        hal's message (a service that sends no reasons gets a generic one)."""
         with _ModelTransfer(model) as proto:
             reply = _rpc(self.device.GetSupportedOperations, pb.SupportedOperationsRequest(model=proto))
         _check(reply)
-        return list(reply.supported)
+        reasons = list(reply.reasons) if len(reply.reasons) == len(reply.supported) else [""] * len(reply.supported)
+        return [None if ok else (why or "the service does not support this operation variant")
+                for ok, why in zip(reply.supported, reasons)]
 
     def prepare_model(self, model: Model, *, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                       priority: Priority = Priority.MEDIUM, timeout_s: float | None = None,

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import hal
 from cache.store import NUM_DATA_FILES, NUM_MODEL_FILES, TOKEN_BYTES, CacheError, CacheStore
-from hal.compiler import CompiledModel, compile_model
+from hal import backends
+from hal.compiler import CompiledModel, compile_model, support_reasons
 from hal.errors import HalError
 from hal.executor import OperationTiming, OutputShape, execute_request
 from hal.model import Model, Request
@@ -34,20 +35,24 @@ VERSION = "nnhal-0.1.0"
 
 
 def _source_digest() -> str:
-    """Digest of hal's sources: cached compilations from other kernel code are never loaded."""
+    """Digest of hal's core sources (specs, compiler, serialisation, quantization math), not of its
+    backends: each cache entry names the backends it used with their own identity, so a kernel edit
+    invalidates only the entries that ran through that backend."""
     import pathlib
     h = hashlib.sha256()
     root = pathlib.Path(hal.__file__).parent
     for p in sorted(root.rglob("*.py")):
-        h.update(p.relative_to(root).as_posix().encode())
+        rel = p.relative_to(root)
+        if rel.parts[0] == "backends" and len(rel.parts) > 1 and rel.parts[1] != "__init__.py":
+            continue
+        h.update(rel.as_posix().encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:12]
 
 
 def capabilities_fingerprint() -> str:
     """What a cache entry's compilation assumed: the supported operation matrix."""
-    from hal.registry import registrations
-    rows = [[int(r.type), sorted(int(t) for t in r.supported_types)] for r in registrations()]
+    rows = [[int(spec.type), sorted(int(t) for t in types)] for spec, types in backends.support_matrix()]
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
@@ -57,15 +62,25 @@ class OperationPerfRecord:
     type: int
     executions: int = 0
     total_ns: int = 0
+    backend: str = ""
 
 
 class PerfCounters:
     """Per-operation execution counts and time (Hexagon NN's perfinfo)."""
 
-    def __init__(self) -> None:
+    def __init__(self, compiled: CompiledModel | None = None) -> None:
         self._lock = threading.Lock()
         self.executions = 0
         self.ops: dict[int, OperationPerfRecord] = {}
+        #: Every operation's assigned backend, known before any execution for static models.
+        self._assigned: dict[int, tuple[int, str]] = {}
+        if compiled is not None and compiled.static_plan is not None:
+            self._assigned = {s.index: (s.ctx.op_type, s.backend) for s in compiled.static_plan.steps}
+        self._seed()
+
+    def _seed(self) -> None:
+        for k, (t, backend) in self._assigned.items():
+            self.ops[k] = OperationPerfRecord(k, t, backend=backend)
 
     def record(self, timings: list[OperationTiming]) -> None:
         with self._lock:
@@ -73,7 +88,7 @@ class PerfCounters:
             for t in timings:
                 r = self.ops.get(t.index)
                 if r is None:
-                    r = self.ops[t.index] = OperationPerfRecord(t.index, t.type)
+                    r = self.ops[t.index] = OperationPerfRecord(t.index, t.type, backend=t.backend)
                 r.executions += 1
                 r.total_ns += t.ns
 
@@ -85,6 +100,7 @@ class PerfCounters:
         with self._lock:
             self.executions = 0
             self.ops.clear()
+            self._seed()
 
 
 @dataclass
@@ -120,8 +136,11 @@ log = logging.getLogger("nnhal.service")
 class Driver:
     """IDevice's state: prepared models by id, driver-allocated buffers by token, the cache."""
 
-    def __init__(self, cache: CacheStore | None = None) -> None:
+    def __init__(self, cache: CacheStore | None = None, backend_order: str | list[str] | None = None) -> None:
         self.cache = cache
+        #: Backend preference for every compilation (``nnhal serve --backend``); raises on unknown names.
+        self.backend_order = (backends.parse_preference(backend_order) if backend_order is not None
+                              else backends.preference())
         self._lock = threading.Lock()
         self._prepared: dict[str, PreparedEntry] = {}
         self._buffers: dict[int, bytearray] = {}
@@ -139,16 +158,19 @@ class Driver:
     def cache_files_needed(self) -> tuple[int, int]:
         return (NUM_MODEL_FILES, NUM_DATA_FILES) if self.cache is not None else (0, 0)
 
-    @staticmethod
-    def supported_operations(model: Model) -> list[bool]:
-        return hal.supported_operations(model)
+    def supported_operations(self, model: Model) -> list[bool]:
+        return [r is None for r in self.support_reasons(model)]
+
+    def support_reasons(self, model: Model) -> list[str | None]:
+        return support_reasons(model, self.backend_order)
 
     def prepare(self, model: Model, preference: int, priority: int, deadline_ns: int | None,
                 token: bytes = b"") -> PreparedEntry:
         pref = _enum(ExecutionPreference, preference, "execution preference")
         prio = _enum(Priority, priority, "priority")
         check_deadline(deadline_ns, "before compilation")
-        compiled = compile_model(model, copy_constants=False)  # the service owns model's buffers
+        compiled = compile_model(model, copy_constants=False,  # the service owns model's buffers
+                                 backend_order=self.backend_order)
         check_deadline(deadline_ns, "during compilation")
         if token and self.cache is not None:
             self._store(token, compiled)
@@ -166,7 +188,7 @@ class Driver:
         check_deadline(deadline_ns, "before loading from cache")
         try:
             payload, arrays = self.cache.get(token)
-            compiled = load_compiled(payload, arrays)
+            compiled = load_compiled(payload, arrays, self.backend_order)
         except CacheError as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"cache entry rejected: {e}") from None
         except SerializationError as e:
@@ -188,7 +210,7 @@ class Driver:
             log.exception("cache write failed unexpectedly; the model is prepared, not cached")
 
     def _register(self, compiled: CompiledModel, pref: ExecutionPreference, prio: Priority) -> PreparedEntry:
-        entry = PreparedEntry(uuid.uuid4().hex, compiled, pref, prio,
+        entry = PreparedEntry(uuid.uuid4().hex, compiled, pref, prio, perf=PerfCounters(compiled),
                               gate=threading.Semaphore(1) if pref == ExecutionPreference.LOW_POWER else None)
         with self._lock:
             self._prepared[entry.id] = entry

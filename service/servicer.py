@@ -137,8 +137,9 @@ class DeviceServicer(pb_grpc.DeviceServicer):
         def body():
             with ExitStack() as stack:
                 model = convert.model_from_proto(request.model, PoolResolver(self.driver, stack))
-                supported = self.driver.supported_operations(model)
-            return pb.SupportedOperationsReply(status=convert.status(), supported=supported)
+                reasons = self.driver.support_reasons(model)
+            return pb.SupportedOperationsReply(status=convert.status(), supported=[r is None for r in reasons],
+                                               reasons=[r or "" for r in reasons])
         return _guard(pb.SupportedOperationsReply, body)
 
     def GetNumberOfCacheFilesNeeded(self, request, context):
@@ -279,7 +280,7 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
             executions, ops = entry.perf.snapshot()
             return pb.PerfInfoReply(status=convert.status(), executions=executions, operations=[
                 pb.OperationPerf(index=r.index, type=r.type, name=perf_name(r.type),
-                                 executions=r.executions, total_ns=r.total_ns) for r in ops])
+                                 executions=r.executions, total_ns=r.total_ns, backend=r.backend) for r in ops])
         return _guard(pb.PerfInfoReply, body)
 
     def ResetPerfInfo(self, request, context):

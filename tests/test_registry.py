@@ -60,7 +60,7 @@ def test_every_supported_combination_is_tested_against_tflite():
 
 def test_registrations_name_their_types():
     for r in registrations():
-        assert r.supported_types, f"{r.name} registers no operand types"
+        assert r.input_types, f"{r.name} registers no operand types"
 
 
 def test_ops_json_cli():

@@ -16,6 +16,7 @@ from delegate.mapping import (  # noqa: F401  (each module registers its mappers
 )
 from delegate.mapping.core import (  # noqa: F401
     ConvertedPartition,
+    InvalidNnapiOperation,
     MappingContext,
     MappingError,
     convert_partition,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import no_options
 from delegate.tfl.graph import TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import BuiltinOperator
 from hal.operations.activations import FIXED_OUTPUT_QUANT, hard_swish_params
@@ -45,7 +46,8 @@ def _emit(ctx: MappingContext, node: TfLiteNode, op: OperationType) -> None:
     ctx.operation(op, [ctx.tensor(node.inputs[0])], [ctx.tensor(node.outputs[0])])
 
 
-@mapper(*_RELU)
+
+@mapper(*_RELU, options=no_options())
 def map_relu(ctx: MappingContext, node: TfLiteNode) -> None:
     x, y = _io(ctx, node)
     if ctx.operand_type(x) in _QUANT8 and _quant(x) != _quant(y):
@@ -64,17 +66,17 @@ def _map_fixed_output(ctx: MappingContext, node: TfLiteNode, op: OperationType) 
     _emit(ctx, node, op)
 
 
-@mapper(BuiltinOperator.LOGISTIC)
+@mapper(BuiltinOperator.LOGISTIC, options=no_options())
 def map_logistic(ctx: MappingContext, node: TfLiteNode) -> None:
     _map_fixed_output(ctx, node, OperationType.LOGISTIC)
 
 
-@mapper(BuiltinOperator.TANH)
+@mapper(BuiltinOperator.TANH, options=no_options())
 def map_tanh(ctx: MappingContext, node: TfLiteNode) -> None:
     _map_fixed_output(ctx, node, OperationType.TANH)
 
 
-@mapper(BuiltinOperator.HARD_SWISH)
+@mapper(BuiltinOperator.HARD_SWISH, options=no_options())
 def map_hard_swish(ctx: MappingContext, node: TfLiteNode) -> None:
     x, y = _io(ctx, node, max_rank=None)
     if len(x.shape) < 1:

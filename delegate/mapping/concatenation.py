@@ -8,13 +8,19 @@ as TFLite's uint8 kernel does (TFLite's int8 kernel requires them equal).
 from __future__ import annotations
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import OptionsReader, ints
 from delegate.mapping.shape import MAX_RANK, SHAPE_TYPES
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import ActivationFunctionType, BuiltinOperator
 from hal.types import OperationType
 
 
-@mapper(BuiltinOperator.CONCATENATION)
+def _read_concat(a: int) -> dict:
+    axis, act = ints(a, 2)  # TfLiteConcatenationParams
+    return {"axis": axis, "fused_activation_function": act}
+
+
+@mapper(BuiltinOperator.CONCATENATION, options=OptionsReader("ConcatenationOptions", _read_concat))
 def map_concatenation(ctx: MappingContext, node: TfLiteNode) -> None:
     if not node.inputs or len(node.outputs) != 1:
         raise MappingError(f"expected at least 1 input and 1 output, got {len(node.inputs)} and "

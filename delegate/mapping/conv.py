@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import PADDING, OptionsReader, ints
 from delegate.tfl.graph import TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import BuiltinOperator, TensorType
 from hal.types import OperandType, OperationType
@@ -69,7 +70,19 @@ def _strides_and_dilation(ctx: MappingContext) -> tuple[list[int], list[int]]:
     return strides, dilation
 
 
-@mapper(BuiltinOperator.CONV_2D)
+def _read_conv(a: int) -> dict:
+    padding, sw, sh, act, dw, dh = ints(a, 6)  # TfLiteConvParams
+    return {"padding": PADDING.get(padding, -1), "stride_w": sw, "stride_h": sh,
+            "fused_activation_function": act, "dilation_w_factor": dw, "dilation_h_factor": dh}
+
+
+def _read_depthwise(a: int) -> dict:
+    padding, sw, sh, mult, act, dw, dh = ints(a, 7)  # TfLiteDepthwiseConvParams
+    return {"padding": PADDING.get(padding, -1), "stride_w": sw, "stride_h": sh, "depth_multiplier": mult,
+            "fused_activation_function": act, "dilation_w_factor": dw, "dilation_h_factor": dh}
+
+
+@mapper(BuiltinOperator.CONV_2D, options=OptionsReader("Conv2DOptions", _read_conv))
 def map_conv_2d(ctx: MappingContext, node: TfLiteNode) -> None:
     x, w, y = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor(0)
     _check_types(x, w, y, channel_dim=0)
@@ -85,7 +98,8 @@ def map_conv_2d(ctx: MappingContext, node: TfLiteNode) -> None:
     ctx.operation(OperationType.CONV_2D, ins, [ctx.tensor(node.outputs[0])])
 
 
-@mapper(BuiltinOperator.DEPTHWISE_CONV_2D)
+@mapper(BuiltinOperator.DEPTHWISE_CONV_2D,
+        options=OptionsReader("DepthwiseConv2DOptions", _read_depthwise))
 def map_depthwise_conv_2d(ctx: MappingContext, node: TfLiteNode) -> None:
     x, w, y = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor(0)
     _check_types(x, w, y, channel_dim=3)

@@ -1,9 +1,13 @@
 """TFLite builtin -> NNAPI operation translation: context, registry, partition conversion.
 
-A mapper is one function per TFLite builtin, registered with ``@mapper``. It
-reads the node (tensors, options) and emits NNAPI operands and operations
-through a MappingContext; it raises MappingError(reason) for variants it cannot
-express, which the delegate reports as "not delegated: <reason>".
+A mapper is one function per TFLite builtin family, registered with ``@mapper``
+together with the reader of its TFLite options (``options=``: the C struct TFLite
+hands a delegate as builtin_data). It reads the node (tensors, options) and emits
+NNAPI operands and operations through a MappingContext; it raises
+MappingError(reason) for TFLite variants NNAPI cannot express (a different
+semantics, a missing type). NNAPI's own rules are not repeated here: every
+emitted operation goes through hal's validate (the operation's spec, no kernels),
+and a refusal carries hal's message (InvalidNnapiOperation).
 """
 from __future__ import annotations
 
@@ -12,34 +16,73 @@ from typing import Callable
 
 import numpy as np
 
+from delegate.mapping.options import OptionsReader
 from delegate.tfl.graph import TfLiteGraph, TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import ActivationFunctionType, Padding, TensorType, builtin_name
+from hal.errors import HalError
 from hal.model import ExtensionNameAndPrefix, Model, ModelBuilder, SymmPerChannelQuantParams
-from hal.types import FusedActivationFunc, OperandType, OperationType, PaddingScheme, encode_extension_type
+from hal.operands import constant_from_bytes, validation_info
+from hal.types import (
+    FusedActivationFunc,
+    OperandType,
+    OperationType,
+    PaddingScheme,
+    encode_extension_type,
+    operation_name,
+)
+from hal.validation import validate_operation
 
 
 class MappingError(Exception):
     """This node (variant) has no NNAPI equivalent here; the message says why."""
 
 
+class InvalidNnapiOperation(MappingError):
+    """The NNAPI operation a node maps to breaks NNAPI's rules: hal's validate said why."""
+
+
 Mapper = Callable[["MappingContext", TfLiteNode], None]
-_MAPPERS: dict[int, Mapper] = {}
 
 
-def mapper(*builtin_codes: int):
-    """Register a mapper for one or more TFLite BuiltinOperator codes."""
+@dataclass(frozen=True)
+class MapperEntry:
+    map: Mapper
+    options: OptionsReader  # builtin_data -> options dict (delegate.mapping.options)
+
+
+_MAPPERS: dict[int, MapperEntry] = {}
+
+
+def mapper(*builtin_codes: int, options: OptionsReader | dict[int, OptionsReader]):
+    """Register a mapper for one or more TFLite BuiltinOperator codes, with the reader of their
+    builtin_data (one for all, or one per code; a mapper never runs on options nobody read)."""
     def deco(fn: Mapper) -> Mapper:
         for c in builtin_codes:
             if c in _MAPPERS:
                 raise RuntimeError(f"mapper for {builtin_name(c)} registered twice")
-            _MAPPERS[c] = fn
+            _MAPPERS[c] = MapperEntry(fn, options[c] if isinstance(options, dict) else options)
         return fn
     return deco
 
 
-def lookup_mapper(builtin_code: int) -> Mapper | None:
+def _entry(builtin_code: int) -> MapperEntry | None:
     import delegate.mapping  # noqa: F401  (registers every family)
     return _MAPPERS.get(builtin_code)
+
+
+def lookup_mapper(builtin_code: int) -> Mapper | None:
+    e = _entry(builtin_code)
+    return None if e is None else e.map
+
+
+def options_reader(builtin_code: int) -> OptionsReader | None:
+    e = _entry(builtin_code)
+    return None if e is None else e.options
+
+
+def mapped_builtins() -> dict[int, MapperEntry]:
+    _entry(-1)
+    return dict(_MAPPERS)
 
 
 _FUSED = {
@@ -183,6 +226,26 @@ class MappingContext:
     def operation(self, op: OperationType | int, inputs, outputs) -> int:
         return self.builder.add_operation(op, inputs, outputs)
 
+    def validate_since(self, first: int) -> None:
+        """hal's validate (NNAPI's rules, no kernels) on every operation emitted from ``first`` on."""
+        b = self.builder
+        operations = b.model.main.operations
+        prefixes = {e.prefix: e.name for e in b.model.extension_name_to_prefix}
+
+        def scalar(i, operand):
+            raw = b.small_value(i)
+            return None if raw is None else constant_from_bytes(raw, operand)
+
+        for k in range(first, len(operations)):
+            operation = operations[k]
+            used = {*operation.inputs, *operation.outputs}
+            infos = {i: validation_info(i, b.operands[i], prefixes, scalar) for i in used}
+            try:
+                validate_operation(k, operation, b.operands, infos, prefixes)
+            except HalError as e:
+                detail = getattr(e, "detail", None) or e.message
+                raise InvalidNnapiOperation(f"NNAPI {operation_name(operation.type)} rejects it: {detail}") from None
+
     def extension_code(self, extension: str, type_within: int) -> int:
         """``(prefix << 16) | type`` for this model, assigning the extension a prefix on first use."""
         prefixes = self.builder.model.extension_name_to_prefix
@@ -239,10 +302,12 @@ def map_node(ctx: MappingContext, node: TfLiteNode) -> None:
     for k, t in enumerate(node.outputs):
         if ctx.tensor_info(t).is_dynamic:
             raise MappingError(f"output {k} has a dynamic shape")
+    first = len(ctx.builder.model.main.operations)
     try:
         fn(ctx, node)
     except (IndexError, KeyError, TypeError) as e:  # a malformed node must not crash the caller
         raise MappingError(f"malformed {builtin_name(node.builtin_code)} node: {e!r}") from None
+    ctx.validate_since(first)
 
 
 def custom_provider(node: TfLiteNode):
@@ -259,8 +324,10 @@ def _map_custom(ctx: MappingContext, node: TfLiteNode) -> None:
     ext, op = found
     if op.map_tflite is None:
         raise MappingError(f"extension {ext.name} implements {node.custom_code} but gives no TFLite mapping")
+    first = len(ctx.builder.model.main.operations)
     try:
         op.map_tflite(ctx, node, ctx.extension_code(ext.name, op.type))
+        ctx.validate_since(first)
     except MappingError:
         raise
     except Exception as e:  # noqa: BLE001 - a vendor mapper's bug or bad options: the node stays with TFLite

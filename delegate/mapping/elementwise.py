@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import OptionsReader, activation_only, no_options
 from delegate.tfl.graph import TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import BuiltinOperator
 from hal.types import OperandType, OperationType
@@ -51,7 +52,14 @@ def _quant(t: TfLiteTensor) -> tuple[np.float32, int]:
     return np.float32(t.scales[0]), int(t.zero_points[0])
 
 
-@mapper(*_ARITH)
+#: TfLiteAddParams, TfLiteSubParams, TfLiteMulParams, TfLiteDivParams all start with the activation.
+_ARITH_OPTIONS = {BuiltinOperator.ADD: OptionsReader("AddOptions", activation_only),
+                  BuiltinOperator.SUB: OptionsReader("SubOptions", activation_only),
+                  BuiltinOperator.MUL: OptionsReader("MulOptions", activation_only),
+                  BuiltinOperator.DIV: OptionsReader("DivOptions", activation_only)}
+
+
+@mapper(*_ARITH, options=_ARITH_OPTIONS)
 def map_arithmetic(ctx: MappingContext, node: TfLiteNode) -> None:
     op = _ARITH[node.builtin_code]
     a, b, y, t = _binary_io(ctx, node, op, (_F32,) if op == OperationType.DIV else _ALL, 4)
@@ -64,7 +72,7 @@ def map_arithmetic(ctx: MappingContext, node: TfLiteNode) -> None:
     ctx.operation(op, ins, [ctx.tensor(node.outputs[0])])
 
 
-@mapper(*_MIN_MAX)
+@mapper(*_MIN_MAX, options=no_options("MaximumMinimumOptions"))
 def map_min_max(ctx: MappingContext, node: TfLiteNode) -> None:
     op = _MIN_MAX[node.builtin_code]
     a, b, y, t = _binary_io(ctx, node, op, _ALL, None)
@@ -77,7 +85,7 @@ def map_min_max(ctx: MappingContext, node: TfLiteNode) -> None:
     ctx.operation(op, ins, [ctx.tensor(node.outputs[0])])
 
 
-@mapper(BuiltinOperator.PRELU)
+@mapper(BuiltinOperator.PRELU, options=no_options())
 def map_prelu(ctx: MappingContext, node: TfLiteNode) -> None:
     x, alpha, y, _ = _binary_io(ctx, node, OperationType.PRELU, _ALL, 4)
     if len(x.shape) < 1:

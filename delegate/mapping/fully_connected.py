@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import OptionsReader, bools, ints
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import BuiltinOperator, TensorType
 from hal.types import OperandType, OperationType
@@ -15,7 +16,14 @@ from hal.types import OperandType, OperationType
 _WEIGHTS_FORMAT_DEFAULT = 0
 
 
-@mapper(BuiltinOperator.FULLY_CONNECTED)
+def _read_fully_connected(a: int) -> dict:
+    act, fmt = ints(a, 2)  # TfLiteFullyConnectedParams
+    keep, asym = bools(a + 8, 2)
+    return {"fused_activation_function": act, "weights_format": fmt, "keep_num_dims": keep,
+            "asymmetric_quantize_inputs": asym}
+
+
+@mapper(BuiltinOperator.FULLY_CONNECTED, options=OptionsReader("FullyConnectedOptions", _read_fully_connected))
 def map_fully_connected(ctx: MappingContext, node: TfLiteNode) -> None:
     x, w, y = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor(0)
     if ctx.option("weights_format", _WEIGHTS_FORMAT_DEFAULT) != _WEIGHTS_FORMAT_DEFAULT:

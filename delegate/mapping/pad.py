@@ -6,13 +6,14 @@ PADV2 (explicit pad value) is not mapped here. The paddings must be a constant
 from __future__ import annotations
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import no_options
 from delegate.mapping.shape import constant_ints, same_io
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import BuiltinOperator
 from hal.types import OperandType, OperationType
 
 
-@mapper(BuiltinOperator.PAD)
+@mapper(BuiltinOperator.PAD, options=no_options("PadOptions"))
 def map_pad(ctx: MappingContext, node: TfLiteNode) -> None:
     x, _, _ = same_io(ctx, node, OperationType.PAD, (2,))
     pads = constant_ints(ctx, 1, "paddings")

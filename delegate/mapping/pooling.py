@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import PADDING, OptionsReader, ints
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import BuiltinOperator, TensorType
 from hal.types import OperationType
@@ -13,7 +14,13 @@ _OPS = {
 }
 
 
-@mapper(*_OPS)
+def _read_pool(a: int) -> dict:
+    padding, sw, sh, fw, fh, act = ints(a, 6)  # TfLitePoolParams
+    return {"padding": PADDING.get(padding, -1), "stride_w": sw, "stride_h": sh, "filter_width": fw,
+            "filter_height": fh, "fused_activation_function": act}
+
+
+@mapper(*_OPS, options=OptionsReader("Pool2DOptions", _read_pool))
 def map_pool(ctx: MappingContext, node: TfLiteNode) -> None:
     x_t, y_t = ctx.input_tensor(0), ctx.output_tensor(0)
     if node.builtin_code == BuiltinOperator.L2_POOL_2D and x_t.type != TensorType.FLOAT32:

@@ -9,6 +9,7 @@ saturates, and NNAPI casts bool and int8/int16 only to themselves.
 from __future__ import annotations
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import OptionsReader, ints, no_options
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import BuiltinOperator, TensorType
 from hal.types import OperationType
@@ -23,7 +24,13 @@ def _unary(ctx: MappingContext, node: TfLiteNode, op: OperationType, per_channel
     ctx.operation(op, [x], [ctx.tensor(node.outputs[0])])
 
 
-@mapper(BuiltinOperator.QUANTIZE)
+def _read_cast(a: int) -> dict:
+    from delegate.capi import TFLITE_TYPE_TO_SCHEMA
+    i, o = ints(a, 2)  # TfLiteCastParams: TfLiteType codes, not the schema's
+    return {"in_data_type": TFLITE_TYPE_TO_SCHEMA.get(i, -1), "out_data_type": TFLITE_TYPE_TO_SCHEMA.get(o, -1)}
+
+
+@mapper(BuiltinOperator.QUANTIZE, options=no_options("QuantizeOptions"))
 def map_quantize(ctx: MappingContext, node: TfLiteNode) -> None:
     src, dst = ctx.input_tensor(0), ctx.output_tensor(0)
     if src.type != TensorType.FLOAT32:
@@ -33,7 +40,7 @@ def map_quantize(ctx: MappingContext, node: TfLiteNode) -> None:
     _unary(ctx, node, OperationType.QUANTIZE)
 
 
-@mapper(BuiltinOperator.DEQUANTIZE)
+@mapper(BuiltinOperator.DEQUANTIZE, options=no_options("DequantizeOptions"))
 def map_dequantize(ctx: MappingContext, node: TfLiteNode) -> None:
     src, dst = ctx.input_tensor(0), ctx.output_tensor(0)
     if dst.type != TensorType.FLOAT32:
@@ -46,7 +53,7 @@ def map_dequantize(ctx: MappingContext, node: TfLiteNode) -> None:
         raise MappingError(f"DEQUANTIZE of TFLite type {src.type} is not supported")
 
 
-@mapper(BuiltinOperator.CAST)
+@mapper(BuiltinOperator.CAST, options=OptionsReader("CastOptions", _read_cast))
 def map_cast(ctx: MappingContext, node: TfLiteNode) -> None:
     src, dst = ctx.input_tensor(0), ctx.output_tensor(0)
     if src.type not in _CASTABLE or dst.type not in _CASTABLE:

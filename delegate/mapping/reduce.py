@@ -10,12 +10,17 @@ from __future__ import annotations
 import numpy as np
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import OptionsReader, bools
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import BuiltinOperator, TensorType
 from hal.types import OperandType, OperationType
 
 
-@mapper(BuiltinOperator.MEAN)
+def _read_reducer(a: int) -> dict:
+    return {"keep_dims": bools(a, 1)[0]}  # TfLiteReducerParams
+
+
+@mapper(BuiltinOperator.MEAN, options=OptionsReader("ReducerOptions", _read_reducer))
 def map_mean(ctx: MappingContext, node: TfLiteNode) -> None:
     x, axis, y = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor(0)
     rank = len(x.shape)

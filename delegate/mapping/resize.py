@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import OptionsReader, bools
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import BuiltinOperator
 from hal.types import OperationType
@@ -14,7 +15,16 @@ _OPS = {
 }
 
 
-@mapper(*_OPS)
+def _read_resize(a: int) -> dict:
+    align, half = bools(a, 2)  # TfLiteResizeBilinearParams / TfLiteResizeNearestNeighborParams
+    return {"align_corners": align, "half_pixel_centers": half}
+
+
+_OPTIONS = {BuiltinOperator.RESIZE_BILINEAR: OptionsReader("ResizeBilinearOptions", _read_resize),
+            BuiltinOperator.RESIZE_NEAREST_NEIGHBOR: OptionsReader("ResizeNearestNeighborOptions", _read_resize)}
+
+
+@mapper(*_OPS, options=_OPTIONS)
 def map_resize(ctx: MappingContext, node: TfLiteNode) -> None:
     """TFLite's size tensor [new_h, new_w] must be constant; NNAPI takes width, then height."""
     x_t, size_t, y_t = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor(0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import OptionsReader, ints, no_options
 from delegate.tfl.graph import TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import BuiltinOperator
 from hal.types import OperandType, OperationType
@@ -70,7 +71,21 @@ def omitted(ctx: MappingContext, type: OperandType = I32) -> int:
     return idx
 
 
-@mapper(BuiltinOperator.RESHAPE)
+def _read_reshape(a: int) -> dict:
+    n = ints(a + 32, 1)[0]  # TfLiteReshapeParams: int shape[8]; int num_dimensions
+    return {"new_shape": ints(a, n) if 0 < n <= 8 else []}
+
+
+def _read_squeeze(a: int) -> dict:
+    n = ints(a + 32, 1)[0]  # TfLiteSqueezeParams: int squeeze_dims[8]; int num_squeeze_dims
+    return {"squeeze_dims": ints(a, n) if 0 < n <= 8 else []}
+
+
+def _read_block(a: int) -> dict:
+    return {"block_size": ints(a, 1)[0]}  # TfLiteDepthToSpaceParams / TfLiteSpaceToDepthParams
+
+
+@mapper(BuiltinOperator.RESHAPE, options=OptionsReader("ReshapeOptions", _read_reshape))
 def map_reshape(ctx: MappingContext, node: TfLiteNode) -> None:
     """TFLite gives the shape as ReshapeOptions.new_shape and/or input 1; the output tensor's
     static shape is the result of either, and becomes NNAPI's constant shape operand."""
@@ -81,7 +96,7 @@ def map_reshape(ctx: MappingContext, node: TfLiteNode) -> None:
     ctx.operation(OperationType.RESHAPE, ins, [ctx.tensor(node.outputs[0])])
 
 
-@mapper(BuiltinOperator.SQUEEZE)
+@mapper(BuiltinOperator.SQUEEZE, options=OptionsReader("SqueezeOptions", _read_squeeze))
 def map_squeeze(ctx: MappingContext, node: TfLiteNode) -> None:
     x, _, _ = same_io(ctx, node, OperationType.SQUEEZE, (1,))
     dims = [int(d) for d in ctx.option("squeeze_dims", []) or []]
@@ -93,7 +108,7 @@ def map_squeeze(ctx: MappingContext, node: TfLiteNode) -> None:
                   [ctx.tensor(node.outputs[0])])
 
 
-@mapper(BuiltinOperator.TRANSPOSE)
+@mapper(BuiltinOperator.TRANSPOSE, options=no_options("TransposeOptions"))
 def map_transpose(ctx: MappingContext, node: TfLiteNode) -> None:
     x, _, _ = same_io(ctx, node, OperationType.TRANSPOSE, (2,))
     perm = constant_ints(ctx, 1, "perm").reshape(-1)
@@ -107,7 +122,8 @@ _BLOCK = {BuiltinOperator.DEPTH_TO_SPACE: OperationType.DEPTH_TO_SPACE,
           BuiltinOperator.SPACE_TO_DEPTH: OperationType.SPACE_TO_DEPTH}
 
 
-@mapper(*_BLOCK)
+@mapper(*_BLOCK, options={BuiltinOperator.DEPTH_TO_SPACE: OptionsReader("DepthToSpaceOptions", _read_block),
+                          BuiltinOperator.SPACE_TO_DEPTH: OptionsReader("SpaceToDepthOptions", _read_block)})
 def map_block(ctx: MappingContext, node: TfLiteNode) -> None:
     """TFLite is NHWC only: NNAPI's optional layout input is left out (NHWC)."""
     op = _BLOCK[node.builtin_code]

@@ -4,13 +4,18 @@ from __future__ import annotations
 import numpy as np
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import OptionsReader, c_float
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import BuiltinOperator
 from hal.operations.softmax import SOFTMAX_OUTPUT_QUANT
 from hal.types import OperationType
 
 
-@mapper(BuiltinOperator.SOFTMAX)
+def _read_softmax(a: int) -> dict:
+    return {"beta": c_float(a)}  # TfLiteSoftmaxParams
+
+
+@mapper(BuiltinOperator.SOFTMAX, options=OptionsReader("SoftmaxOptions", _read_softmax))
 def map_softmax(ctx: MappingContext, node: TfLiteNode) -> None:
     x, y = ctx.input_tensor(0), ctx.output_tensor(0)
     if not 1 <= len(x.shape) <= 4:

@@ -9,6 +9,7 @@ must be constants with one entry per input dimension.
 from __future__ import annotations
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
+from delegate.mapping.options import OptionsReader, bools, ints
 from delegate.mapping.shape import constant_ints, int32_constant, same_io
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import BuiltinOperator
@@ -18,7 +19,13 @@ from hal.types import OperationType
 _INT32_MAX = 2**31 - 1
 
 
-@mapper(BuiltinOperator.STRIDED_SLICE)
+def _read_strided_slice(a: int) -> dict:
+    begin, end, ellipsis, new_axis, shrink = ints(a, 5)  # TfLiteStridedSliceParams
+    return {"begin_mask": begin, "end_mask": end, "ellipsis_mask": ellipsis, "new_axis_mask": new_axis,
+            "shrink_axis_mask": shrink, "offset": bools(a + 20, 1)[0]}
+
+
+@mapper(BuiltinOperator.STRIDED_SLICE, options=OptionsReader("StridedSliceOptions", _read_strided_slice))
 def map_strided_slice(ctx: MappingContext, node: TfLiteNode) -> None:
     x, _, _ = same_io(ctx, node, OperationType.STRIDED_SLICE, (4,))
     for name in ("ellipsis_mask", "new_axis_mask", "offset"):

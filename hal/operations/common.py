@@ -1,7 +1,10 @@
-"""Helpers shared by op families: type sets, broadcasting, activations, padding."""
+"""Helpers shared by op specs: type sets, broadcasting, activations, padding, windows.
+
+Scalar readers adapt to the phase: while validating, a parameter that is not a constant (a model
+input) reads as None and its value checks are left to prepare."""
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
 
 from hal.registry import OperationContext
 from hal.types import FusedActivationFunc, OperandType, PaddingScheme
@@ -30,9 +33,16 @@ def broadcast_shape(ctx: OperationContext, a: tuple[int, ...], b: tuple[int, ...
     return tuple(reversed(out))
 
 
-def fused_activation(ctx: OperationContext, i: int) -> FusedActivationFunc:
-    """Read the fused activation scalar at input i and check it is a known code."""
-    v = ctx.scalar(i, INT32)
+def _param(ctx: OperationContext, i: int, *types: int):
+    return ctx.known_scalar(i, *types) if ctx.validating else ctx.scalar(i, *types)
+
+
+def fused_activation(ctx: OperationContext, i: int) -> FusedActivationFunc | None:
+    """Read the fused activation scalar at input i and check it is a known code (None while
+    validating a non-constant one)."""
+    v = _param(ctx, i, INT32)
+    if v is None:
+        return None
     try:
         return FusedActivationFunc(v)
     except ValueError:
@@ -56,14 +66,51 @@ def conv_output_size(in_size: int, filter_size: int, stride: int, dilation: int,
     return (in_size - eff + stride + pad_head + pad_tail) // stride
 
 
-def padding_scheme(ctx: OperationContext, i: int) -> PaddingScheme:
-    v = ctx.scalar(i, INT32)
+def padding_scheme(ctx: OperationContext, i: int) -> PaddingScheme | None:
+    v = _param(ctx, i, INT32)
+    if v is None:
+        return None
     try:
         return PaddingScheme(v)
     except ValueError:
         raise ctx.fail(f"input {i}: unknown implicit padding scheme {v}") from None
 
 
-def empty_like_output(ctx: OperationContext, j: int = 0) -> np.ndarray:
-    info = ctx.outputs[j]
-    return np.empty(ctx.output_shapes[j] or info.shape, dtype=info.dtype)
+def param(ctx: OperationContext, i: int, *types: int):
+    """A scalar parameter: its value, or None while validating a non-constant one."""
+    return _param(ctx, i, *types)
+
+
+def optional_param(ctx: OperationContext, i: int, default, *types: int):
+    return _param(ctx, i, *types) if ctx.has_input(i) else default
+
+
+@dataclass(frozen=True)
+class Window:
+    """One spatial axis of a sliding window (conv, depthwise, pools): the padding resolved from an
+    explicit pair or an implicit scheme, and the output size. ``reach`` is how much tail padding the
+    windows actually touch (a kernel never needs more)."""
+
+    size: int
+    filter: int
+    stride: int
+    dilation: int
+    pad_head: int
+    pad_tail: int
+    out: int
+
+    @property
+    def effective(self) -> int:
+        return (self.filter - 1) * self.dilation + 1
+
+    @property
+    def reach(self) -> int:
+        return max(0, (self.out - 1) * self.stride + self.effective - self.pad_head - self.size)
+
+
+def window(size: int, filter_size: int, stride: int, dilation: int = 1, *,
+           pads: tuple[int, int] | None = None, scheme: int | None = None) -> Window:
+    """Resolve one axis: explicit ``pads`` (head, tail) or an implicit padding ``scheme``."""
+    head, tail = pads if pads is not None else implicit_padding(size, stride, filter_size, dilation, scheme)
+    return Window(size, filter_size, stride, dilation, head, tail,
+                  conv_output_size(size, filter_size, stride, dilation, head, tail))

@@ -1,70 +1,54 @@
-"""CONCATENATION: n tensors joined along one axis.
+"""CONCATENATION: n tensors joined along one axis (NNAPI: inputs 0..n-1 tensors, input n the axis).
 
-Since NNAPI 1.2 quantized inputs may each have their own scale and zero point,
-different from the output's. TFLite's reference kernel
-(reference_ops::ConcatenationWithScaling, uint8) copies inputs whose
-quantization equals the output's and requantizes the others in float32:
-``round(q * (s_in * (1 / s_out)) + (-zp_in * that)) + zp_out``, clamped to
-[0, 255]. hal does the same float32 operations in the same order. For int8,
-TFLite refuses differing scales; hal follows AOSP's CPU driver, which shifts
-int8 values and zero points by +128 and runs the uint8 kernel.
+Since NNAPI 1.2 quantized inputs may each have their own scale and zero point, different from the
+output's (the output is then requantized: see the reference backend).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from hal import quant
-from hal.operations.common import F32, INT32, QS8, QU8, QUANT8
+from hal.operations.common import F32, INT32, QS8, QU8, QUANT8, param
 from hal.registry import OperationContext, register
-from hal.types import OperationType
+from hal.types import FeatureLevel, OperationType
 
-f32 = np.float32
-CONCAT_TYPES = (F32, QU8, QS8)
+TYPES = (F32, QU8, QS8)
+MAX_RANK = 4
 
 
-@dataclass
-class InputRescale:
-    """How one quantized input reaches the output's quantization (None in ConcatData: copy)."""
-
-    scale: np.float32
-    bias: np.float32
+def axis_input(ctx: OperationContext) -> int:
+    """Position of the axis scalar: after the tensors."""
+    return ctx.num_inputs - 1
 
 
 @dataclass
-class ConcatData:
+class ConcatParams:
     axis: int
-    rescale: list[InputRescale | None]
-    out_zero_point: int = 0  # in the uint8 domain (int8 shifted by +128)
-    shift: int = 0  # 128 for int8 (AOSP's int8 -> uint8 detour), else 0
 
 
-def _validate(ctx: OperationContext) -> None:
-    ctx.check(ctx.num_inputs >= 2, f"expected at least 2 inputs (tensors, then axis), got {ctx.num_inputs}")
-    ctx.expect_num_outputs(1)
-    n = ctx.num_inputs - 1
-    ctx.expect_input_type(0, *CONCAT_TYPES)
+def validate(ctx: OperationContext) -> None:
+    n = axis_input(ctx)
     t = ctx.input_type(0)
     for i in range(1, n):
         ctx.expect_input_type(i, t)
     ctx.expect_output_type(0, t)
-    axis = ctx.scalar(n, INT32)
-    rank = ctx.input(0).rank
+    axis = param(ctx, n, INT32)
+    known = [ctx.input(i) for i in range(n) if ctx.input(i).rank_known]
     for i in range(n):
-        ctx.expect_max_input_rank(i, 4)
-        r = ctx.input(i).rank
-        if r and rank and r != rank:
-            raise ctx.fail(f"input {i} has rank {r}, input 0 has rank {rank}")
-    if rank:
+        ctx.expect_max_input_rank(i, MAX_RANK)
+    rank = known[0].rank if known else 0
+    for info in known:
+        if info.rank and rank and info.rank != rank:
+            i = next(k for k in range(n) if ctx.input(k) is info)
+            raise ctx.fail(f"input {i} has rank {info.rank}, input 0 has rank {rank}")
+    if rank and axis is not None:
         ctx.check(0 <= axis < rank, f"input {n} (axis) must be in [0, {rank}), got {axis}")
     if t in QUANT8:
         for i in range(n):
             ctx.check(ctx.input(i).scale > 0, f"input {i} must have a positive scale")
 
 
-def _prepare(ctx: OperationContext) -> ConcatData:
-    n = ctx.num_inputs - 1
+def prepare(ctx: OperationContext) -> ConcatParams:
+    n = axis_input(ctx)
     axis = ctx.scalar(n, INT32)
     first = ctx.input(0)
     ctx.check(first.shape and first.fully_specified, f"input 0 shape {list(first.shape)} must be known")
@@ -82,33 +66,8 @@ def _prepare(ctx: OperationContext) -> ConcatData:
     out_shape = list(first.shape)
     out_shape[axis] = total
     ctx.set_output_shape(0, out_shape)
-
-    out = ctx.output(0)
-    data = ConcatData(axis, [None] * n)
-    if first.type in QUANT8:
-        data.shift = 128 if first.type == QS8 else 0
-        data.out_zero_point = out.zero_point + data.shift
-        inverse_out = f32(1) / f32(out.scale)
-        for i in range(n):
-            q = ctx.input(i)
-            if q.zero_point == out.zero_point and f32(q.scale) == f32(out.scale):
-                continue  # TFLite: memcpy
-            scale = f32(q.scale) * inverse_out
-            data.rescale[i] = InputRescale(scale, f32(-(q.zero_point + data.shift)) * scale)
-    return data
+    return ConcatParams(axis)
 
 
-def _execute(ctx: OperationContext, inputs: list) -> list:
-    d: ConcatData = ctx.data
-    parts = []
-    for x, r in zip(inputs[:-1], d.rescale, strict=True):
-        if r is not None:
-            v = (x.astype(np.int32) + d.shift).astype(f32) * r.scale + r.bias  # float32 throughout
-            q = quant.round_half_away(v).astype(np.int32) + d.out_zero_point
-            x = (np.clip(q, 0, 255) - d.shift).astype(x.dtype)
-        parts.append(x)
-    return [np.concatenate(parts, axis=d.axis)]
-
-
-register(OperationType.CONCATENATION, validate=_validate, prepare=_prepare, execute=_execute,
-         supported_types=CONCAT_TYPES)
+register(OperationType.CONCATENATION, validate=validate, prepare=prepare, input_types=TYPES, min_inputs=2,
+         min_feature_level=FeatureLevel.FL1, type_feature_levels={QS8: FeatureLevel.FL4})

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hal import quant
+from hal.operations._legacy import register
 from hal.operations.common import (
     BOOL,
     F32,
@@ -30,7 +31,7 @@ from hal.operations.common import (
     implicit_padding,
     padding_scheme,
 )
-from hal.registry import OperationContext, register
+from hal.registry import OperationContext
 from hal.types import OperationType
 
 CONV, DW = OperationType.CONV_2D, OperationType.DEPTHWISE_CONV_2D

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hal import quant
+from hal.operations._legacy import register
 from hal.operations.common import F32, I32, QS8, QU8, QUANT8, fused_activation
-from hal.registry import OperationContext, register
+from hal.registry import OperationContext
 from hal.types import OperationType
 
 #: NNAPI/TFLite tolerance between the bias scale and input_scale * weights_scale.

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hal.operations._legacy import register
 from hal.operations.common import I32, QUANT8
 from hal.operations.shape import MAX_RANK, SHAPE_TYPES, need_shape, validate_same_io
-from hal.registry import OperationContext, register
+from hal.registry import OperationContext
 from hal.types import OperationType
 
 

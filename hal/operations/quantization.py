@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hal import quant
+from hal.operations._legacy import register
 from hal.operations.common import F16, F32, I32, QPC, QS8, QU8
-from hal.registry import OperationContext, register
+from hal.registry import OperationContext
 from hal.types import NUMPY_DTYPE, OperandType, OperationType
 
 QS8_SYMM = OperandType.TENSOR_QUANT8_SYMM

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hal import quant
+from hal.operations._legacy import register
 from hal.operations.common import F32, I32, INT32, QS8, QU8, QUANT8
-from hal.registry import OperationContext, register
+from hal.registry import OperationContext
 from hal.types import OperationType
 
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hal import quant
+from hal.operations._legacy import register
 from hal.operations.common import BOOL, F32, FLOAT32, INT32, QS8, QU8, QUANT8
-from hal.registry import OperationContext, register
+from hal.registry import OperationContext
 from hal.types import OperationType
 
 BILINEAR, NEAREST = OperationType.RESIZE_BILINEAR, OperationType.RESIZE_NEAREST_NEIGHBOR

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hal.operations._legacy import register
 from hal.operations.common import BOOL, F32, I32, INT32, QS8, QU8, QUANT8
-from hal.registry import OperationContext, register
+from hal.registry import OperationContext
 from hal.types import OperationType
 
 SHAPE_TYPES = (F32, QU8, QS8)

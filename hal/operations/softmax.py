@@ -19,8 +19,9 @@ import numpy as np
 
 from hal import quant
 from hal.operations import fixedpoint as fp
+from hal.operations._legacy import register
 from hal.operations.common import F32, FLOAT32, INT32, QS8, QU8, QUANT8
-from hal.registry import OperationContext, register
+from hal.registry import OperationContext
 from hal.types import OperationType
 
 #: NNAPI's fixed output quantization (scale, zero point).

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hal.operations._legacy import register
 from hal.operations.common import INT32
 from hal.operations.shape import SHAPE_TYPES, int_vector, need_constant_vector, need_shape, validate_same_io
-from hal.registry import OperationContext, register
+from hal.registry import OperationContext
 from hal.types import OperationType
 
 

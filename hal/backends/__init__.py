@@ -1,0 +1,297 @@
+"""Compute backends: who runs an operation, kept apart from what the operation is.
+
+An operation's spec (``hal/operations/``) says what NNAPI requires and what shape comes out; a
+backend says how to compute it. A backend has a name, a version and kernels keyed by operation
+code. A :class:`Kernel` has
+
+* ``plan(ctx) -> data``: precomputed at prepareModel (packed weights, multipliers, gather
+  indices), stored as ``ctx.data`` and in the compilation cache;
+* ``execute(ctx, inputs) -> outputs``: the arithmetic, reading ``ctx.data`` only;
+* what it runs: the input-0 ``types`` (None: every type the spec defines) and an optional
+  ``supports(ctx) -> reason | None`` for parameters it cannot take;
+* ``prepacked_inputs``: positions whose constant value plan packed, so the cache stores only the
+  packed form.
+
+The compiler gives each operation to the first backend in the preference order whose kernel
+takes it. ``reference`` (numpy, the living definition of every operation, bit-exact with TFLite's
+reference kernels) is always last: the fallback, and the oracle fast backends are tested against
+(ARM NN's CpuRef, tinygrad's Python backend). The order comes from ``set_preference`` (``nnhal
+serve --backend``), else ``$NNHAL_BACKENDS`` (comma-separated names), else every available
+backend by priority. A vendor extension's kernels form one more backend, named after the
+extension, which alone runs that extension's operations.
+
+A backend's identity (name, version, digest of its modules' files) goes into every cache entry
+that uses it: editing one backend invalidates only the entries compiled with it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import pathlib
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from hal.errors import HalError
+from hal.registry import OperationContext
+from hal.types import ErrorStatus, OperationType, type_name
+
+ENV_VAR = "NNHAL_BACKENDS"
+REFERENCE = "reference"
+
+Plan = Callable[[OperationContext], Any]
+Execute = Callable[[OperationContext, list], list]
+Supports = Callable[[OperationContext], "str | None"]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One backend's implementation of one operation code (or of several sharing it)."""
+
+    backend: str
+    plan: Plan
+    execute: Execute
+    types: tuple[int, ...] | None = None  # input-0 operand types; None = all the spec defines
+    supports: Supports | None = None
+    prepacked_inputs: tuple[int, ...] = ()
+
+    def unsupported(self, ctx: OperationContext) -> str | None:
+        """Why this kernel cannot take this operation as prepared, or None."""
+        if self.types is not None and ctx.inputs and ctx.inputs[0] is not None \
+                and ctx.inputs[0].type not in self.types:
+            return f"input type {type_name(ctx.inputs[0].type)} is not implemented"
+        if self.supports is not None:
+            return self.supports(ctx)
+        return None
+
+
+class Backend:
+    """A named set of kernels. ``modules`` are the Python modules (packages include every module
+    under them) whose code defines the backend: its identity hashes their files, and the cache's
+    deserialiser admits their plan-data types, nothing else outside hal's core."""
+
+    def __init__(self, name: str, version: str, modules: Iterable[str] = (), *, priority: int = 0,
+                 description: str = "", extension: str | None = None, identity_extra: str = ""):
+        if not name or "," in name or ":" in name:
+            raise ValueError(f"bad backend name {name!r}")
+        self.name = name
+        self.version = version
+        self.modules = tuple(modules)
+        self.priority = priority
+        self.description = description
+        #: For a vendor extension's backend: the extension whose operations it runs (keys are types
+        #: within the extension, since prefixes are assigned per model).
+        self.extension = extension
+        self.identity_extra = identity_extra
+        self.kernels: dict[int, Kernel] = {}
+        self._identity: str | None = None
+
+    def register(self, op_types: OperationType | int | Iterable[OperationType | int], *, plan: Plan,
+                 execute: Execute, types: Iterable[int] | None = None, supports: Supports | None = None,
+                 prepacked_inputs: Iterable[int] = ()) -> None:
+        if isinstance(op_types, int):
+            op_types = [op_types]
+        for t in op_types:
+            if int(t) in self.kernels:
+                raise RuntimeError(f"backend {self.name}: operation {t} registered twice")
+            self.kernels[int(t)] = Kernel(self.name, plan, execute, None if types is None else tuple(types),
+                                          supports, tuple(prepacked_inputs))
+        self._identity = None
+
+    def kernel(self, op_type: int) -> Kernel | None:
+        return self.kernels.get(int(op_type))
+
+    def owns_module(self, module: str) -> bool:
+        return any(module == m or module.startswith(m + ".") for m in self.modules)
+
+    def source_files(self) -> list[tuple[str, str | None]]:
+        """(name, path) of every file that defines the backend: a package's whole directory
+        (every Python source or compiled module under it), a plain module's file."""
+        files: list[tuple[str, str | None]] = []
+        for m in self.modules:
+            mod = sys.modules.get(m)
+            if mod is None:
+                try:
+                    mod = importlib.import_module(m)
+                except ImportError:
+                    files.append((m, None))
+                    continue
+            paths = getattr(mod, "__path__", None)
+            if paths:  # a package: everything under it, so an edit in any submodule counts
+                for root in paths:
+                    base = pathlib.Path(root)
+                    for p in sorted(base.rglob("*")):
+                        if p.suffix in (".py", ".so", ".pyd") and "__pycache__" not in p.parts:
+                            files.append((f"{m}/{p.relative_to(base).as_posix()}", str(p)))
+            else:
+                files.append((m, getattr(mod, "__file__", None)))
+        return files
+
+    def identity(self) -> str:
+        """``name@version+digest``: what a cached plan of this backend was computed by."""
+        if self._identity is None:
+            h = hashlib.sha256(f"{self.name}|{self.version}|{self.identity_extra}".encode())
+            for name, path in self.source_files():
+                try:
+                    with open(path, "rb") as f:
+                        code = f.read()
+                except (TypeError, OSError):
+                    code = b"<no file>"
+                h.update(f"|{name}:".encode() + hashlib.sha256(code).digest())
+            self._identity = f"{self.name}@{self.version}+{h.hexdigest()[:16]}"
+        return self._identity
+
+
+class ExtensionBackend(Backend):
+    """The kernels of one vendor extension. Its identity is the extension's (types, operation codes,
+    implementing modules' files: ``hal.registry.extension_identity``), so re-registering the
+    extension with other types or code invalidates what was compiled with it."""
+
+    def __init__(self, extension: str, version: str):
+        super().__init__(extension, version, extension=extension)
+
+    def _types(self):
+        from hal.registry import extension
+        return extension(self.extension)
+
+    def owns_module(self, module: str) -> bool:
+        from hal.registry import extension_modules
+        ext = self._types()
+        return ext is not None and module in extension_modules(ext)
+
+    def identity(self) -> str:
+        from hal.registry import extension_identity
+        return extension_identity(self.extension) or "<not loaded>"
+
+
+_lock = threading.RLock()
+_BACKENDS: dict[str, Backend] = {}
+_preference: tuple[str, ...] | None = None
+#: Backends shipped with nnhal, imported on first use (kernels never load with the specs alone).
+_BUILTIN_MODULES = ("hal.backends.reference",)
+_loaded = False
+
+
+def register_backend(backend: Backend) -> Backend:
+    with _lock:
+        _BACKENDS[backend.name] = backend
+    return backend
+
+
+def unregister_backend(name: str) -> None:
+    if name == REFERENCE:
+        raise ValueError("the reference backend cannot be removed")
+    with _lock:
+        _BACKENDS.pop(name, None)
+
+
+def ensure_loaded() -> None:
+    """Import the built-in backends once (thread-safe). A backend whose dependencies are missing
+    is simply not available; the reference backend always is."""
+    global _loaded
+    if _loaded:
+        return
+    with _lock:
+        if _loaded:
+            return
+        for module in _BUILTIN_MODULES:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                if module.endswith("." + REFERENCE):
+                    raise
+        _loaded = True
+
+
+def get(name: str) -> Backend | None:
+    ensure_loaded()
+    with _lock:
+        return _BACKENDS.get(name)
+
+
+def available() -> list[Backend]:
+    """Every registered backend that runs builtin operations, best priority first, reference last."""
+    ensure_loaded()
+    with _lock:
+        found = [b for b in _BACKENDS.values() if b.extension is None]
+    return sorted(found, key=lambda b: (b.name == REFERENCE, -b.priority, b.name))
+
+
+def parse_preference(spec: str | Iterable[str]) -> tuple[str, ...]:
+    """Names from ``"numba,reference"`` (or a list), checked; reference is appended if absent."""
+    names = [n.strip() for n in (spec.split(",") if isinstance(spec, str) else spec) if n.strip()]
+    known = {b.name for b in available()}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                       f"unknown backend {', '.join(map(repr, unknown))} (available: {', '.join(sorted(known))})")
+    if len(set(names)) != len(names):
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"backend listed twice in {names}")
+    if REFERENCE not in names:
+        names.append(REFERENCE)
+    return tuple(names)
+
+
+def set_preference(spec: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Set this process's preference order (None: back to $NNHAL_BACKENDS / the default)."""
+    global _preference
+    order = None if spec is None else parse_preference(spec)
+    with _lock:
+        _preference = order
+    return preference()
+
+
+def preference() -> tuple[str, ...]:
+    """The preference order in force."""
+    with _lock:
+        order = _preference
+    if order is not None:
+        return order
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        return parse_preference(env)
+    return tuple(b.name for b in available())
+
+
+def candidates(order: Iterable[str] | None = None) -> list[Backend]:
+    """Backends to try for a builtin operation, in order; reference always last."""
+    names = preference() if order is None else parse_preference(order)
+    out = [b for n in names if (b := get(n)) is not None]
+    return out
+
+
+def runs(spec, operand_type: int, order: Iterable[Backend] | None = None) -> list[str]:
+    """Names of the backends (of ``order``, default: all available) with a kernel for this spec and
+    input type."""
+    found = []
+    for b in (available() if order is None else order):
+        k = b.kernel(spec.type)
+        if k is not None and (k.types is None or operand_type in k.types):
+            found.append(b.name)
+    return found
+
+
+def support_matrix() -> list[tuple[object, tuple[int, ...]]]:
+    """(spec, input-0 types) for every builtin operation some backend runs: what the specs define
+    and the kernels implement, in common. The support table (``nnhal ops``) and the capabilities
+    fingerprint come from here."""
+    from hal.registry import registrations
+    rows = []
+    for spec in registrations():
+        types = tuple(t for t in spec.input_types or () if runs(spec, t))
+        if types:
+            rows.append((spec, types))
+    return rows
+
+
+def extension_backend(extension: str) -> Backend | None:
+    with _lock:
+        b = _BACKENDS.get(extension)
+    return b if b is not None and b.extension == extension else None
+
+
+__all__ = ["Backend", "ExtensionBackend", "Kernel", "REFERENCE", "available", "candidates", "ensure_loaded",
+           "extension_backend", "get", "parse_preference", "preference", "register_backend", "runs",
+           "set_preference", "support_matrix", "unregister_backend"]

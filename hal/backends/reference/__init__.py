@@ -1,0 +1,21 @@
+"""The reference backend: numpy kernels, the living definition of every operation.
+
+Quantized kernels reproduce TFLite's reference kernels bit for bit (int32 accumulators summed
+exactly, ``MultiplyByQuantizedMultiplier``, rounding half away from zero, saturating casts); float
+kernels meet NNAPI's CTS criteria. Every operation hal specifies has a kernel here, so this backend
+is the fallback of every preference order, and the oracle a fast backend is tested against
+(tests/backends/). One module per op family, beside its spec in hal/operations/.
+"""
+from hal.backends import REFERENCE, Backend, register_backend
+
+#: Bump when a kernel's results or plan data change meaning; the identity also hashes the sources.
+VERSION = "1"
+
+BACKEND = register_backend(Backend(
+    REFERENCE, VERSION, modules=("hal.backends.reference",), priority=0,
+    description="numpy; bit-exact with TFLite's reference kernels; the fallback and the oracle"))
+
+from hal.backends.reference import (  # noqa: E402,F401  (each module registers its kernels)
+    concatenation,
+    pooling,
+)

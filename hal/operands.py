@@ -1,0 +1,100 @@
+"""Operands as operations see them: constant decoding and the OperandInfo lists of each phase.
+
+Validation sees types, declared shapes, quantization and the values of constant *scalars* (NNAPI's
+parameters), never a tensor's buffer; compilation sees every constant.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from hal.model import Model, Operand, Operation
+from hal.registry import OperandInfo, OperationContext, extension_dtype, model_prefixes
+from hal.types import NUMPY_DTYPE, SCALAR_TYPES, OperandLifeTime, OperandType, is_extension_type
+
+_CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_POOL)
+
+
+def decode_constant(model: Model, operand: Operand, copy: bool = True, dtype: np.dtype | None = None) -> np.ndarray:
+    """Constant operand bytes -> numpy array. Copied by default (pools may be unmapped later);
+    the cache loader passes copy=False: its arrays are private, verified buffers."""
+    loc = operand.location
+    if operand.lifetime == OperandLifeTime.CONSTANT_COPY:
+        raw = memoryview(model.operand_values)[loc.offset:loc.offset + loc.length]
+    else:
+        raw = memoryview(model.pools[loc.pool_index]).cast("B")[loc.offset:loc.offset + loc.length]
+    return constant_from_bytes(raw, operand, copy, dtype)
+
+
+def constant_from_bytes(raw, operand: Operand, copy: bool = True, dtype: np.dtype | None = None) -> np.ndarray:
+    dtype = NUMPY_DTYPE[OperandType(operand.type)] if dtype is None else dtype
+    arr = np.frombuffer(raw, dtype=dtype)
+    if copy:
+        arr = arr.copy()
+    if operand.type in SCALAR_TYPES or (arr.size == 1 and not operand.dimensions):
+        return arr.reshape(())
+    return arr.reshape(operand.dimensions)
+
+
+def _info(i: int, op: Operand, value, ext_dtype, rank_known: bool = True) -> OperandInfo:
+    cq = op.channel_quant
+    return OperandInfo(
+        type=op.type, shape=tuple(op.dimensions), scale=op.scale, zero_point=op.zero_point,
+        channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
+        channel_dim=0 if cq is None else cq.channel_dim, lifetime=op.lifetime, value=value,
+        index=i, extension_dtype=ext_dtype, rank_known=rank_known)
+
+
+def operand_infos(model: Model, copy: bool = True) -> list[OperandInfo]:
+    """Infos for compilation: every constant decoded (copied unless ``copy=False``)."""
+    infos = []
+    prefixes = model_prefixes(model)
+    for i, op in enumerate(model.main.operands):
+        value = None
+        ext_dtype = extension_dtype(op.type, prefixes)
+        if op.lifetime in _CONSTANT and (not is_extension_type(op.type) or ext_dtype is not None):
+            value = decode_constant(model, op, copy, ext_dtype)
+        infos.append(_info(i, op, value, ext_dtype))
+    return infos
+
+
+ScalarValue = Callable[[int, Operand], "np.ndarray | None"]
+
+
+def validation_info(i: int, op: Operand, prefixes: dict[int, str], scalar_value: ScalarValue) -> OperandInfo:
+    """Operand i as validation sees it: no tensor value; a non-constant tensor declared without
+    dimensions has an unknown rank. ``scalar_value(index, operand)`` gives a constant scalar's value."""
+    value = None
+    if op.lifetime in _CONSTANT and op.type in SCALAR_TYPES and op.type != OperandType.SUBGRAPH:
+        value = scalar_value(i, op)
+    is_tensor = op.type not in SCALAR_TYPES
+    rank_known = not (is_tensor and not op.dimensions and op.lifetime not in _CONSTANT)
+    return _info(i, op, value, extension_dtype(op.type, prefixes), rank_known)
+
+
+def validation_infos(operands: Sequence[Operand], prefixes: dict[int, str],
+                     scalar_value: ScalarValue) -> list[OperandInfo]:
+    """Infos for validation of a whole subgraph (see validation_info)."""
+    return [validation_info(i, op, prefixes, scalar_value) for i, op in enumerate(operands)]
+
+
+def model_scalar_value(model: Model) -> ScalarValue:
+    """Constant scalars of a whole model (validateModel has checked their locations)."""
+    def value(i: int, op: Operand):
+        try:
+            return decode_constant(model, op, copy=True)
+        except (ValueError, IndexError, TypeError):
+            return None  # a malformed location: validateModel's structural checks report it
+    return value
+
+
+def operation_context(k: int, operation: Operation, operands: Sequence[Operand], infos: list[OperandInfo],
+                      validating: bool = False) -> OperationContext:
+    ins = [None if operands[i].lifetime == OperandLifeTime.NO_VALUE else infos[i] for i in operation.inputs]
+    return OperationContext(k, operation.type, ins, [infos[o] for o in operation.outputs], validating=validating)
+
+
+def model_infos(model: Model) -> list[OperandInfo]:
+    """Validation infos of a whole model's main subgraph."""
+    return validation_infos(model.main.operands, model_prefixes(model), model_scalar_value(model))
