@@ -95,6 +95,9 @@ class NodeReport:
     placement: str = "CPU"
     partition: int | None = None
     reason: str | None = None
+    #: The service's compute backend(s) for this node's NNAPI operations (filled by
+    #: NnhalDelegate.fetch_backends, e.g. for `nnhal report`).
+    backend: str | None = None
 
 
 @dataclass
@@ -166,6 +169,24 @@ class NnhalDelegate(SimpleDelegateInterface):
         k = NnhalKernel(self)
         self.kernels.append(k)
         return k
+
+    def fetch_backends(self) -> None:
+        """Ask the service which backend runs each delegated node (its perf info records the
+        compiler's assignment per NNAPI operation); one RPC per partition, so only on request."""
+        by_node = {r.index: r for r in self.report.nodes}
+        for k in self.kernels:
+            if k.remote is None:
+                continue
+            try:
+                info = k.remote.perf_info()
+            except ServiceError as e:
+                log.info("perf info unavailable: %s", e)
+                continue
+            assigned = {op.index: op.backend for op in info.operations}
+            for node, (lo, hi) in k.part.node_operations.items():
+                names = sorted({assigned[i] for i in range(lo, hi) if assigned.get(i)})
+                if node in by_node and names:
+                    by_node[node].backend = ",".join(names)
 
 
 def _op_name(node) -> str:

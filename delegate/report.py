@@ -15,10 +15,12 @@ def delegation_report(model_path: str, service_address: str | None = None, **opt
     from delegate.runtime import Interpreter
     d = load_delegate(service_address, **options)
     try:
-        Interpreter(model_path=model_path, experimental_delegates=[d]).allocate_tensors()
+        it = Interpreter(model_path=model_path, experimental_delegates=[d])
+        it.allocate_tensors()
     except (RuntimeError, ValueError) as e:
         hint = custom_op_hints(model_path)
         raise ValueError(f"{e}".strip() + (f"; {hint}" if hint else "")) from None
+    d.impl.fetch_backends()
     return d.report
 
 
@@ -42,10 +44,10 @@ def custom_op_hints(model_path: str) -> str:
 
 
 def format_report(r: DelegationReport) -> str:
-    lines = [f"{'node':>5}  {'op':<24} {'placement':<9} {'partition':>9}  reason"]
+    lines = [f"{'node':>5}  {'op':<24} {'placement':<9} {'partition':>9}  {'backend':<10}  reason"]
     for n in r.nodes:
         part = "" if n.partition is None else str(n.partition)
-        lines.append(f"{n.index:>5}  {n.op:<24} {n.placement:<9} {part:>9}  {n.reason or ''}")
+        lines.append(f"{n.index:>5}  {n.op:<24} {n.placement:<9} {part:>9}  {n.backend or '':<10}  {n.reason or ''}")
     lines.append(f"{r.delegated}/{len(r.nodes)} nodes delegated in {len(r.partitions)} partition(s)"
                  + (f" to {r.service}" if r.service else "") + (f"; {r.error}" if r.error else ""))
     return "\n".join(lines)

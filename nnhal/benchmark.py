@@ -104,7 +104,7 @@ def _profile(kernels) -> list[dict]:
         info = k.remote.perf_info()
         model = k.part.model
         for op in info.operations:
-            rows.append({"partition": p, "index": op.index, "op": op.name,
+            rows.append({"partition": p, "index": op.index, "op": op.name, "backend": op.backend,
                          "avg_us": op.total_ns / max(op.executions, 1) / 1e3, "executions": op.executions,
                          "macs": operation_macs(model, op.index)})
     return rows
@@ -129,9 +129,10 @@ def format_result(r: dict) -> str:
     if ops:
         total = sum(o["avg_us"] for o in ops) or 1.0
         lines.append("\nrun order (service side):")
-        lines.append(f"{'part':>4} {'idx':>4}  {'op':<22}{'avg us':>10}{'MACs':>14}")
+        lines.append(f"{'part':>4} {'idx':>4}  {'op':<22}{'backend':<11}{'avg us':>10}{'MACs':>14}")
         for o in ops:
-            lines.append(f"{o['partition']:>4} {o['index']:>4}  {o['op']:<22}{o['avg_us']:>10.1f}{o['macs']:>14}")
+            lines.append(f"{o['partition']:>4} {o['index']:>4}  {o['op']:<22}{o['backend']:<11}{o['avg_us']:>10.1f}"
+                         f"{o['macs']:>14}")
         lines.append("\ntop 10 by time:")
         for o in sorted(ops, key=lambda o: -o["avg_us"])[:10]:
             lines.append(f"{o['partition']:>4} {o['index']:>4}  {o['op']:<22}{o['avg_us']:>10.1f}"
@@ -146,6 +147,13 @@ def format_result(r: dict) -> str:
         lines.append(f"{'op':<22}{'count':>6}{'avg us':>10}{'share':>8}{'MACs':>14}")
         for name, (count, t, macs) in sorted(by.items(), key=lambda kv: -kv[1][1]):
             lines.append(f"{name:<22}{count:>6}{t:>10.1f}{100 * t / total:>7.1f}%{macs:>14}")
+        per_backend = defaultdict(lambda: [0, 0.0])
+        for o in ops:
+            per_backend[o["backend"] or "?"][0] += 1
+            per_backend[o["backend"] or "?"][1] += o["avg_us"]
+        lines.append("\nby backend:")
+        for name, (count, t) in sorted(per_backend.items(), key=lambda kv: -kv[1][1]):
+            lines.append(f"{name:<22}{count:>6}{t:>10.1f}{100 * t / total:>7.1f}%")
     return "\n".join(lines)
 
 

@@ -11,6 +11,36 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_backends(args: argparse.Namespace) -> int:
+    import json
+
+    from hal import backends
+    from hal.types import OperandType, operation_name
+    try:
+        order = backends.preference()
+    except Exception as e:  # noqa: BLE001 - a bad $NNHAL_BACKENDS: say so
+        print(f"nnhal backends: {getattr(e, 'message', e)}", file=sys.stderr)
+        return 2
+    rows = []
+    for b in backends.available():
+        runs = [{"operation": operation_name(spec.type), "operand_types": [OperandType(t).name for t in types
+                                                                           if b.name in backends.runs(spec, t)]}
+                for spec, types in backends.support_matrix()]
+        rows.append({"name": b.name, "version": b.version, "identity": b.identity(), "priority": b.priority,
+                     "enabled": b.name in order, "description": b.description,
+                     "operations": [r for r in runs if r["operand_types"]]})
+    if args.json:
+        print(json.dumps({"preference": list(order), "backends": rows}, indent=1))
+        return 0
+    for r in rows:
+        n_types = sum(len(o["operand_types"]) for o in r["operations"])
+        state = f"enabled, #{order.index(r['name']) + 1}" if r["enabled"] else "not enabled"
+        print(f"{r['name']:<12} {r['identity']:<40} {state:<14} {len(r['operations'])} operations, "
+              f"{n_types} (operation, type) combinations  {r['description']}")
+    print(f"preference: {','.join(order)}  (set with nnhal serve --backend or $NNHAL_BACKENDS)")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
@@ -38,7 +68,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             print(f"nnhal serve: --extension {spec} not loaded: {e!r}", file=sys.stderr)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     try:
-        return serve(args.socket, args.listen, args.workers, tls, args.insecure, cache_dir, args.cache_max_bytes)
+        return serve(args.socket, args.listen, args.workers, tls, args.insecure, cache_dir, args.cache_max_bytes,
+                     backends=args.backend)
     except ValueError as e:
         print(f"nnhal serve: {e}", file=sys.stderr)
         return 2
@@ -147,8 +178,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-cache", action="store_true", help="disable compilation caching")
     serve.add_argument("--extension", action="append", metavar="MODULE:ATTR",
                        help="also load this extension object (installed plugins load automatically)")
+    serve.add_argument("--backend", metavar="NAMES", default=None,
+                       help="compute backend preference, best first, e.g. numba,reference (default "
+                            "$NNHAL_BACKENDS, else every available backend by priority; reference is "
+                            "always the last resort); `nnhal backends` lists them")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_cmd_serve)
+
+    bk = sub.add_parser("backends", help="list the compute backends, their identity and what each runs")
+    bk.add_argument("--json", action="store_true")
+    bk.set_defaults(func=_cmd_backends)
 
     cache = sub.add_parser("cache", help="inspect the compilation cache")
     cache.add_argument("action", choices=["ls", "verify", "clear"],

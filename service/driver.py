@@ -34,18 +34,28 @@ from hal.types import (
 VERSION = "nnhal-0.1.0"
 
 
+def core_source_files() -> list:
+    """hal's core sources (specs, compiler, serialisation, quantization math, the backend
+    framework), not its backends: each cache entry names the backends it used with their own
+    identity, so a kernel edit invalidates only the entries that ran through that backend."""
+    import pathlib
+    root = pathlib.Path(hal.__file__).parent
+    files = []
+    for p in sorted(root.rglob("*.py")):
+        parts = p.relative_to(root).parts
+        if parts[0] == "backends" and parts[1:] != ("__init__.py",):
+            continue  # a backend's own code: in its identity, not in the driver's
+        files.append(p)
+    return files
+
+
 def _source_digest() -> str:
-    """Digest of hal's core sources (specs, compiler, serialisation, quantization math), not of its
-    backends: each cache entry names the backends it used with their own identity, so a kernel edit
-    invalidates only the entries that ran through that backend."""
+    """Digest of hal's core sources (see core_source_files)."""
     import pathlib
     h = hashlib.sha256()
     root = pathlib.Path(hal.__file__).parent
-    for p in sorted(root.rglob("*.py")):
-        rel = p.relative_to(root)
-        if rel.parts[0] == "backends" and len(rel.parts) > 1 and rel.parts[1] != "__init__.py":
-            continue
-        h.update(rel.as_posix().encode())
+    for p in core_source_files():
+        h.update(p.relative_to(root).as_posix().encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:12]
 

@@ -13,6 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cache.store import CacheStore
+from hal.errors import HalError
 from service.driver import Driver, capabilities_fingerprint
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.scheduler import Scheduler
@@ -72,17 +73,24 @@ def default_cache_dir() -> str:
 
 def create_server(socket_path: str | None = None, listen: str | None = None, *, workers: int = 2,
                   tls: tuple[bytes, bytes] | None = None, insecure: bool = False,
-                  cache_dir: str | None = None, cache_max_bytes: int | None = None) -> RunningServer:
+                  cache_dir: str | None = None, cache_max_bytes: int | None = None,
+                  backends: str | None = None) -> RunningServer:
     """Start a server on a unix socket (default) or on HOST:PORT (TLS, or insecure loopback only).
 
-    ``cache_dir=None`` disables compilation caching."""
+    ``cache_dir=None`` disables compilation caching. ``backends`` is the compute backend
+    preference ("numba,reference"; default $NNHAL_BACKENDS, else every available backend by
+    priority); an unknown name is a ValueError before anything listens."""
     if listen is None and socket_path is None:
         socket_path = default_socket_path()
+    try:
+        driver = Driver(None, backends)
+    except HalError as e:
+        raise ValueError(e.message) from None
     cache = None
     if cache_dir is not None:
         cache = CacheStore(cache_dir, driver_version=Driver.version_string(),
                            capabilities_fingerprint=capabilities_fingerprint(), max_bytes=cache_max_bytes)
-    driver = Driver(cache)
+    driver.cache = cache
     scheduler = Scheduler(workers)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max(8, 4 * workers), thread_name_prefix="nnhal-rpc"),
                          options=grpc_options())
@@ -131,10 +139,10 @@ def _is_loopback(host: str) -> bool:
 
 def serve(socket_path: str | None, listen: str | None, workers: int, tls: tuple[bytes, bytes] | None,
           insecure: bool, cache_dir: str | None = None, cache_max_bytes: int | None = None,
-          ready: threading.Event | None = None) -> int:
+          ready: threading.Event | None = None, backends: str | None = None) -> int:
     """Run until SIGTERM/SIGINT; then stop gracefully (in-flight executions finish)."""
     running = create_server(socket_path, listen, workers=workers, tls=tls, insecure=insecure,
-                            cache_dir=cache_dir, cache_max_bytes=cache_max_bytes)
+                            cache_dir=cache_dir, cache_max_bytes=cache_max_bytes, backends=backends)
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -143,7 +151,8 @@ def serve(socket_path: str | None, listen: str | None, workers: int, tls: tuple[
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log.info("nnhal service listening on %s", running.address)
+    log.info("nnhal service listening on %s (backends: %s)", running.address,
+             ",".join(running.driver.backend_order))
     print(f"nnhal service listening on {running.address}", flush=True)
     if ready is not None:
         ready.set()

@@ -18,6 +18,7 @@ from delegate.tfl import read_model
 from hal.compiler import compile_model
 from hal.executor import execute
 from hal.serialize import SerializationError, dump_compiled, load_compiled
+from tests.backends.differential import check_against_reference
 
 #: Hypothesis profile for op tests: no deadline (TFLite interpreter start-up varies), few examples.
 OP_SETTINGS = settings(max_examples=30, deadline=None,
@@ -36,7 +37,8 @@ def tflite_run(model: bytes, inputs: list[np.ndarray], *, reference: bool = True
 
 
 def hal_run(model: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Translate the whole model to NNAPI, compile and execute it with hal."""
+    """Translate the whole model to NNAPI, compile and execute it with hal (and, when
+    $NNHAL_DIFF_BACKEND names a backend, check that backend against the reference backend on it)."""
     graph = read_model(model)
     part = convert_partition(graph)
     compiled = compile_model(part.model)
@@ -44,6 +46,7 @@ def hal_run(model: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
     args = [np.asarray(by_tensor[t]) for t in part.input_tensors]
     outs = execute(compiled, args)
     _check_cached_copy(compiled, args, outs)
+    check_against_reference(part.model, args)
     produced = dict(zip(part.output_tensors, outs))
     return [produced[t] for t in graph.outputs]
 

@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hal
+from hal.backends.reference import conv, fully_connected
 from hal.compiler import compile_model, decode_constant
 from hal.model import ModelBuilder
-from hal.operations import conv, fully_connected
 from hal.types import OperandType as T
 
 

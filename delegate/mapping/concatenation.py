@@ -4,12 +4,12 @@ NNAPI has no fused activation here, and its axis must be non-negative (AOSP
 checks 0 <= axis < rank), so TFLite's negative axis is normalised. Quantized
 inputs keep their own scale/zero point: NNAPI requantizes them to the output's,
 as TFLite's uint8 kernel does (TFLite's int8 kernel requires them equal).
+NNAPI's own rules (types, ranks) are hal's validate's to check.
 """
 from __future__ import annotations
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
 from delegate.mapping.options import OptionsReader, ints
-from delegate.mapping.shape import MAX_RANK, SHAPE_TYPES
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import ActivationFunctionType, BuiltinOperator
 from hal.types import OperationType
@@ -29,18 +29,9 @@ def map_concatenation(ctx: MappingContext, node: TfLiteNode) -> None:
     if act != ActivationFunctionType.NONE:
         raise MappingError(f"NNAPI CONCATENATION has no fused activation (got {act})")
     y = ctx.output_tensor(0)
-    xs = [ctx.input_tensor(k) for k in range(len(node.inputs))]
-    if any(x.type != y.type for x in xs):
-        raise MappingError("inputs and output must have the same type")
-    t = ctx.operand_type(y)
-    if t not in SHAPE_TYPES:
-        raise MappingError(f"CONCATENATION on {t.name} is not supported by this driver")
-    for x in xs:
-        ctx.operand_type(x)  # refuses per-channel / unquantized 8-bit tensors
     rank = len(y.shape)
-    if not 1 <= rank <= MAX_RANK or any(len(x.shape) != rank for x in xs):
-        raise MappingError(f"NNAPI CONCATENATION needs inputs and output of one rank in 1 to "
-                           f"{MAX_RANK}, got {[len(x.shape) for x in xs]} -> {rank}")
+    if rank == 0:  # a TFLite scalar has no NNAPI form (no dimensions means an unknown rank there)
+        raise MappingError("CONCATENATION of rank-0 tensors has no NNAPI form")
     axis = int(ctx.option("axis", 0))
     if not -rank <= axis < rank:
         raise MappingError(f"axis {axis} out of range for rank {rank}")

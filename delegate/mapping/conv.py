@@ -2,10 +2,10 @@
 
 Filters: float32; uint8 per-tensor; int8 per-tensor (-> TENSOR_QUANT8_ASYMM_SIGNED) or
 per-channel (-> TENSOR_QUANT8_SYMM_PER_CHANNEL). NNAPI's bias scale is
-input_scale * filter_scale for per-tensor filters and 0 for per-channel ones. Not
-delegated: hybrid (float input, int8 filter), grouped convolutions, int16, and
-int8 filters with a non-zero zero point (TFLite's int8 kernels ignore it, NNAPI
-would honour it).
+input_scale * filter_scale for per-tensor filters and 0 for per-channel ones (NNAPI's other
+rules are checked by hal's spec). Not delegated: hybrid (float input, int8 filter), grouped
+convolutions, int16, and int8 filters with a non-zero zero point (TFLite's int8 kernels ignore
+it, NNAPI would honour it).
 """
 from __future__ import annotations
 
@@ -20,21 +20,10 @@ from hal.types import OperandType, OperationType
 _QUANT = (TensorType.UINT8, TensorType.INT8)
 
 
-def _check_types(x: TfLiteTensor, w: TfLiteTensor, y: TfLiteTensor, channel_dim: int) -> None:
-    if x.type not in (TensorType.FLOAT32, *_QUANT):
-        raise MappingError(f"input type {x.type} is not supported (float32, uint8, int8 only)")
+def _check_types(x: TfLiteTensor, w: TfLiteTensor) -> None:
     if w.type != x.type:
         raise MappingError(f"filter type {w.type} differs from input type {x.type} "
                            f"(hybrid convolutions are not supported)")
-    if y.type != x.type:
-        raise MappingError(f"output type {y.type} differs from input type {x.type}")
-    if len(x.shape) != 4 or len(w.shape) != 4:
-        raise MappingError(f"input and filter must be 4-D, got {list(x.shape)} and {list(w.shape)}")
-    if x.type in _QUANT and not (x.is_quantized and w.is_quantized and y.is_quantized):
-        raise MappingError("8-bit input, filter and output must all be quantized")
-    if w.per_channel and w.quantized_dimension != channel_dim:
-        raise MappingError(f"per-channel filter quantized along dimension "
-                           f"{w.quantized_dimension}, NNAPI needs {channel_dim}")
     if w.type == TensorType.INT8 and any(z != 0 for z in w.zero_points):
         raise MappingError("int8 filter with a non-zero zero point (TFLite ignores it)")
 
@@ -50,23 +39,20 @@ def _bias(ctx: MappingContext, node: TfLiteNode, x: TfLiteTensor, w: TfLiteTenso
     else:
         scale = float(np.float32(x.scales[0])) * float(np.float32(w.scales[0]))
     if len(node.inputs) > 2 and node.inputs[2] >= 0:
-        b = ctx.input_tensor(2)
-        want = TensorType.INT32 if quantized else TensorType.FLOAT32
-        if b.type != want:
-            raise MappingError(f"bias type {b.type} is not supported (expected {want})")
-        if tuple(b.shape) != (out_c,):
-            raise MappingError(f"bias shape {list(b.shape)} must be [{out_c}]")
         return ctx.tensor(node.inputs[2], scale=scale)
     if quantized:
         return ctx.constant(OperandType.TENSOR_INT32, np.zeros(out_c, np.int32), scale=scale)
     return ctx.constant(OperandType.TENSOR_FLOAT32, np.zeros(out_c, np.float32))
 
 
+def _four_d(x: TfLiteTensor, w: TfLiteTensor) -> bool:
+    """Input and filter are 4-D (otherwise NNAPI's rank rules refuse the operation)."""
+    return len(x.shape) == 4 and len(w.shape) == 4
+
+
 def _strides_and_dilation(ctx: MappingContext) -> tuple[list[int], list[int]]:
     strides = [ctx.option("stride_w", 1), ctx.option("stride_h", 1)]
     dilation = [ctx.option("dilation_w_factor", 1), ctx.option("dilation_h_factor", 1)]
-    if min(strides) < 1 or min(dilation) < 1:
-        raise MappingError(f"strides {strides} and dilation {dilation} must be >= 1")
     return strides, dilation
 
 
@@ -84,15 +70,16 @@ def _read_depthwise(a: int) -> dict:
 
 @mapper(BuiltinOperator.CONV_2D, options=OptionsReader("Conv2DOptions", _read_conv))
 def map_conv_2d(ctx: MappingContext, node: TfLiteNode) -> None:
-    x, w, y = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor(0)
-    _check_types(x, w, y, channel_dim=0)
-    if w.shape[3] != x.shape[3]:
+    x, w = ctx.input_tensor(0), ctx.input_tensor(1)
+    _check_types(x, w)
+    if _four_d(x, w) and w.shape[3] != x.shape[3]:
         raise MappingError(f"grouped convolution (filter depth {w.shape[3]}, input depth "
                            f"{x.shape[3]}) is not CONV_2D in NNAPI")
+    out_c = w.shape[0] if _four_d(x, w) else 0
     strides, dilation = _strides_and_dilation(ctx)
     padding, act = ctx.padding(), ctx.fused_activation()
     ins = [ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1], per_channel_ok=True),
-           _bias(ctx, node, x, w, w.shape[0]), padding, ctx.int32(strides[0]),
+           _bias(ctx, node, x, w, out_c), padding, ctx.int32(strides[0]),
            ctx.int32(strides[1]), act, ctx.bool(False), ctx.int32(dilation[0]),
            ctx.int32(dilation[1])]
     ctx.operation(OperationType.CONV_2D, ins, [ctx.tensor(node.outputs[0])])
@@ -101,14 +88,16 @@ def map_conv_2d(ctx: MappingContext, node: TfLiteNode) -> None:
 @mapper(BuiltinOperator.DEPTHWISE_CONV_2D,
         options=OptionsReader("DepthwiseConv2DOptions", _read_depthwise))
 def map_depthwise_conv_2d(ctx: MappingContext, node: TfLiteNode) -> None:
-    x, w, y = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor(0)
-    _check_types(x, w, y, channel_dim=3)
-    in_c, out_c = x.shape[3], w.shape[3]
-    if w.shape[0] != 1 or in_c <= 0 or out_c % in_c:
-        raise MappingError(f"filter {list(w.shape)} is not [1, h, w, k * {in_c}]")
-    # The depth_multiplier option is redundant (and wrong in some converted models): NNAPI's
-    # must be out_depth / in_depth.
-    multiplier = out_c // in_c
+    x, w = ctx.input_tensor(0), ctx.input_tensor(1)
+    _check_types(x, w)
+    in_c, out_c, multiplier = 0, 0, 1
+    if _four_d(x, w):
+        in_c, out_c = x.shape[3], w.shape[3]
+        if in_c <= 0 or out_c % in_c:
+            raise MappingError(f"filter {list(w.shape)} is not [1, h, w, k * {in_c}]")
+        # The depth_multiplier option is redundant (and wrong in some converted models): NNAPI's
+        # must be out_depth / in_depth.
+        multiplier = out_c // in_c
     strides, dilation = _strides_and_dilation(ctx)
     padding, act = ctx.padding(), ctx.fused_activation()
     ins = [ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1], per_channel_ok=True),

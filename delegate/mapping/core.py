@@ -263,6 +263,8 @@ class ConvertedPartition:
     output_tensors: list[int]
     #: Partition outputs that folding made constant: the kernel writes them as they are.
     constant_outputs: dict[int, np.ndarray] = field(default_factory=dict)
+    #: TFLite node index -> range [first, last) of the NNAPI operations it became.
+    node_operations: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def partition_io(graph: TfLiteGraph, node_indexes: list[int]) -> tuple[list[int], list[int]]:
@@ -353,8 +355,11 @@ def convert_partition(graph: TfLiteGraph, node_indexes: list[int] | None = None,
     constant_outputs = {t: ctx.tensor_info(t).data for t in outputs if ctx.tensor_info(t).is_constant}
     outputs = [t for t in outputs if t not in constant_outputs]
     in_ops = [ctx.tensor(t) for t in inputs]
+    spans = {}
     for n in node_indexes:
+        first = len(ctx.builder.model.main.operations)
         map_node(ctx, graph.nodes[n])
+        spans[n] = (first, len(ctx.builder.model.main.operations))
     out_ops = [ctx.operand_of[t] for t in outputs]
     ctx.builder.identify_inputs_and_outputs(in_ops, out_ops)
-    return ConvertedPartition(ctx.builder.finish(), inputs, outputs, constant_outputs)
+    return ConvertedPartition(ctx.builder.finish(), inputs, outputs, constant_outputs, spans)

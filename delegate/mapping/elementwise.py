@@ -1,8 +1,11 @@
 """ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, PRELU: TFLite -> NNAPI.
 
-TFLite accepts more than NNAPI (rank 5-6 broadcasting, int16/int32/int64,
-quantized DIV, any MUL output scale, MAXIMUM/MINIMUM on raw quantized values);
-those variants are refused here with the reason.
+NNAPI's own rules (types per operation, rank <= 4 for ADD/SUB/MUL/DIV, MUL's output scale) are
+hal's validate's: a TFLite variant breaking them (rank 5-6 broadcasting, int32 arithmetic,
+quantized DIV, any MUL output scale) is refused with its message. Refused here: TFLite types with
+no NNAPI equivalent (int16, int64), quantized MAXIMUM/MINIMUM whose quantizations differ (TFLite
+compares raw values, NNAPI requantizes), PRELU shapes TFLite's kernels do not take and a scalar
+PRELU input (NNAPI reads an operand without dimensions as one of unknown rank).
 """
 from __future__ import annotations
 
@@ -14,9 +17,7 @@ from delegate.tfl.graph import TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import BuiltinOperator
 from hal.types import OperandType, OperationType
 
-_F32 = OperandType.TENSOR_FLOAT32
 _QUANT8 = (OperandType.TENSOR_QUANT8_ASYMM, OperandType.TENSOR_QUANT8_ASYMM_SIGNED)
-_ALL = (_F32, *_QUANT8)
 
 _ARITH = {
     BuiltinOperator.ADD: OperationType.ADD,
@@ -26,26 +27,20 @@ _ARITH = {
 }
 _MIN_MAX = {BuiltinOperator.MAXIMUM: OperationType.MAXIMUM,
             BuiltinOperator.MINIMUM: OperationType.MINIMUM}
+#: TFLite's PRELU kernels broadcast in at most 4 dimensions (its 4-D slow broadcast helpers).
+_PRELU_MAX_RANK = 4
 
 
-def _binary_io(ctx: MappingContext, node: TfLiteNode, op: OperationType, types: tuple,
-               max_rank: int | None) -> tuple[TfLiteTensor, TfLiteTensor, TfLiteTensor, OperandType]:
-    """The two inputs and the output, after the checks every binary op needs."""
+def _binary_io(ctx: MappingContext, node: TfLiteNode) -> tuple[TfLiteTensor, TfLiteTensor, TfLiteTensor]:
+    """The two inputs and the output; each must have an NNAPI operand type (per-channel or
+    missing quantization and TFLite-only types are refused here)."""
     if len(node.inputs) != 2 or len(node.outputs) != 1:
         raise MappingError(f"expected 2 inputs and 1 output, got {len(node.inputs)} and "
                            f"{len(node.outputs)}")
     a, b, y = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor(0)
-    if not a.type == b.type == y.type:
-        raise MappingError("inputs and output must have the same type")
-    t = ctx.operand_type(a)
-    if t not in types:
-        raise MappingError(f"{op.name} on {t.name} is not supported by this driver")
-    for x in (a, b, y):  # per-channel or missing quantization is refused here
+    for x in (a, b, y):
         ctx.operand_type(x)
-    if max_rank is not None and max(len(a.shape), len(b.shape)) > max_rank:
-        raise MappingError(f"NNAPI {op.name} supports rank <= {max_rank}, got ranks "
-                           f"{len(a.shape)} and {len(b.shape)}")
-    return a, b, y, t
+    return a, b, y
 
 
 def _quant(t: TfLiteTensor) -> tuple[np.float32, int]:
@@ -62,12 +57,7 @@ _ARITH_OPTIONS = {BuiltinOperator.ADD: OptionsReader("AddOptions", activation_on
 @mapper(*_ARITH, options=_ARITH_OPTIONS)
 def map_arithmetic(ctx: MappingContext, node: TfLiteNode) -> None:
     op = _ARITH[node.builtin_code]
-    a, b, y, t = _binary_io(ctx, node, op, (_F32,) if op == OperationType.DIV else _ALL, 4)
-    if op == OperationType.MUL and t in _QUANT8:
-        (sa, _), (sb, _), (sy, _) = _quant(a), _quant(b), _quant(y)
-        if not sy > sa * sb:
-            raise MappingError(f"NNAPI MUL requires output scale > input1 scale * input2 scale, "
-                               f"got {float(sy)} <= {float(sa * sb)}")
+    _binary_io(ctx, node)
     ins = [ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.fused_activation()]
     ctx.operation(op, ins, [ctx.tensor(node.outputs[0])])
 
@@ -75,8 +65,8 @@ def map_arithmetic(ctx: MappingContext, node: TfLiteNode) -> None:
 @mapper(*_MIN_MAX, options=no_options("MaximumMinimumOptions"))
 def map_min_max(ctx: MappingContext, node: TfLiteNode) -> None:
     op = _MIN_MAX[node.builtin_code]
-    a, b, y, t = _binary_io(ctx, node, op, _ALL, None)
-    if t in _QUANT8 and not _quant(a) == _quant(b) == _quant(y):
+    a, b, y = _binary_io(ctx, node)
+    if all(ctx.operand_type(x) in _QUANT8 for x in (a, b, y)) and not _quant(a) == _quant(b) == _quant(y):
         # TFLite compares the raw quantized values; NNAPI requantizes to the output's scale.
         # They agree only when all three tensors share one quantization.
         raise MappingError(f"{op.name}: TFLite compares raw quantized values, so only equal "
@@ -87,14 +77,20 @@ def map_min_max(ctx: MappingContext, node: TfLiteNode) -> None:
 
 @mapper(BuiltinOperator.PRELU, options=no_options())
 def map_prelu(ctx: MappingContext, node: TfLiteNode) -> None:
-    x, alpha, y, _ = _binary_io(ctx, node, OperationType.PRELU, _ALL, 4)
+    x, alpha, _ = _binary_io(ctx, node)
     if len(x.shape) < 1:
+        # NNAPI PRELU needs rank >= 1; a TFLite scalar becomes an operand without dimensions, which
+        # NNAPI reads as an unknown rank, so hal's validate cannot tell.
         raise MappingError("NNAPI PRELU needs an input of rank >= 1")
+    if max(len(x.shape), len(alpha.shape)) > _PRELU_MAX_RANK:
+        raise MappingError(f"TFLite PRELU broadcasts in {_PRELU_MAX_RANK}-D at most, got ranks "
+                           f"{len(x.shape)} and {len(alpha.shape)}")
     try:
         out_shape = tuple(np.broadcast_shapes(x.shape, alpha.shape))
     except ValueError:
         out_shape = None
     if out_shape != tuple(x.shape):
+        # TFLite's output is the input's shape; NNAPI's is the broadcast of both.
         raise MappingError(f"alpha {list(alpha.shape)} must broadcast to the input shape "
                            f"{list(x.shape)}")
     ins = [ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])]

@@ -1,7 +1,8 @@
 """FULLY_CONNECTED: TFLite -> NNAPI.
 
 NNAPI's FULLY_CONNECTED always has a bias and a 2-D output, and no hybrid,
-shuffled or per-channel variants; those TFLite variants are not delegated.
+shuffled or per-channel variants; those TFLite variants are not delegated (NNAPI's own
+rules are checked by hal's spec).
 """
 from __future__ import annotations
 
@@ -25,19 +26,14 @@ def _read_fully_connected(a: int) -> dict:
 
 @mapper(BuiltinOperator.FULLY_CONNECTED, options=OptionsReader("FullyConnectedOptions", _read_fully_connected))
 def map_fully_connected(ctx: MappingContext, node: TfLiteNode) -> None:
-    x, w, y = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor(0)
+    x, w = ctx.input_tensor(0), ctx.input_tensor(1)
     if ctx.option("weights_format", _WEIGHTS_FORMAT_DEFAULT) != _WEIGHTS_FORMAT_DEFAULT:
         raise MappingError("shuffled FULLY_CONNECTED weights have no NNAPI equivalent")
     if w.type != x.type:
         raise MappingError(f"weights type {w.type} differs from input type {x.type} "
                            f"(hybrid FULLY_CONNECTED is not supported)")
-    if y.type != x.type:
-        raise MappingError(f"output type {y.type} differs from input type {x.type}")
-    if len(w.shape) != 2:
-        raise MappingError(f"weights must be 2-D, got shape {list(w.shape)}")
-    if len(x.shape) < 2:
-        raise MappingError(f"input must have rank >= 2 for NNAPI, got shape {list(x.shape)}")
-    if ctx.option("keep_num_dims", False) and (len(x.shape) > 2 or x.shape[-1] != w.shape[1]):
+    if ctx.option("keep_num_dims", False) and (len(x.shape) > 2 or (
+            len(x.shape) == 2 and len(w.shape) == 2 and x.shape[-1] != w.shape[1])):
         raise MappingError("keep_num_dims with an input of rank > 2 or whose last dimension is "
                            "not input_size (NNAPI output is [batch, num_units])")
     if len(node.outputs) != 1:
@@ -48,15 +44,10 @@ def map_fully_connected(ctx: MappingContext, node: TfLiteNode) -> None:
     w_op = ctx.tensor(node.inputs[1])  # per-channel weights raise MappingError here
     quantized = x.type in (TensorType.UINT8, TensorType.INT8)
     bias_scale = x.scales[0] * w.scales[0] if quantized else None
-    has_bias = len(node.inputs) > 2 and node.inputs[2] >= 0
-    if has_bias:
-        b = ctx.input_tensor(2)
-        want = TensorType.INT32 if quantized else TensorType.FLOAT32
-        if b.type != want:
-            raise MappingError(f"bias type {b.type} is not supported (expected {want})")
+    if len(node.inputs) > 2 and node.inputs[2] >= 0:
         b_op = ctx.tensor(node.inputs[2], scale=bias_scale)
     else:
-        units = w.shape[0]
+        units = w.shape[0] if w.shape else 0
         if quantized:
             b_op = ctx.constant(OperandType.TENSOR_INT32, np.zeros(units, np.int32),
                                 scale=bias_scale)

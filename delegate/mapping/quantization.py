@@ -4,7 +4,8 @@ TFLite DEQUANTIZE of a float16 tensor (fp16-weight models) is NNAPI CAST; of an
 8-bit tensor it is NNAPI DEQUANTIZE. TFLite QUANTIZE from 8 bits (requantize)
 has no NNAPI 1.3 equivalent. TFLite CAST maps only between float32, float16 and
 int32: to 8 bits TFLite's static_cast wraps (int32 300 -> 44) where NNAPI CAST
-saturates, and NNAPI casts bool and int8/int16 only to themselves.
+saturates, and NNAPI casts bool and int8/int16 only to themselves. NNAPI's own type rules
+(QUANTIZE's uint8/int8 outputs, DEQUANTIZE's rank <= 4) are hal's validate's.
 """
 from __future__ import annotations
 
@@ -32,11 +33,9 @@ def _read_cast(a: int) -> dict:
 
 @mapper(BuiltinOperator.QUANTIZE, options=no_options("QuantizeOptions"))
 def map_quantize(ctx: MappingContext, node: TfLiteNode) -> None:
-    src, dst = ctx.input_tensor(0), ctx.output_tensor(0)
+    src = ctx.input_tensor(0)
     if src.type != TensorType.FLOAT32:
         raise MappingError("QUANTIZE from a quantized tensor (requantization) has no NNAPI 1.3 equivalent")
-    if dst.type not in (TensorType.UINT8, TensorType.INT8) or dst.per_channel:
-        raise MappingError("QUANTIZE must produce a per-tensor uint8/int8 tensor")
     _unary(ctx, node, OperationType.QUANTIZE)
 
 

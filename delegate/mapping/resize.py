@@ -1,4 +1,9 @@
-"""RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR: TFLite -> NNAPI (output-size signature)."""
+"""RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR: TFLite -> NNAPI (output-size signature).
+
+TFLite's size is a tensor, NNAPI's two scalars: the size must be a constant. NNAPI's rules
+(types, equal quantization, positive sizes, not both align_corners and half_pixel_centers)
+are hal's validate's.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -27,19 +32,14 @@ _OPTIONS = {BuiltinOperator.RESIZE_BILINEAR: OptionsReader("ResizeBilinearOption
 @mapper(*_OPS, options=_OPTIONS)
 def map_resize(ctx: MappingContext, node: TfLiteNode) -> None:
     """TFLite's size tensor [new_h, new_w] must be constant; NNAPI takes width, then height."""
-    x_t, size_t, y_t = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor(0)
+    size_t = ctx.input_tensor(1)
     if size_t.data is None:
         raise MappingError("the size input must be a constant tensor")
     size = np.asarray(size_t.data).reshape(-1)
     if size.size != 2:
         raise MappingError(f"the size input must hold 2 values, got {size.size}")
-    if x_t.is_quantized and (x_t.scales[:1] != y_t.scales[:1]
-                             or x_t.zero_points[:1] != y_t.zero_points[:1]):
-        raise MappingError("NNAPI resize needs the same input and output quantization")
     align = bool(ctx.option("align_corners", False))
     half = bool(ctx.option("half_pixel_centers", False))
-    if align and half:
-        raise MappingError("align_corners and half_pixel_centers cannot both be true in NNAPI")
     x = ctx.tensor(node.inputs[0])
     params = [ctx.int32(size[1]), ctx.int32(size[0]), ctx.bool(False), ctx.bool(align), ctx.bool(half)]
     ctx.operation(_OPS[node.builtin_code], [x, *params], [ctx.tensor(node.outputs[0])])

@@ -1,7 +1,8 @@
 """RESHAPE, SQUEEZE, TRANSPOSE, DEPTH_TO_SPACE, SPACE_TO_DEPTH: TFLite -> NNAPI.
 
 TFLite copies quantized bytes whatever the output's quantization says; NNAPI
-requires it to equal the input's, so other variants are refused. Shape-like
+requires it to equal the input's (hal's validate refuses other variants, as it
+does types, ranks and parameter values NNAPI does not allow). Shape-like
 parameters must be constants (the driver plans shapes at compile time); they
 are re-emitted as TENSOR_INT32 constants, since TFLite may store them as int64.
 NNAPI gives shape [1] where TFLite gives a scalar, so rank-0 outputs are refused.
@@ -18,7 +19,7 @@ from hal.types import OperandType, OperationType
 
 I32 = OperandType.TENSOR_INT32
 QUANT8 = (OperandType.TENSOR_QUANT8_ASYMM, OperandType.TENSOR_QUANT8_ASYMM_SIGNED)
-SHAPE_TYPES = (OperandType.TENSOR_FLOAT32, *QUANT8)
+SHAPE_TYPES = (OperandType.TENSOR_FLOAT32, *QUANT8)  # used by the CONCATENATION mapper
 MAX_RANK = 4
 
 
@@ -31,22 +32,18 @@ def check_arity(node: TfLiteNode, inputs: tuple[int, ...], outputs: int = 1) -> 
 
 def same_io(ctx: MappingContext, node: TfLiteNode, op: OperationType,
             inputs: tuple[int, ...]) -> tuple[TfLiteTensor, TfLiteTensor, OperandType]:
-    """Input 0 and output 0 of a pure data-movement op, after NNAPI's type/quantization rules."""
+    """Input 0 and output 0 of a pure data-movement op. NNAPI's rules on them (types, equal
+    quantization, rank limits) are hal's validate's; what is left here is TFLite's side: tensor
+    types NNAPI has no equivalent for, and scalars (rank 0): NNAPI has no rank-0 tensor (no
+    dimensions means an unknown rank; a fully squeezed or sliced output has shape [1])."""
     check_arity(node, inputs)
     x, y = ctx.input_tensor(0), ctx.output_tensor(0)
-    if x.type != y.type:
-        raise MappingError("input and output must have the same type")
     t = ctx.operand_type(x)
     ctx.operand_type(y)
-    if t not in SHAPE_TYPES:
-        raise MappingError(f"{op.name} on {t.name} is not supported by this driver")
-    if t in QUANT8 and (np.float32(x.scales[0]), x.zero_points[0]) != \
-            (np.float32(y.scales[0]), y.zero_points[0]):
-        raise MappingError(f"NNAPI {op.name} requires equal input and output quantization")
     for what, tensor in (("input", x), ("output", y)):
-        if not 1 <= len(tensor.shape) <= MAX_RANK:
-            raise MappingError(f"NNAPI {op.name} supports {what} rank 1 to {MAX_RANK}, got "
-                               f"{len(tensor.shape)}")
+        if not tensor.shape:
+            raise MappingError(f"NNAPI has no rank-0 tensor for TFLite's scalar {what} ({op.name} needs "
+                               f"{what} rank 1 to {MAX_RANK}, got 0)")
     return x, y, t
 
 
@@ -110,10 +107,8 @@ def map_squeeze(ctx: MappingContext, node: TfLiteNode) -> None:
 
 @mapper(BuiltinOperator.TRANSPOSE, options=no_options("TransposeOptions"))
 def map_transpose(ctx: MappingContext, node: TfLiteNode) -> None:
-    x, _, _ = same_io(ctx, node, OperationType.TRANSPOSE, (2,))
+    same_io(ctx, node, OperationType.TRANSPOSE, (2,))
     perm = constant_ints(ctx, 1, "perm").reshape(-1)
-    if sorted(perm.tolist()) != list(range(len(x.shape))):
-        raise MappingError(f"perm {perm.tolist()} is not a permutation of {len(x.shape)} dimensions")
     ctx.operation(OperationType.TRANSPOSE, [ctx.tensor(node.inputs[0]), int32_constant(ctx, perm)],
                   [ctx.tensor(node.outputs[0])])
 
@@ -127,10 +122,6 @@ _BLOCK = {BuiltinOperator.DEPTH_TO_SPACE: OperationType.DEPTH_TO_SPACE,
 def map_block(ctx: MappingContext, node: TfLiteNode) -> None:
     """TFLite is NHWC only: NNAPI's optional layout input is left out (NHWC)."""
     op = _BLOCK[node.builtin_code]
-    x, _, _ = same_io(ctx, node, op, (1,))
-    if len(x.shape) != 4:
-        raise MappingError(f"NNAPI {op.name} needs a 4-D input, got rank {len(x.shape)}")
+    same_io(ctx, node, op, (1,))
     block = int(ctx.option("block_size", 0))
-    if block < 1:
-        raise MappingError(f"block_size must be >= 1, got {block}")
     ctx.operation(op, [ctx.tensor(node.inputs[0]), ctx.int32(block)], [ctx.tensor(node.outputs[0])])

@@ -3,8 +3,9 @@
 NNAPI has no ellipsis_mask, new_axis_mask or offset: refused when set. TFLite
 ignores `end` on a shrink axis (it takes begin + 1), while NNAPI requires the
 begin/end pair to select one element: shrink axes are re-emitted as the
-resolved [start, start + 1) with their mask bits cleared. Begin/end/strides
-must be constants with one entry per input dimension.
+resolved [start, start + 1) with their mask bits cleared, which needs
+begin/end/strides constant with one entry per input dimension (and values that
+fit NNAPI's int32). NNAPI's other rules (non-zero strides, ...) are hal's.
 """
 from __future__ import annotations
 
@@ -40,8 +41,6 @@ def map_strided_slice(ctx: MappingContext, node: TfLiteNode) -> None:
     begin, end, strides = (v.tolist() for v in vectors)
     if any(abs(v) > _INT32_MAX for v in begin + end + strides):
         raise MappingError("begin/end/strides do not fit in int32")
-    if 0 in strides:
-        raise MappingError(f"strides must be non-zero, got {strides}")
     begin_mask = int(ctx.option("begin_mask", 0))
     end_mask = int(ctx.option("end_mask", 0))
     shrink = int(ctx.option("shrink_axis_mask", 0)) & ((1 << rank) - 1)

@@ -1,298 +1,82 @@
-"""Elementwise activations: RELU, RELU1, RELU6, LOGISTIC, TANH, HARD_SWISH.
+"""RELU, RELU1, RELU6, LOGISTIC, TANH, HARD_SWISH: NNAPI's signatures, rules and output shape.
 
-Quantized paths reproduce what TFLite 2.14 runs with BUILTIN_REF
-(tensorflow/lite/kernels/activations.cc, kReference):
-
-* RELU family: clamp to the activation range (NNAPI requires output quantization
-  == input quantization, so TFLite's requantizing multiplier is the identity).
-* LOGISTIC / TANH uint8/int8: a 256-entry table built in float32 at prepare time
-  (PopulateLookupTable), exactly as TFLite does; the transcendental functions come
-  from the C library (expf/tanhf) so the table matches TFLite's bit for bit.
-* HARD_SWISH: reference_ops::HardSwish, 16-bit fixed point.
+Each takes one tensor (input 0) and gives one of the same type and shape. Ranks: up to 4, except
+HARD_SWISH (NNAPI 1.3), rank 1 or more. Quantized outputs: the RELU family keeps the input's scale
+and zero point; LOGISTIC and TANH have a fixed output quantization (FIXED_OUTPUT_QUANT); HARD_SWISH's
+output quantization is free.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from hal import quant
-from hal.operations._legacy import register
 from hal.operations.common import F32, QS8, QU8, QUANT8
-from hal.registry import OperationContext
-from hal.types import FusedActivationFunc, OperationType
+from hal.registry import OperationContext, register
+from hal.types import FeatureLevel, FusedActivationFunc, OperationType
 
-_RELU_ACT = {
-    OperationType.RELU: FusedActivationFunc.RELU,
-    OperationType.RELU1: FusedActivationFunc.RELU1,
-    OperationType.RELU6: FusedActivationFunc.RELU6,
-}
+RELU, RELU1, RELU6 = OperationType.RELU, OperationType.RELU1, OperationType.RELU6
+LOGISTIC, TANH, HARD_SWISH = OperationType.LOGISTIC, OperationType.TANH, OperationType.HARD_SWISH
+TYPES = (F32, QU8, QS8)
+
+INPUT = 0
+MAX_RANK = 4  # every op here but HARD_SWISH
+
+#: The range each RELU-family op clamps to, as the fused activation of the same name.
+RELU_RANGE = {RELU: FusedActivationFunc.RELU, RELU1: FusedActivationFunc.RELU1, RELU6: FusedActivationFunc.RELU6}
 
 #: NNAPI's fixed output quantization (scale, zero point) per op and input type.
 FIXED_OUTPUT_QUANT = {
-    (OperationType.LOGISTIC, QU8): (1.0 / 256, 0),
-    (OperationType.LOGISTIC, QS8): (1.0 / 256, -128),
-    (OperationType.TANH, QU8): (1.0 / 128, 128),
-    (OperationType.TANH, QS8): (1.0 / 128, 0),
+    (LOGISTIC, QU8): (1.0 / 256, 0),
+    (LOGISTIC, QS8): (1.0 / 256, -128),
+    (TANH, QU8): (1.0 / 128, 128),
+    (TANH, QS8): (1.0 / 128, 0),
 }
 
 
-# ---- validation -------------------------------------------------------------
+@dataclass
+class ActivationParams:
+    """What every backend computes from (quantization is the operands'): the function, and for the
+    RELU family the range it clamps to."""
 
-def _validate_unary(ctx: OperationContext, max_rank: int | None, min_rank: int = 0) -> int:
-    ctx.expect_num_inputs(1)
-    ctx.expect_num_outputs(1)
-    ctx.expect_input_type(0, F32, QU8, QS8)
-    t = ctx.input_type(0)
+    kind: OperationType
+    clamp: FusedActivationFunc | None = None
+
+
+def _same_type_output(ctx: OperationContext) -> int:
+    t = ctx.input_type(INPUT)
     ctx.expect_output_type(0, t)
-    rank = ctx.input(0).rank
-    if max_rank is not None and rank > max_rank:
-        raise ctx.fail(f"input 0 must have rank <= {max_rank}, got {rank}")
-    if rank < min_rank:
-        raise ctx.fail(f"input 0 must have rank >= {min_rank}, got {rank}")
     return t
 
 
-def _validate_relu(ctx: OperationContext) -> None:
-    if _validate_unary(ctx, 4) in QUANT8:
-        ctx.expect_same_quantization(0)
-
-
-def _validate_fixed_output(ctx: OperationContext) -> None:
-    t = _validate_unary(ctx, 4)
+def validate_relu(ctx: OperationContext) -> None:
+    t = _same_type_output(ctx)
+    ctx.expect_max_input_rank(INPUT, MAX_RANK)
     if t in QUANT8:
-        scale, zp = FIXED_OUTPUT_QUANT[(OperationType(ctx.op_type), t)]
-        out = ctx.output(0)
-        if np.float32(out.scale) != np.float32(scale) or out.zero_point != zp:
-            raise ctx.fail(f"output 0 quantization must be scale={scale}, zero_point={zp} "
-                           f"(got scale={out.scale}, zero_point={out.zero_point})")
+        ctx.expect_same_quantization(INPUT)
 
 
-def _validate_hard_swish(ctx: OperationContext) -> None:
-    _validate_unary(ctx, None, min_rank=1)
+def validate_fixed_output(ctx: OperationContext) -> None:
+    t = _same_type_output(ctx)
+    ctx.expect_max_input_rank(INPUT, MAX_RANK)
+    if t in QUANT8:
+        ctx.expect_output_quantization(0, *FIXED_OUTPUT_QUANT[(OperationType(ctx.op_type), t)])
 
 
-# ---- prepare ----------------------------------------------------------------
-
-@dataclass
-class ClampData:
-    """RELU family: bounds in the (shared) input/output quantization."""
-
-    lo: float | int
-    hi: float | int
+def validate_hard_swish(ctx: OperationContext) -> None:
+    _same_type_output(ctx)
+    ctx.expect_input_rank_between(INPUT, 1, None)
 
 
-@dataclass
-class TableData:
-    """LOGISTIC/TANH quantized: output = table[q - qmin]."""
-
-    table: np.ndarray | None
-    qmin: int = 0
+def prepare(ctx: OperationContext) -> ActivationParams:
+    ctx.set_output_shape(0, ctx.input_shape(INPUT))
+    kind = OperationType(ctx.op_type)
+    return ActivationParams(kind, RELU_RANGE.get(kind))
 
 
-@dataclass
-class HardSwishData:
-    """HardSwishParams (activations.cc HardSwishPrepare)."""
-
-    input_zero_point: int = 0
-    output_zero_point: int = 0
-    output_multiplier_fixedpoint_int16: int = 0
-    output_multiplier_exponent: int = 0
-    reluish_multiplier_fixedpoint_int16: int = 0
-    reluish_multiplier_exponent: int = 0
-
-
-def _prepare_relu(ctx: OperationContext) -> ClampData:
-    x = ctx.input(0)
-    ctx.set_output_shape(0, x.shape)
-    act = _RELU_ACT[OperationType(ctx.op_type)]
-    if x.type == F32:
-        lo, hi = quant.activation_range_float(act)
-        return ClampData(lo, hi)
-    # activations.cc QuantizedReluX: zero_point + roundf(bound / scale), clamped to the type
-    return ClampData(*quant.activation_range_quantized(act, x.type, x.scale, x.zero_point))
-
-
-def _libm_functions():
-    """expf/tanhf from the C library TFLite links against; None where unavailable."""
-    try:
-        libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-        fns = []
-        for name in ("expf", "tanhf"):
-            f = getattr(libm, name)
-            f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
-            fns.append(f)
-        return tuple(fns)
-    except (OSError, AttributeError):
-        return None
-
-
-_LIBM = _libm_functions()
-
-
-def _expf(x: np.ndarray) -> np.ndarray:
-    if _LIBM is not None:
-        return np.array([_LIBM[0](float(v)) for v in x], dtype=np.float32)
-    return np.exp(x.astype(np.float64)).astype(np.float32)
-
-
-def _tanhf(x: np.ndarray) -> np.ndarray:
-    if _LIBM is not None:
-        return np.array([_LIBM[1](float(v)) for v in x], dtype=np.float32)
-    return np.tanh(x.astype(np.float64)).astype(np.float32)
-
-
-def _lookup_table(op_type: int, in_type: int, in_scale: float, in_zp: int, out_scale: float,
-                  out_zp: int) -> tuple[np.ndarray, int]:
-    """PopulateLookupTable: every step in float32, rounding with std::round."""
-    qmin, qmax = quant.quant_range(in_type)
-    vals = np.arange(qmin, qmax + 1, dtype=np.int64)
-    dequantized = np.float32(in_scale) * (vals - in_zp).astype(np.float32)
-    if op_type == OperationType.LOGISTIC:
-        with np.errstate(over="ignore"):
-            transformed = np.float32(1) / (np.float32(1) + _expf(-dequantized))
-    else:
-        transformed = _tanhf(dequantized)
-    inverse_scale = np.float32(1) / np.float32(out_scale)
-    rescaled = quant.round_half_away((transformed * inverse_scale).astype(np.float32))
-    quantized = (rescaled + np.float32(out_zp)).astype(np.int64)
-    return quant.saturate_cast(quantized, in_type), qmin
-
-
-def _prepare_table(ctx: OperationContext) -> TableData:
-    x, out = ctx.input(0), ctx.output(0)
-    ctx.set_output_shape(0, x.shape)
-    if x.type == F32:
-        return TableData(None)
-    table, qmin = _lookup_table(ctx.op_type, x.type, x.scale, x.zero_point, out.scale,
-                                out.zero_point)
-    return TableData(table, qmin)
-
-
-def _downscale_to_int16_multiplier(m: int) -> int:
-    """DownScaleInt32ToInt16Multiplier: round a Q31 multiplier to Q15, saturating."""
-    if m >= quant.INT32_MAX - (1 << 15):
-        return 32767
-    return (m + (1 << 15)) >> 16
-
-
-def hard_swish_params(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> HardSwishData:
-    """HardSwishPrepare: scales combined in float32, then quantized in double."""
-    hires_input_scale = np.float32(1.0 / 128.0) * np.float32(in_scale)
-    output_multiplier = float(hires_input_scale / np.float32(out_scale))
-    reluish_multiplier = float(hires_input_scale / np.float32(3.0 / 32768.0))
-    om, oe = quant.quantize_multiplier(output_multiplier)
-    rm, re = quant.quantize_multiplier(reluish_multiplier)
-    return HardSwishData(in_zp, out_zp, _downscale_to_int16_multiplier(om), oe,
-                         _downscale_to_int16_multiplier(rm), re)
-
-
-def _prepare_hard_swish(ctx: OperationContext) -> HardSwishData:
-    x, out = ctx.input(0), ctx.output(0)
-    ctx.set_output_shape(0, x.shape)
-    if x.type == F32:
-        return HardSwishData()
-    data = hard_swish_params(x.scale, x.zero_point, out.scale, out.zero_point)
-    if data.output_multiplier_exponent > 0:  # TFLite rejects this too
-        raise ctx.fail(f"input scale {x.scale} is too large for output scale {out.scale} "
-                       f"(input_scale / 128 / output_scale must be below 1)")
-    return data
-
-
-# ---- execute ----------------------------------------------------------------
-
-def _execute_relu(ctx: OperationContext, inputs: list) -> list:
-    d: ClampData = ctx.data
-    x = inputs[0]
-    hi = None if isinstance(d.hi, float) and math.isinf(d.hi) else d.hi
-    return [np.clip(x, d.lo, hi).astype(x.dtype, copy=False)]
-
-
-def _execute_logistic(ctx: OperationContext, inputs: list) -> list:
-    x = inputs[0]
-    if ctx.data.table is None:
-        with np.errstate(over="ignore"):
-            return [(np.float32(1) / (np.float32(1) + np.exp(-x))).astype(np.float32)]
-    return [_apply_table(ctx.data, x)]
-
-
-def _execute_tanh(ctx: OperationContext, inputs: list) -> list:
-    x = inputs[0]
-    if ctx.data.table is None:
-        return [np.tanh(x)]
-    return [_apply_table(ctx.data, x)]
-
-
-def _apply_table(d: TableData, x: np.ndarray) -> np.ndarray:
-    return d.table[x.astype(np.int64) - d.qmin]
-
-
-def _srdhm16(a: np.ndarray, b) -> np.ndarray:
-    """gemmlowp SaturatingRoundingDoublingHighMul on int16 values."""
-    ab = a.astype(np.int64) * np.int64(b)
-    nudge = np.where(ab >= 0, 1 << 14, 1 - (1 << 14))
-    s = ab + nudge
-    q = np.abs(s) >> 15
-    res = np.where(s >= 0, q, -q)
-    return np.where((a == -32768) & (b == -32768), 32767, res)
-
-
-def _sdhm16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """SaturatingDoublingHighMul (truncating, no rounding nudge) on int16 values."""
-    ab = a.astype(np.int64) * b.astype(np.int64)
-    q = np.abs(ab) >> 15
-    res = np.where(ab >= 0, q, -q)
-    return np.where((a == -32768) & (b == -32768), 32767, res)
-
-
-def _rounding_divide_by_pot16(x: np.ndarray, exponent: int) -> np.ndarray:
-    """gemmlowp RoundingDivideByPOT on int16: for exponent >= 16 the mask wraps to -1, so the
-    result is +1 for x >= 0 and -1 for x < 0 (what TFLite computes; reproduced on purpose)."""
-    mask = (((1 << exponent) - 1 + 32768) & 0xFFFF) - 32768
-    remainder = x & mask
-    threshold = (mask >> 1) + (x < 0)
-    return (x >> exponent) + (remainder > threshold)
-
-
-def _saturating_left_shift16(x: np.ndarray, amount: int) -> np.ndarray:
-    return np.clip(x.astype(np.int64) << amount, -32768, 32767)
-
-
-def _hard_swish_quant8(d: HardSwishData, x: np.ndarray, out_type: int) -> np.ndarray:
-    """reference_ops::HardSwish (quantized): int16 fixed point throughout."""
-    hires = (x.astype(np.int64) - d.input_zero_point) * (1 << 7)
-    preshift_out = _srdhm16(hires, d.output_multiplier_fixedpoint_int16)
-    reluish = hires
-    if d.reluish_multiplier_exponent > 0:
-        reluish = _saturating_left_shift16(reluish, d.reluish_multiplier_exponent - 1)
-    reluish = _srdhm16(reluish, d.reluish_multiplier_fixedpoint_int16)
-    if d.reluish_multiplier_exponent > 0:
-        reluish = _saturating_left_shift16(reluish, 1)
-    if d.reluish_multiplier_exponent < 0:
-        reluish = _rounding_divide_by_pot16(reluish, -d.reluish_multiplier_exponent)
-    reluish = (reluish + (1 << 15)) >> 1  # [-1, 1] -> [0, 1] in Q0.15
-    out = _sdhm16(reluish, preshift_out)
-    out = _rounding_divide_by_pot16(out, -d.output_multiplier_exponent) + d.output_zero_point
-    out = ((out + 32768) & 0xFFFF) - 32768  # the sum is held in an int16_t in TFLite
-    return quant.saturate_cast(out, out_type)
-
-
-def _execute_hard_swish(ctx: OperationContext, inputs: list) -> list:
-    x = inputs[0]
-    if x.dtype == np.float32:
-        six = np.float32(6)
-        return [(x * np.clip(x + np.float32(3), np.float32(0), six) / six).astype(np.float32)]
-    return [_hard_swish_quant8(ctx.data, x, ctx.outputs[0].type)]
-
-
-register([OperationType.RELU, OperationType.RELU1, OperationType.RELU6], validate=_validate_relu,
-         prepare=_prepare_relu, execute=_execute_relu, supported_types=(F32, QU8, QS8))
-register(OperationType.LOGISTIC, validate=_validate_fixed_output, prepare=_prepare_table,
-         execute=_execute_logistic, supported_types=(F32, QU8, QS8))
-register(OperationType.TANH, validate=_validate_fixed_output, prepare=_prepare_table,
-         execute=_execute_tanh, supported_types=(F32, QU8, QS8))
-register(OperationType.HARD_SWISH, validate=_validate_hard_swish, prepare=_prepare_hard_swish,
-         execute=_execute_hard_swish, supported_types=(F32, QU8, QS8))
+register([RELU, RELU1, RELU6], validate=validate_relu, prepare=prepare, input_types=TYPES, num_inputs=(1,),
+         min_feature_level=FeatureLevel.FL1, type_feature_levels={QS8: FeatureLevel.FL4})
+register(LOGISTIC, validate=validate_fixed_output, prepare=prepare, input_types=TYPES, num_inputs=(1,),
+         min_feature_level=FeatureLevel.FL1, type_feature_levels={QS8: FeatureLevel.FL4})
+register(TANH, validate=validate_fixed_output, prepare=prepare, input_types=TYPES, num_inputs=(1,),
+         min_feature_level=FeatureLevel.FL1, type_feature_levels={QU8: FeatureLevel.FL3, QS8: FeatureLevel.FL4})
+register(HARD_SWISH, validate=validate_hard_swish, prepare=prepare, input_types=TYPES, num_inputs=(1,),
+         min_feature_level=FeatureLevel.FL4)

@@ -1,10 +1,11 @@
-"""Broadcasting binary ops: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, and PRELU.
+"""ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, PRELU: NNAPI's broadcasting binary operations.
 
-Float paths are numpy ufuncs (bit-identical to TFLite's float kernels); the
-quantized paths reproduce TFLite 2.14's reference integer kernels exactly
-(add.cc / sub.cc / mul.cc Prepare, reference_ops and reference_integer_ops
-Add, Mul and Prelu). Multipliers are derived from float32 scales in float or
-double exactly where TFLite does, since one ulp can flip a rounding.
+Signature: (input 0, input 1[, fused activation]) -> output, every tensor of input 0's type; the
+two input shapes broadcast (numpy's rules, trailing dimensions first) to the output's. ADD, SUB,
+MUL and DIV take a fused activation code (input 2) and ranks up to 4; MAXIMUM, MINIMUM and PRELU
+take no activation, and PRELU (input 1 is alpha) needs rank >= 1. A quantized MUL requires
+output scale > input 1 scale * input 2 scale. Quantized MAXIMUM/MINIMUM inputs may each have their
+own scale and zero point (values are compared in the output's quantization).
 """
 from __future__ import annotations
 
@@ -12,295 +13,99 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hal import quant
-from hal.operations._legacy import register
-from hal.operations.common import F32, INT32, QS8, QU8, QUANT8, broadcast_shape, fused_activation
-from hal.registry import OperationContext
-from hal.types import FusedActivationFunc, OperationType
+from hal.operations.common import F32, QS8, QU8, QUANT8, broadcast_shape, fused_activation
+from hal.registry import OperationContext, register
+from hal.types import FeatureLevel, FusedActivationFunc, OperationType
 
-f32 = np.float32
+ADD, SUB, MUL, DIV = OperationType.ADD, OperationType.SUB, OperationType.MUL, OperationType.DIV
+MAXIMUM, MINIMUM, PRELU = OperationType.MAXIMUM, OperationType.MINIMUM, OperationType.PRELU
+
+#: Input-0 types each operation is defined for here.
+TYPES = {ADD: (F32, QU8, QS8), SUB: (F32, QU8, QS8), MUL: (F32, QU8, QS8), DIV: (F32,),
+         MAXIMUM: (F32, QU8, QS8), MINIMUM: (F32, QU8, QS8), PRELU: (F32, QU8, QS8)}
+#: Highest rank NNAPI's ADD, SUB, MUL and DIV accept.
+MAX_RANK = 4
+
+LHS, RHS, ACTIVATION = 0, 1, 2  # operand positions (ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM)
+INPUT, ALPHA = 0, 1  # PRELU
 
 
-# ---- shared signature checks --------------------------------------------------
+@dataclass
+class BinaryParams:
+    """What every backend computes from: the broadcast output shape and the fused activation
+    (NONE for MAXIMUM, MINIMUM and PRELU, which have none)."""
 
-def _validate_binary(ctx: OperationContext, types: tuple, *, has_activation: bool,
-                     max_rank: int | None) -> None:
-    """NNAPI binary op: (in0, in1[, activation]) -> out, all tensors of in0's type."""
-    ctx.expect_num_inputs(3 if has_activation else 2)
-    ctx.expect_num_outputs(1)
-    ctx.expect_input_type(0, *types)
-    t = ctx.input_type(0)
-    ctx.expect_input_type(1, t)
+    shape: tuple[int, ...]
+    act: FusedActivationFunc = FusedActivationFunc.NONE
+
+
+# ---- validate -------------------------------------------------------------------------------------
+
+def _validate_binary(ctx: OperationContext, max_rank: int | None) -> int:
+    """Input 1 and the output have input 0's type; both inputs within ``max_rank``."""
+    t = ctx.input_type(LHS)
+    ctx.expect_input_type(RHS, t)
     ctx.expect_output_type(0, t)
     if max_rank is not None:
-        ctx.expect_max_input_rank(0, max_rank)
-        ctx.expect_max_input_rank(1, max_rank)
-    if has_activation:
-        fused_activation(ctx, 2)
-    a, b = ctx.input(0), ctx.input(1)
-    if a.fully_specified and b.fully_specified:
-        broadcast_shape(ctx, a.shape, b.shape)
+        ctx.expect_max_input_rank(LHS, max_rank)
+        ctx.expect_max_input_rank(RHS, max_rank)
+    return t
 
 
-def _set_broadcast_output(ctx: OperationContext) -> tuple[int, ...]:
-    shape = broadcast_shape(ctx, ctx.input(0).shape, ctx.input(1).shape)
-    ctx.set_output_shape(0, shape)
-    return shape
-
-
-def _activation_range(ctx: OperationContext, act: int) -> tuple[int, int]:
-    out = ctx.output(0)
-    return quant.activation_range_quantized(act, out.type, out.scale, out.zero_point)
-
-
-# ---- ADD / SUB ----------------------------------------------------------------
-
-@dataclass
-class AddSubData:
-    """ADD/SUB quantized parameters (TFLite's OpData for add.cc/sub.cc)."""
-
-    act: int
-    input1_offset: int = 0
-    input2_offset: int = 0
-    output_offset: int = 0
-    left_shift: int = 20
-    input1_multiplier: int = 0
-    input1_shift: int = 0
-    input2_multiplier: int = 0
-    input2_shift: int = 0
-    output_multiplier: int = 0
-    output_shift: int = 0
-    act_min: int = 0
-    act_max: int = 0
-
-
-def _validate_add_sub(ctx: OperationContext) -> None:
-    _validate_binary(ctx, (F32, QU8, QS8), has_activation=True, max_rank=4)
-
-
-def _prepare_add_sub(ctx: OperationContext) -> AddSubData:
-    a, b, out = ctx.input(0), ctx.input(1), ctx.output(0)
-    _set_broadcast_output(ctx)
-    data = AddSubData(act=fused_activation(ctx, 2))
-    if a.type in QUANT8:
-        # add.cc / sub.cc PrepareGeneralSubOp (8-bit): `2 * max(s1, s2)` is a float product
-        # promoted to double, the per-input ratios are float / double, as in TFLite.
-        data.input1_offset = -a.zero_point
-        data.input2_offset = -b.zero_point
-        data.output_offset = out.zero_point
-        twice_max = float(f32(2) * max(f32(a.scale), f32(b.scale)))
-        data.input1_multiplier, data.input1_shift = quant.quantize_multiplier_smaller_than_one_exp(
-            float(f32(a.scale)) / twice_max)
-        data.input2_multiplier, data.input2_shift = quant.quantize_multiplier_smaller_than_one_exp(
-            float(f32(b.scale)) / twice_max)
-        data.output_multiplier, data.output_shift = quant.quantize_multiplier_smaller_than_one_exp(
-            twice_max / float(f32(1 << data.left_shift) * f32(out.scale)))
-        if ctx.op_type == OperationType.SUB:
-            # sub.cc runs the ADD kernel with input 2's multiplier negated (op_sign = -1). Not
-            # the same as subtracting: SaturatingRoundingDoublingHighMul breaks ties asymmetrically.
-            data.input2_multiplier = -data.input2_multiplier
-        data.act_min, data.act_max = _activation_range(ctx, data.act)
-    return data
-
-
-def _execute_add_sub(ctx: OperationContext, inputs: list) -> list:
-    a, b = inputs[0], inputs[1]
-    d: AddSubData = ctx.data
-    if a.dtype == np.float32:
-        op = np.add if ctx.op_type == OperationType.ADD else np.subtract
-        return [quant.apply_activation_float(op(a, b), d.act)]
-    return [_add_quant8(a, b, d, ctx.outputs[0].type)]
-
-
-def _add_quant8(a: np.ndarray, b: np.ndarray, d: AddSubData, out_type: int) -> np.ndarray:
-    """reference_ops::AddElementwise / BroadcastAdd*Slow (uint8 and int8 are the same math)."""
-    x = (a.astype(np.int64) + d.input1_offset) << d.left_shift
-    y = (b.astype(np.int64) + d.input2_offset) << d.left_shift
-    x = quant.multiply_by_quantized_multiplier_smaller_than_one_exp(x, d.input1_multiplier, d.input1_shift)
-    y = quant.multiply_by_quantized_multiplier_smaller_than_one_exp(y, d.input2_multiplier, d.input2_shift)
-    raw = quant.multiply_by_quantized_multiplier_smaller_than_one_exp(
-        x + y, d.output_multiplier, d.output_shift) + d.output_offset
-    return quant.saturate_cast(raw, out_type, d.act_min, d.act_max)
-
-
-# ---- MUL ------------------------------------------------------------------------
-
-@dataclass
-class MulData:
-    """mul.cc OpData: one output multiplier for s1 * s2 / s_out."""
-
-    act: int
-    input1_offset: int = 0
-    input2_offset: int = 0
-    output_offset: int = 0
-    output_multiplier: int = 0
-    output_shift: int = 0
-    act_min: int = 0
-    act_max: int = 0
-
-
-def _validate_mul(ctx: OperationContext) -> None:
-    _validate_binary(ctx, (F32, QU8, QS8), has_activation=True, max_rank=4)
-    a, b, out = ctx.input(0), ctx.input(1), ctx.output(0)
-    if a.type in QUANT8:
+def validate_arithmetic(ctx: OperationContext) -> None:
+    """ADD, SUB, MUL, DIV."""
+    t = _validate_binary(ctx, MAX_RANK)
+    fused_activation(ctx, ACTIVATION)
+    if ctx.op_type == MUL and t in QUANT8:
         # NNAPI MUL (and AOSP's validation, in float): output_scale > input1_scale * input2_scale.
-        product = f32(a.scale) * f32(b.scale)
-        ctx.check(f32(out.scale) > product,
+        a, b, out = ctx.input(LHS), ctx.input(RHS), ctx.output(0)
+        product = np.float32(a.scale) * np.float32(b.scale)
+        ctx.check(np.float32(out.scale) > product,
                   f"output scale {out.scale} must be greater than input1 scale * input2 scale "
                   f"({float(product)})")
 
 
-def _prepare_mul(ctx: OperationContext) -> MulData:
-    a, b, out = ctx.input(0), ctx.input(1), ctx.output(0)
-    _set_broadcast_output(ctx)
-    data = MulData(act=fused_activation(ctx, 2))
-    if a.type in QUANT8:
-        data.input1_offset = -a.zero_point
-        data.input2_offset = -b.zero_point
-        data.output_offset = out.zero_point
-        # mul.cc: `double real_multiplier = s1 * s2 / s_out` evaluated in float.
-        real = float(f32(a.scale) * f32(b.scale) / f32(out.scale))
-        data.output_multiplier, data.output_shift = quant.quantize_multiplier(real)
-        data.act_min, data.act_max = _activation_range(ctx, data.act)
-    return data
+def validate_min_max(ctx: OperationContext) -> None:
+    _validate_binary(ctx, None)
 
 
-def _execute_mul(ctx: OperationContext, inputs: list) -> list:
-    a, b = inputs[0], inputs[1]
-    d: MulData = ctx.data
-    if a.dtype == np.float32:
-        return [quant.apply_activation_float(np.multiply(a, b), d.act)]
-    prod = (a.astype(np.int64) + d.input1_offset) * (b.astype(np.int64) + d.input2_offset)
-    raw = quant.multiply_by_quantized_multiplier(prod, d.output_multiplier, d.output_shift)
-    return [quant.saturate_cast(raw + d.output_offset, ctx.outputs[0].type, d.act_min, d.act_max)]
+def validate_prelu(ctx: OperationContext) -> None:
+    _validate_binary(ctx, None)
+    ctx.expect_input_rank_between(INPUT, 1, None)
 
 
-# ---- DIV (float32) ----------------------------------------------------------------
+# ---- prepare --------------------------------------------------------------------------------------
 
-def _validate_div(ctx: OperationContext) -> None:
-    _validate_binary(ctx, (F32,), has_activation=True, max_rank=4)
-
-
-def _prepare_div(ctx: OperationContext) -> FusedActivationFunc:
-    _set_broadcast_output(ctx)
-    return fused_activation(ctx, 2)
+def _broadcast_output(ctx: OperationContext) -> tuple[int, ...]:
+    """The two input shapes must broadcast; their broadcast is the output shape."""
+    shape = broadcast_shape(ctx, ctx.input_shape(LHS), ctx.input_shape(RHS))
+    ctx.set_output_shape(0, shape)
+    return shape
 
 
-def _execute_div(ctx: OperationContext, inputs: list) -> list:
-    with np.errstate(divide="ignore", invalid="ignore"):  # x/0 is inf or nan, as in TFLite
-        y = np.divide(inputs[0], inputs[1])
-    return [quant.apply_activation_float(y, ctx.data)]
+def prepare_arithmetic(ctx: OperationContext) -> BinaryParams:
+    shape = _broadcast_output(ctx)
+    return BinaryParams(shape, fused_activation(ctx, ACTIVATION))
 
 
-# ---- MAXIMUM / MINIMUM -----------------------------------------------------------
-
-@dataclass
-class MinMaxData:
-    """Whether quantized inputs must be requantized to the output's scale (NNAPI allows
-    different scales; TFLite compares raw values and needs them equal)."""
-
-    requantize: bool = False
-    in_scales: tuple[float, float] = (0.0, 0.0)
-    in_zero_points: tuple[int, int] = (0, 0)
-    out_scale: float = 0.0
-    out_zero_point: int = 0
+def prepare_binary(ctx: OperationContext) -> BinaryParams:
+    """MAXIMUM, MINIMUM, PRELU."""
+    return BinaryParams(_broadcast_output(ctx))
 
 
-def _validate_min_max(ctx: OperationContext) -> None:
-    _validate_binary(ctx, (F32, QU8, QS8), has_activation=False, max_rank=None)
+# ---- registration ---------------------------------------------------------------------------------
 
-
-def _prepare_min_max(ctx: OperationContext) -> MinMaxData:
-    a, b, out = ctx.input(0), ctx.input(1), ctx.output(0)
-    _set_broadcast_output(ctx)
-    if a.type not in QUANT8:
-        return MinMaxData()
-    same = all((t.scale, t.zero_point) == (out.scale, out.zero_point) for t in (a, b))
-    return MinMaxData(not same, (a.scale, b.scale), (a.zero_point, b.zero_point),
-                      out.scale, out.zero_point)
-
-
-def _requantize(x: np.ndarray, scale: float, zero_point: int, d: MinMaxData, out_type: int) -> np.ndarray:
-    """AOSP requantize<T>: (q - zp) * scale in float, then / out_scale + out_zp in double,
-    clamped and rounded half away from zero."""
-    real = ((x.astype(np.int32) - zero_point).astype(np.float32) * f32(scale)).astype(np.float64)
-    q = real / float(f32(d.out_scale)) + d.out_zero_point
-    lo, hi = quant.quant_range(out_type)
-    return quant.saturate_cast(quant.round_half_away(np.clip(q, lo, hi)), out_type)
-
-
-def _execute_min_max(ctx: OperationContext, inputs: list) -> list:
-    a, b = inputs[0], inputs[1]
-    d: MinMaxData = ctx.data
-    if d.requantize:
-        t = ctx.outputs[0].type
-        a = _requantize(a, d.in_scales[0], d.in_zero_points[0], d, t)
-        b = _requantize(b, d.in_scales[1], d.in_zero_points[1], d, t)
-    # TFLite's `el1 > el2 ? el1 : el2` (and `<` for MINIMUM), NaN handling included.
-    pick_a = np.greater(a, b) if ctx.op_type == OperationType.MAXIMUM else np.less(a, b)
-    return [np.where(pick_a, a, b)]
-
-
-# ---- PRELU ----------------------------------------------------------------------
-
-@dataclass
-class PreluData:
-    """activations.cc PreluPrepare: one multiplier for x >= 0, one for x * alpha."""
-
-    input_offset: int = 0
-    alpha_offset: int = 0
-    output_offset: int = 0
-    output_multiplier_1: int = 0
-    output_shift_1: int = 0
-    output_multiplier_2: int = 0
-    output_shift_2: int = 0
-
-
-def _validate_prelu(ctx: OperationContext) -> None:
-    _validate_binary(ctx, (F32, QU8, QS8), has_activation=False, max_rank=None)
-    ctx.check(ctx.input(0).rank >= 1, "input 0 must have rank >= 1, got 0")
-
-
-def _prepare_prelu(ctx: OperationContext) -> PreluData:
-    x, alpha, out = ctx.input(0), ctx.input(1), ctx.output(0)
-    _set_broadcast_output(ctx)
-    data = PreluData()
-    if x.type in QUANT8:
-        data.input_offset = -x.zero_point
-        data.alpha_offset = -alpha.zero_point
-        data.output_offset = out.zero_point
-        # TFLite computes both ratios in float before widening to double.
-        data.output_multiplier_1, data.output_shift_1 = quant.quantize_multiplier(
-            float(f32(x.scale) / f32(out.scale)))
-        data.output_multiplier_2, data.output_shift_2 = quant.quantize_multiplier(
-            float(f32(x.scale) * f32(alpha.scale) / f32(out.scale)))
-    return data
-
-
-def _execute_prelu(ctx: OperationContext, inputs: list) -> list:
-    x, alpha = inputs[0], inputs[1]
-    d: PreluData = ctx.data
-    shape = ctx.output_shapes[0]
-    if x.dtype == np.float32:
-        x = np.broadcast_to(x, shape)
-        return [np.where(x >= 0, x, x * alpha)]
-    xv = np.broadcast_to(x.astype(np.int64) + d.input_offset, shape)
-    av = alpha.astype(np.int64) + d.alpha_offset
-    pos = quant.multiply_by_quantized_multiplier(xv, d.output_multiplier_1, d.output_shift_1)
-    neg = quant.multiply_by_quantized_multiplier(xv * av, d.output_multiplier_2, d.output_shift_2)
-    raw = np.where(xv >= 0, pos, neg) + d.output_offset
-    return [quant.saturate_cast(raw, ctx.outputs[0].type)]
-
-
-register([OperationType.ADD, OperationType.SUB], validate=_validate_add_sub,
-         prepare=_prepare_add_sub, execute=_execute_add_sub, supported_types=(F32, QU8, QS8))
-register(OperationType.MUL, validate=_validate_mul, prepare=_prepare_mul, execute=_execute_mul,
-         supported_types=(F32, QU8, QS8))
-register(OperationType.DIV, validate=_validate_div, prepare=_prepare_div, execute=_execute_div,
-         supported_types=(F32,))
-register([OperationType.MAXIMUM, OperationType.MINIMUM], validate=_validate_min_max,
-         prepare=_prepare_min_max, execute=_execute_min_max, supported_types=(F32, QU8, QS8))
-register(OperationType.PRELU, validate=_validate_prelu, prepare=_prepare_prelu,
-         execute=_execute_prelu, supported_types=(F32, QU8, QS8))
-
-__all__ = ["AddSubData", "MulData", "MinMaxData", "PreluData", "INT32"]
+register(ADD, validate=validate_arithmetic, prepare=prepare_arithmetic, input_types=TYPES[ADD],
+         num_inputs=(3,), min_feature_level=FeatureLevel.FL1, type_feature_levels={QS8: FeatureLevel.FL4})
+register(SUB, validate=validate_arithmetic, prepare=prepare_arithmetic, input_types=TYPES[SUB],
+         num_inputs=(3,), min_feature_level=FeatureLevel.FL2,
+         type_feature_levels={QU8: FeatureLevel.FL3, QS8: FeatureLevel.FL4})
+register(MUL, validate=validate_arithmetic, prepare=prepare_arithmetic, input_types=TYPES[MUL],
+         num_inputs=(3,), min_feature_level=FeatureLevel.FL1, type_feature_levels={QS8: FeatureLevel.FL4})
+register(DIV, validate=validate_arithmetic, prepare=prepare_arithmetic, input_types=TYPES[DIV],
+         num_inputs=(3,), min_feature_level=FeatureLevel.FL2)
+for _op in (MAXIMUM, MINIMUM):
+    register(_op, validate=validate_min_max, prepare=prepare_binary, input_types=TYPES[_op], num_inputs=(2,),
+             min_feature_level=FeatureLevel.FL3, type_feature_levels={QS8: FeatureLevel.FL4})
+register(PRELU, validate=validate_prelu, prepare=prepare_binary, input_types=TYPES[PRELU], num_inputs=(2,),
+         min_feature_level=FeatureLevel.FL3, type_feature_levels={QS8: FeatureLevel.FL4})

@@ -1,104 +1,64 @@
-"""MEAN: float32, uint8 and int8.
+"""MEAN: NNAPI's signature, rules and output shape.
 
-Quantized MEAN reproduces TFLite 2.14's reference kernel (reduce.cc with
-BUILTIN_REF -> reference_ops::QuantizedMeanOrSum), which treats every axis set
-alike: the multiplier M * 2^shift of in_scale / out_scale absorbs 1/count as
-M' = (M << k) // count, shift' = shift - k (k = floor(log2(count)), capped at
-32 and at 31 + shift), then
-
-    out = MultiplyByQuantizedMultiplier(sum(q) - count * in_zp, M', shift') + out_zp.
-
-(Checked bit-exact against tflite-runtime 2.14; older TFLite sources with a
-separate "Mean4D" path for axes [1, 2] do not describe 2.14.) NNAPI requires the
-quantized output to share the input's scale and zero point, which validate
-enforces; the kernel itself would handle different ones.
+Inputs: 0 the tensor (rank 1 to 4); 1 the axes, a 1-D TENSOR_INT32 (values in [-rank, rank),
+negative ones counting from the end, duplicates allowed; no entries means every axis); 2 keep_dims,
+an INT32 scalar (positive: reduced dimensions stay, with length 1). Reducing every dimension
+without keep_dims gives shape [1]. A quantized output must have the input's scale and zero point.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import numpy as np
+from hal.operations.common import F32, I32, INT32, QS8, QU8, QUANT8, param
+from hal.registry import OperationContext, register
+from hal.types import FeatureLevel, OperationType
 
-from hal import quant
-from hal.operations._legacy import register
-from hal.operations.common import F32, I32, INT32, QS8, QU8, QUANT8
-from hal.registry import OperationContext
-from hal.types import OperationType
+MEAN = OperationType.MEAN
+TYPES = (F32, QU8, QS8)
+MAX_RANK = 4
+
+INPUT, AXES, KEEP_DIMS = 0, 1, 2
 
 
 @dataclass
-class MeanData:
-    axes: tuple[int, ...]  # resolved: non-negative, deduplicated, sorted
+class MeanParams:
+    """Resolved reduction: what every backend computes from."""
+
+    axes: tuple[int, ...]  # non-negative, deduplicated, sorted
+    keep_dims: bool
     out_shape: tuple[int, ...]
-    count: int  # elements averaged into each output
-    multiplier: int = 0
-    shift: int = 0
-    input_zero_point: int = 0
-    output_zero_point: int = 0
 
 
-def _axes(ctx: OperationContext) -> tuple[int, ...]:
+def validate(ctx: OperationContext) -> None:
+    t = ctx.input_type(INPUT)
+    ctx.expect_output_type(0, t)
+    ctx.expect_input_rank_between(INPUT, 1, MAX_RANK)
+    ctx.expect_input_type(AXES, I32)
+    ctx.expect_input_rank(AXES, 1)
+    param(ctx, KEEP_DIMS, INT32)
+    if t in QUANT8:
+        ctx.expect_same_quantization(INPUT)
+
+
+def _axes(ctx: OperationContext, rank: int) -> tuple[int, ...]:
     """Resolved axes (NNAPI: negative values count from the end; no axes means all of them)."""
-    rank = ctx.input(0).rank
-    raw = [int(a) for a in ctx.constant(1).reshape(-1)]
+    raw = [int(a) for a in ctx.constant(AXES).reshape(-1)]
     for a in raw:
         ctx.check(-rank <= a < rank, f"axis {a} is out of range for an input of rank {rank}")
     return tuple(sorted({a % rank for a in raw})) if raw else tuple(range(rank))
 
 
-def _validate(ctx: OperationContext) -> None:
-    ctx.expect_num_inputs(3)
-    ctx.expect_num_outputs(1)
-    ctx.expect_input_type(0, F32, QU8, QS8)
-    ctx.expect_output_type(0, ctx.input_type(0))
-    rank = ctx.input(0).rank
-    ctx.check(1 <= rank <= 4, f"input 0 must have rank 1 to 4, got {rank}")
-    ctx.expect_input_type(1, I32)
-    ctx.expect_input_rank(1, 1)
-    _axes(ctx)
-    ctx.scalar(2, INT32)
-    if ctx.input_type(0) in QUANT8:
-        ctx.expect_same_quantization(0)
-
-
-def _mean_multiplier(real: float, count: int) -> tuple[int, int]:
-    """QuantizeMultiplier(real) with 1/count folded in, as QuantizedMeanOrSum does it."""
-    multiplier, shift = quant.quantize_multiplier(real)
-    k = min(count.bit_length() - 1, 32, 31 + shift)
-    return (multiplier << k) // count, shift - k
-
-
-def _prepare(ctx: OperationContext) -> MeanData:
-    x, out = ctx.input(0), ctx.output(0)
-    axes = _axes(ctx)
-    if ctx.scalar(2, INT32) > 0:
-        out_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+def prepare(ctx: OperationContext) -> MeanParams:
+    shape = ctx.input_shape(INPUT)
+    axes = _axes(ctx, len(shape))
+    keep = ctx.scalar(KEEP_DIMS, INT32) > 0
+    if keep:
+        out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
     else:
-        out_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes) or (1,)
+        out_shape = tuple(d for i, d in enumerate(shape) if i not in axes) or (1,)
     ctx.set_output_shape(0, out_shape)
-    d = MeanData(axes=axes, out_shape=out_shape, count=math.prod(x.shape[i] for i in axes),
-                 input_zero_point=x.zero_point, output_zero_point=out.zero_point)
-    if x.type in QUANT8 and d.count > 0:
-        # PrepareMeanOrSum: float scales promoted to double before dividing.
-        real = float(np.float32(x.scale)) / float(np.float32(out.scale))
-        d.multiplier, d.shift = _mean_multiplier(real, d.count)
-    return d
+    return MeanParams(axes, keep, out_shape)
 
 
-def _execute(ctx: OperationContext, inputs: list) -> list:
-    d: MeanData = ctx.data
-    x = inputs[0]
-    t = ctx.outputs[0].type
-    if d.count == 0:  # TFLite fills an empty reduction with NaN (0 for integers)
-        return [np.full(d.out_shape, np.nan if t == F32 else 0, x.dtype)]
-    if t == F32:
-        mean = np.mean(x, axis=d.axes, dtype=np.float64)
-        return [mean.astype(np.float32).reshape(d.out_shape)]
-    acc = np.sum(x, axis=d.axes, dtype=np.int64) - d.count * d.input_zero_point
-    acc = quant.multiply_by_quantized_multiplier(acc, d.multiplier, d.shift) + d.output_zero_point
-    return [quant.saturate_cast(acc, t).reshape(d.out_shape)]
-
-
-register(OperationType.MEAN, validate=_validate, prepare=_prepare, execute=_execute,
-         supported_types=(F32, QU8, QS8))
+register(MEAN, validate=validate, prepare=prepare, input_types=TYPES, num_inputs=(3,),
+         min_feature_level=FeatureLevel.FL2, type_feature_levels={QS8: FeatureLevel.FL4})

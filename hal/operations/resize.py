@@ -1,14 +1,10 @@
-"""RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR.
+"""RESIZE_BILINEAR (NNAPI 1.0) and RESIZE_NEAREST_NEIGHBOR (NNAPI 1.2).
 
-Bit-exact with TFLite 2.14's reference kernels (reference/resize_bilinear.h,
-resize_nearest_neighbor.h), which pick a different arithmetic per type:
-
-* float32 and uint8: ``ResizeBilinear<T>`` in float32; uint8 adds 0.5 and truncates.
-* int8: ``ResizeBilinearInteger``, 10-bit fixed-point positions and 20-bit
-  products, rounded half away from zero.
-
-All source positions and weights depend only on shapes, so prepare computes
-them; execute gathers rows/columns and blends.
+Inputs: 0 a 4-D tensor (NHWC, or NCHW with the layout flag); 1 and 2 the output width and height
+(INT32), or width and height scale factors (FLOAT32, NNAPI 1.2: output size floor(size * scale)),
+both of one type; 3 the NCHW layout flag (BOOL; optional for RESIZE_BILINEAR, which NNAPI 1.0
+defined with inputs 0-2 only); 4 align_corners and 5 half_pixel_centers (optional BOOLs, NNAPI
+1.3, not both true). The output has input 0's type and quantization.
 """
 from __future__ import annotations
 
@@ -16,179 +12,78 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hal import quant
-from hal.operations._legacy import register
-from hal.operations.common import BOOL, F32, FLOAT32, INT32, QS8, QU8, QUANT8
-from hal.registry import OperationContext
-from hal.types import OperationType
+from hal.operations.common import BOOL, F32, FLOAT32, INT32, QS8, QU8, QUANT8, optional_param, param
+from hal.registry import OperationContext, register
+from hal.types import FeatureLevel, OperationType
 
 BILINEAR, NEAREST = OperationType.RESIZE_BILINEAR, OperationType.RESIZE_NEAREST_NEIGHBOR
-_LAYOUT, _ALIGN, _HALF = 3, 4, 5
+TYPES = (F32, QU8, QS8)
+
+INPUT = 0
+WIDTH, HEIGHT = 1, 2  # output size (INT32) or scale factors (FLOAT32)
+LAYOUT, ALIGN_CORNERS, HALF_PIXEL_CENTERS = 3, 4, 5
 
 
 @dataclass
-class Axis:
-    """Per output row (or column): the two source indexes and their weights."""
+class ResizeParams:
+    """Resolved geometry (NHWC terms) of one resize: every backend computes from this."""
 
-    lo: np.ndarray
-    hi: np.ndarray
-    w_lo: np.ndarray | None = None  # float32 (1 - frac) or int64 (1024 - frac_10)
-    w_hi: np.ndarray | None = None
-
-
-@dataclass
-class ResizeData:
     kind: OperationType
     nchw: bool
-    integer: bool  # int8 bilinear: ResizeBilinearInteger
-    rows: Axis
-    cols: Axis
+    align_corners: bool
+    half_pixel_centers: bool
+    in_h: int
+    in_w: int
+    out_h: int
+    out_w: int
 
 
-def _flags(ctx: OperationContext) -> tuple[bool, bool, bool]:
-    nchw = bool(ctx.optional_scalar(_LAYOUT, False, BOOL))
-    align = bool(ctx.optional_scalar(_ALIGN, False, BOOL))
-    half = bool(ctx.optional_scalar(_HALF, False, BOOL))
+def _flags(ctx: OperationContext) -> tuple[bool | None, bool | None, bool | None]:
+    """(nchw, align_corners, half_pixel_centers); None for a flag validate cannot read."""
+    nchw = optional_param(ctx, LAYOUT, False, BOOL)
+    align = optional_param(ctx, ALIGN_CORNERS, False, BOOL)
+    half = optional_param(ctx, HALF_PIXEL_CENTERS, False, BOOL)
     ctx.check(not (align and half), "align_corners and half_pixel_centers cannot both be true")
-    return nchw, align, half
+    return tuple(None if v is None else bool(v) for v in (nchw, align, half))
 
 
-def _validate_resize(ctx: OperationContext) -> None:
-    if ctx.op_type == BILINEAR:
-        ctx.expect_num_inputs(3, 4, 5, 6)
-    else:  # the layout operand is mandatory for RESIZE_NEAREST_NEIGHBOR
-        ctx.expect_num_inputs(4, 5, 6)
-    ctx.expect_num_outputs(1)
-    ctx.expect_input_type(0, F32, QU8, QS8)
-    t = ctx.input_type(0)
+def validate(ctx: OperationContext) -> None:
+    t = ctx.input_type(INPUT)
     ctx.expect_output_type(0, t)
-    ctx.expect_input_rank(0, 4)
+    ctx.expect_input_rank(INPUT, 4)
     if t in QUANT8:
-        ctx.expect_same_quantization(0)
-    ctx.expect_input_type(2, INT32, FLOAT32)
-    ctx.expect_input_type(1, ctx.input_type(2))
-    w, h = ctx.scalar(1), ctx.scalar(2)
-    what = "output width/height" if ctx.input_type(2) == INT32 else "width/height scales"
-    ctx.check(w > 0 and h > 0, f"{what} must be > 0, got {w}, {h}")
+        ctx.expect_same_quantization(INPUT)
+    ctx.expect_input_type(HEIGHT, INT32, FLOAT32)
+    ctx.expect_input_type(WIDTH, ctx.input_type(HEIGHT))
+    w, h = param(ctx, WIDTH), param(ctx, HEIGHT)
+    what = "output width/height" if ctx.input_type(HEIGHT) == INT32 else "width/height scales"
+    ctx.check(all(v is None or v > 0 for v in (w, h)), f"{what} must be > 0, got {w}, {h}")
     _flags(ctx)
 
 
 def _output_size(ctx: OperationContext, in_h: int, in_w: int) -> tuple[int, int]:
     """INT32 sizes, or FLOAT32 scales: floor(float(size) * scale) in float32 as AOSP does."""
-    if ctx.input_type(2) == INT32:
-        return int(ctx.scalar(2)), int(ctx.scalar(1))
-    h = int(np.floor(np.float32(in_h) * np.float32(ctx.scalar(2))))
-    w = int(np.floor(np.float32(in_w) * np.float32(ctx.scalar(1))))
+    if ctx.input_type(HEIGHT) == INT32:
+        return int(ctx.scalar(HEIGHT)), int(ctx.scalar(WIDTH))
+    h = int(np.floor(np.float32(in_h) * np.float32(ctx.scalar(HEIGHT))))
+    w = int(np.floor(np.float32(in_w) * np.float32(ctx.scalar(WIDTH))))
     ctx.check(h > 0 and w > 0, f"scaled output size must be > 0, got {h}x{w}")
     return h, w
 
 
-def _float_scale(in_size: int, out_size: int, align: bool) -> np.float32:
-    if align and out_size > 1:
-        return np.float32(in_size - 1) / np.float32(out_size - 1)
-    return np.float32(in_size) / np.float32(out_size)
-
-
-def _nearest_axis(in_size: int, out_size: int, align: bool, half: bool) -> Axis:
-    """reference_ops GetNearestNeighbor: float32 position, std::round when aligning corners."""
-    scale = _float_scale(in_size, out_size, align)
-    pos = (np.arange(out_size, dtype=np.float32) + np.float32(0.5 if half else 0.0)) * scale
-    idx = quant.round_half_away(pos) if align else np.floor(pos)
-    idx = np.minimum(idx.astype(np.int64), in_size - 1)
-    if half:
-        idx = np.maximum(idx, 0)
-    return Axis(idx, idx)
-
-
-def _bilinear_axis_float(in_size: int, out_size: int, align: bool, half: bool) -> Axis:
-    """ComputeInterpolationValues (float32): weights 1 - (pos - lo) and (pos - lo)."""
-    scale = _float_scale(in_size, out_size, align)
-    v = np.arange(out_size, dtype=np.float32)
-    pos = (v + np.float32(0.5)) * scale - np.float32(0.5) if half else v * scale
-    lo = np.maximum(np.floor(pos).astype(np.int64), 0)
-    hi = np.minimum(np.ceil(pos).astype(np.int64), in_size - 1)
-    frac = (pos - lo.astype(np.float32)).astype(np.float32)
-    return Axis(lo, hi, (np.float32(1) - frac).astype(np.float32), frac)
-
-
-def _bilinear_axis_integer(in_size: int, out_size: int, align: bool, half: bool) -> Axis:
-    """ComputeInterpolationValuesInteger: positions in 1/1024 units, C integer division."""
-    if align and out_size > 1:
-        scale_10 = ((1 << 10) * (in_size - 1) + (out_size - 1) // 2) // (out_size - 1)
-    else:
-        scale_10 = ((1 << 10) * in_size + out_size // 2) // out_size
-    v = np.arange(out_size, dtype=np.int64)
-    pos = v * scale_10 + scale_10 // 2 - (1 << 9) if half else v * scale_10
-    # TFLite does not clamp lo to in_size - 1: for large upscales (e.g. 1 -> 55, 2 -> 65 with
-    # neither flag set) its position rounds past the last pixel and it reads beyond the row.
-    # We clamp, which yields the edge pixel (lo == hi, the weights still sum to 1024).
-    lo = np.minimum(np.maximum(quant.trunc_div(pos, 1 << 10), 0), in_size - 1)
-    hi = np.minimum(quant.trunc_div(pos + (1 << 10) - 1, 1 << 10), in_size - 1)
-    frac = pos - (lo << 10)
-    return Axis(lo, hi, (1 << 10) - frac, frac)
-
-
-def _prepare_resize(ctx: OperationContext) -> ResizeData:
+def prepare(ctx: OperationContext) -> ResizeParams:
     nchw, align, half = _flags(ctx)
-    shape = ctx.input_shape(0)
+    shape = ctx.input_shape(INPUT)
     n, c, in_h, in_w = shape if nchw else (shape[0], shape[3], shape[1], shape[2])
     ctx.check(in_h > 0 and in_w > 0 and c > 0,
               f"input height, width and depth must be > 0, got {in_h}x{in_w}x{c}")
     out_h, out_w = _output_size(ctx, in_h, in_w)
-    integer = ctx.op_type == BILINEAR and ctx.input_type(0) == QS8
-    if ctx.op_type == NEAREST:
-        axis = _nearest_axis
-    else:
-        axis = _bilinear_axis_integer if integer else _bilinear_axis_float
-    rows, cols = axis(in_h, out_h, align, half), axis(in_w, out_w, align, half)
     ctx.set_output_shape(0, (n, c, out_h, out_w) if nchw else (n, out_h, out_w, c))
-    return ResizeData(OperationType(ctx.op_type), nchw, integer, rows, cols)
+    return ResizeParams(OperationType(ctx.op_type), nchw, align, half, in_h, in_w, out_h, out_w)
 
 
-def _bilinear_float(x: np.ndarray, r: Axis, c: Axis, integer_out: bool) -> np.ndarray:
-    """v00*(1-dy)*(1-dx) + v10*dy*(1-dx) + v01*(1-dy)*dx + v11*dy*dx, left to right in float32."""
-    xf = x.astype(np.float32, copy=False)
-    top, bottom = xf[:, r.lo], xf[:, r.hi]
-    wy0, wy1 = r.w_lo[None, :, None, None], r.w_hi[None, :, None, None]
-    wx0, wx1 = c.w_lo[None, None, :, None], c.w_hi[None, None, :, None]
-    acc = top[:, :, c.lo] * wy0 * wx0
-    acc += bottom[:, :, c.lo] * wy1 * wx0
-    acc += top[:, :, c.hi] * wy0 * wx1
-    acc += bottom[:, :, c.hi] * wy1 * wx1
-    if not integer_out:
-        return acc
-    acc += np.float32(0.5)  # rounding_offset, then static_cast<uint8_t> truncates
-    return np.trunc(acc).astype(x.dtype)
-
-
-def _bilinear_integer(x: np.ndarray, r: Axis, c: Axis) -> np.ndarray:
-    """20-bit fixed-point blend; (acc ± 2^19) / 2^20 with C division, then static_cast<int8_t>."""
-    xi = x.astype(np.int64)
-    top, bottom = xi[:, r.lo], xi[:, r.hi]
-    wy0, wy1 = r.w_lo[None, :, None, None], r.w_hi[None, :, None, None]
-    wx0, wx1 = c.w_lo[None, None, :, None], c.w_hi[None, None, :, None]
-    acc = (top[:, :, c.lo] * wy0 * wx0 + bottom[:, :, c.lo] * wy1 * wx0
-           + top[:, :, c.hi] * wy0 * wx1 + bottom[:, :, c.hi] * wy1 * wx1)
-    acc += np.where(acc > 0, 1 << 19, -(1 << 19))
-    return quant.trunc_div(acc, 1 << 20).astype(x.dtype)
-
-
-def _execute_resize(ctx: OperationContext, inputs: list) -> list:
-    d: ResizeData = ctx.data
-    x = inputs[0]
-    if d.nchw:
-        x = x.transpose(0, 2, 3, 1)
-    if d.kind == NEAREST:
-        out = x[:, d.rows.lo][:, :, d.cols.lo]
-    elif d.integer:
-        out = _bilinear_integer(x, d.rows, d.cols)
-    else:
-        out = _bilinear_float(x, d.rows, d.cols, integer_out=x.dtype != np.float32)
-    if d.nchw:
-        out = out.transpose(0, 3, 1, 2)
-    return [np.ascontiguousarray(out)]
-
-
-for _op in (BILINEAR, NEAREST):
-    register(_op, validate=_validate_resize, prepare=_prepare_resize, execute=_execute_resize,
-             supported_types=(F32, QU8, QS8))
+register(BILINEAR, validate=validate, prepare=prepare, input_types=TYPES, num_inputs=(3, 4, 5, 6),
+         min_feature_level=FeatureLevel.FL1, type_feature_levels={QU8: FeatureLevel.FL3, QS8: FeatureLevel.FL4})
+# The layout operand is mandatory for RESIZE_NEAREST_NEIGHBOR (it arrived with it, in NNAPI 1.2).
+register(NEAREST, validate=validate, prepare=prepare, input_types=TYPES, num_inputs=(4, 5, 6),
+         min_feature_level=FeatureLevel.FL3, type_feature_levels={QS8: FeatureLevel.FL4})

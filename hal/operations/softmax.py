@@ -1,130 +1,63 @@
-"""SOFTMAX: float32, and uint8/int8 bit-exact with TFLite 2.14's reference kernel.
+"""SOFTMAX: NNAPI's signature, rules and output shape.
 
-With BUILTIN_REF, TFLite runs reference_ops::Softmax for 8-bit tensors: input
-differences to the row maximum are rescaled by beta * input_scale into Q5.26,
-exponentiated with gemmlowp's fixed-point exp, summed in Q12.19 and normalised
-with a fixed-point reciprocal; the output is on NNAPI's fixed 1/256 scale.
-
-Deviation: when a row's sum of exponentials reaches 512 (about 512+ classes with
-near-equal inputs) TFLite's final shift exceeds 31 bits, which is undefined in C++
-(on x86 TFLite then outputs the type maximum). nnhal computes the intended value
-(a probability below 1/256, i.e. the type minimum) instead.
+Inputs: 0 the tensor (rank 1 to 4), 1 beta (a FLOAT32 scalar, positive), 2 the optional axis
+(an INT32 scalar in [-rank, rank), default -1; NNAPI 1.2). The output has the input's type and
+shape; quantized outputs have NNAPI's fixed quantization (SOFTMAX_OUTPUT_QUANT).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-import numpy as np
+from hal.operations.common import F32, FLOAT32, INT32, QS8, QU8, QUANT8, optional_param, param
+from hal.registry import OperationContext, register
+from hal.types import FeatureLevel, OperationType
 
-from hal import quant
-from hal.operations import fixedpoint as fp
-from hal.operations._legacy import register
-from hal.operations.common import F32, FLOAT32, INT32, QS8, QU8, QUANT8
-from hal.registry import OperationContext
-from hal.types import OperationType
+TYPES = (F32, QU8, QS8)
+INPUT, BETA, AXIS = 0, 1, 2
+MAX_RANK = 4
 
 #: NNAPI's fixed output quantization (scale, zero point).
 SOFTMAX_OUTPUT_QUANT = {QU8: (1.0 / 256, 0), QS8: (1.0 / 256, -128)}
 
-_SCALED_DIFF_INTEGER_BITS = 5  # the exp() input is Q5.26
-_ACCUMULATION_INTEGER_BITS = 12  # the sum of exps is Q12.19
-
 
 @dataclass
-class SoftmaxData:
+class SoftmaxParams:
     beta: float
     axis: int  # non-negative
-    input_multiplier: int = 0
-    input_left_shift: int = 0
-    diff_min: int = 0
 
 
-def _axis(ctx: OperationContext) -> int:
-    rank = ctx.input(0).rank
-    axis = ctx.optional_scalar(2, -1, INT32)
+def _check_beta(ctx: OperationContext, beta: float | None) -> None:
+    if beta is not None and not (math.isfinite(beta) and beta > 0):
+        raise ctx.fail(f"input {BETA}: beta must be a positive finite number, got {beta}")
+
+
+def _check_axis(ctx: OperationContext, axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
-        raise ctx.fail(f"input 2: axis {axis} is out of range for a rank-{rank} input")
+        raise ctx.fail(f"input {AXIS}: axis {axis} is out of range for a rank-{rank} input")
     return axis % rank
 
 
-def _validate(ctx: OperationContext) -> None:
-    ctx.expect_num_inputs(2, 3)
-    ctx.expect_num_outputs(1)
-    ctx.expect_input_type(0, F32, QU8, QS8)
-    t = ctx.input_type(0)
+def validate(ctx: OperationContext) -> None:
+    t = ctx.input_type(INPUT)
     ctx.expect_output_type(0, t)
-    rank = ctx.input(0).rank
-    if not 1 <= rank <= 4:
-        raise ctx.fail(f"input 0 must have rank 1 to 4, got {rank}")
-    beta = ctx.scalar(1, FLOAT32)
-    if not (math.isfinite(beta) and beta > 0):
-        raise ctx.fail(f"input 1: beta must be a positive finite number, got {beta}")
-    _axis(ctx)
+    ctx.expect_input_rank_between(INPUT, 1, MAX_RANK)
+    _check_beta(ctx, param(ctx, BETA, FLOAT32))
+    axis = optional_param(ctx, AXIS, -1, INT32)
+    if axis is not None and ctx.rank_known(INPUT):
+        _check_axis(ctx, axis, ctx.input(INPUT).rank)
     if t in QUANT8:
-        scale, zp = SOFTMAX_OUTPUT_QUANT[t]
-        out = ctx.output(0)
-        if np.float32(out.scale) != np.float32(scale) or out.zero_point != zp:
-            raise ctx.fail(f"output 0 quantization must be scale={scale}, zero_point={zp} "
-                           f"(got scale={out.scale}, zero_point={out.zero_point})")
+        ctx.expect_output_quantization(0, *SOFTMAX_OUTPUT_QUANT[t])
 
 
-def _prepare(ctx: OperationContext) -> SoftmaxData:
-    x = ctx.input(0)
+def prepare(ctx: OperationContext) -> SoftmaxParams:
+    x = ctx.input(INPUT)
     ctx.set_output_shape(0, x.shape)
-    beta = ctx.scalar(1, FLOAT32)
-    data = SoftmaxData(beta=beta, axis=_axis(ctx))
-    if x.type in QUANT8:
-        # PreprocessSoftmaxScaling (double math on the float32 beta and scale), capped at
-        # 2^31 - 1, then QuantizeMultiplierGreaterThanOne, which needs a multiplier > 1.
-        real = min(float(np.float32(beta)) * float(np.float32(x.scale))
-                   * (1 << (31 - _SCALED_DIFF_INTEGER_BITS)), (1 << 31) - 1.0)
-        if real <= 1.0:
-            raise ctx.fail(f"beta * input scale ({beta} * {x.scale}) is too small for the "
-                           f"fixed-point kernel (must exceed 2^-26)")
-        data.input_multiplier, data.input_left_shift = quant.quantize_multiplier(real)
-        # CalculateInputRadius: the largest |diff| whose rescaled value fits Q5.26.
-        radius = math.floor(((1 << _SCALED_DIFF_INTEGER_BITS) - 1)
-                            * (1 << (31 - _SCALED_DIFF_INTEGER_BITS))
-                            / (1 << data.input_left_shift))
-        data.diff_min = -radius
-    return data
+    beta = ctx.scalar(BETA, FLOAT32)
+    _check_beta(ctx, beta)
+    axis = _check_axis(ctx, ctx.optional_scalar(AXIS, -1, INT32), x.rank)
+    return SoftmaxParams(beta, axis)
 
 
-def _softmax_float(x: np.ndarray, beta: float) -> np.ndarray:
-    """Over the last axis, as reference_ops::Softmax (float)."""
-    e = np.exp((x - x.max(axis=-1, keepdims=True)) * np.float32(beta))
-    return (e / e.sum(axis=-1, keepdims=True, dtype=np.float32)).astype(np.float32)
-
-
-def _softmax_quant8(x: np.ndarray, d: SoftmaxData, out_type: int) -> np.ndarray:
-    """reference_ops::Softmax<InputT, OutputT> over the last axis."""
-    qmin, qmax = quant.quant_range(out_type)
-    diff = x.astype(np.int64) - x.max(axis=-1, keepdims=True).astype(np.int64)
-    used = diff >= d.diff_min
-    safe_diff = np.where(used, diff, 0)
-    scaled_diff = quant.multiply_by_quantized_multiplier_greater_than_one(
-        safe_diff, d.input_multiplier, d.input_left_shift)
-    exps = fp.exp_on_negative_values(scaled_diff, _SCALED_DIFF_INTEGER_BITS)
-    terms = fp.rescale(exps, 0, _ACCUMULATION_INTEGER_BITS)
-    sum_of_exps = fp.wrap32(np.where(used, terms, 0).sum(axis=-1, keepdims=True))
-    reciprocal, num_bits_over_unit = fp.get_reciprocal(sum_of_exps, _ACCUMULATION_INTEGER_BITS)
-    out_bits = 8
-    unsat = quant.rounding_divide_by_pot(fp.mul(reciprocal, exps),
-                                         num_bits_over_unit + 31 - out_bits)
-    out = np.where(used, unsat + qmin, qmin)
-    return quant.saturate_cast(out, out_type)
-
-
-def _execute(ctx: OperationContext, inputs: list) -> list:
-    d: SoftmaxData = ctx.data
-    x = np.moveaxis(inputs[0], d.axis, -1)
-    if x.dtype == np.float32:
-        y = _softmax_float(x, d.beta)
-    else:
-        y = _softmax_quant8(x, d, ctx.outputs[0].type)
-    return [np.ascontiguousarray(np.moveaxis(y, -1, d.axis))]
-
-
-register(OperationType.SOFTMAX, validate=_validate, prepare=_prepare, execute=_execute,
-         supported_types=(F32, QU8, QS8))
+register(OperationType.SOFTMAX, validate=validate, prepare=prepare, input_types=TYPES, num_inputs=(2, 3),
+         optional_inputs=(AXIS,), min_feature_level=FeatureLevel.FL1, type_feature_levels={QS8: FeatureLevel.FL4})

@@ -1,4 +1,8 @@
-"""STRIDED_SLICE: begin/end/strides per axis with begin, end and shrink-axis masks.
+"""STRIDED_SLICE (NNAPI 1.1): begin/end/strides per axis with begin, end and shrink-axis masks.
+
+Inputs: 0 the tensor (rank <= 4), 1-3 begin, end and strides (1-D TENSOR_INT32, one entry per
+input dimension; this driver needs them constant), 4-6 the INT32 begin, end and shrink-axis
+masks. The output has input 0's type and quantization.
 
 Index resolution follows TFLite 2.14's strided_slice_logic.h (StridedSliceStart/
 EndForAxis), which for NNAPI's inputs agrees with AOSP's ClampedIndex: negative
@@ -11,18 +15,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+from hal.operations.common import INT32, QS8, param
+from hal.operations.shape import SHAPE_TYPES, expect_int_vector, need_constant_vector, need_shape, validate_same_io
+from hal.registry import OperationContext, register
+from hal.types import FeatureLevel, OperationType
 
-from hal.operations._legacy import register
-from hal.operations.common import INT32
-from hal.operations.shape import SHAPE_TYPES, int_vector, need_constant_vector, need_shape, validate_same_io
-from hal.registry import OperationContext
-from hal.types import OperationType
+INPUT = 0
+BEGIN, END, STRIDES = 1, 2, 3
+BEGIN_MASK, END_MASK, SHRINK_MASK = 4, 5, 6
+_VECTORS = ((BEGIN, "begin"), (END, "end"), (STRIDES, "strides"))
+_MASKS = (BEGIN_MASK, END_MASK, SHRINK_MASK)
+
+
+@dataclass(frozen=True)
+class SliceAxis:
+    """One input axis, resolved: ``count`` elements from ``start`` every ``stride``; a shrink axis
+    selects the one element at ``start`` and is dropped from the output."""
+
+    start: int
+    count: int
+    stride: int
+    shrink: bool
 
 
 @dataclass
-class SliceData:
-    index: tuple[slice, ...]
+class StridedSliceParams:
+    axes: tuple[SliceAxis, ...]
     out_shape: tuple[int, ...]
 
 
@@ -45,61 +63,39 @@ def _count(start: int, stop: int, stride: int) -> int:
     return max(0, -((stop - start) // -stride))  # ceil((stop - start) / stride), at least 0
 
 
-def _as_slice(start: int, n: int, stride: int) -> slice:
-    if n == 0:
-        return slice(0, 0)
-    last = start + (n - 1) * stride
-    stop = last + (1 if stride > 0 else -1)
-    return slice(start, None if stop < 0 else stop, stride)
-
-
-def _vectors(ctx: OperationContext, rank: int | None, need: bool):
-    names = ("begin", "end", "strides")
-    get = need_constant_vector if need else int_vector
-    return [get(ctx, i, name, rank) for i, name in zip((1, 2, 3), names, strict=True)]
-
-
-def _validate(ctx: OperationContext) -> None:
-    ctx.expect_num_inputs(7)
+def validate(ctx: OperationContext) -> None:
     validate_same_io(ctx)
-    info = ctx.input(0)
-    _, _, strides = _vectors(ctx, info.rank if info.shape else None, need=False)
-    for i in (4, 5, 6):
-        ctx.scalar(i, INT32)
-    if strides is not None and 0 in strides:
-        raise ctx.fail(f"input 3 (strides) entries must be non-zero, got {strides}")
+    for i, name in _VECTORS:
+        expect_int_vector(ctx, i, name)
+    for i in _MASKS:
+        param(ctx, i, INT32)
 
 
-def _prepare(ctx: OperationContext) -> SliceData:
+def prepare(ctx: OperationContext) -> StridedSliceParams:
     shape = need_shape(ctx)
-    begin, end, strides = _vectors(ctx, len(shape), need=True)
+    begin, end, strides = (need_constant_vector(ctx, i, name, len(shape)) for i, name in _VECTORS)
     if 0 in strides:
         raise ctx.fail(f"input 3 (strides) entries must be non-zero, got {strides}")
-    begin_mask, end_mask, shrink_mask = (ctx.scalar(i, INT32) for i in (4, 5, 6))
-    index, out_shape = [], []
+    begin_mask, end_mask, shrink_mask = (ctx.scalar(i, INT32) for i in _MASKS)
+    axes, out_shape = [], []
     for k, dim in enumerate(shape):
         bit = 1 << k
         start, stop = axis_range(dim, begin[k], end[k], strides[k], bool(begin_mask & bit),
                                  bool(end_mask & bit))
         n = _count(start, stop, strides[k])
-        if shrink_mask & bit:
+        shrink = bool(shrink_mask & bit)
+        if shrink:
             if strides[k] <= 0 or n != 1:
                 raise ctx.fail(f"shrink axis {k} must select exactly one element with a positive "
                                f"stride (begin={begin[k]}, end={end[k]}, stride={strides[k]}, "
                                f"dim={dim})")
-            index.append(start)
         else:
-            index.append(_as_slice(start, n, strides[k]))
             out_shape.append(n)
+        axes.append(SliceAxis(start, n, strides[k], shrink))
     out = tuple(out_shape) or (1,)  # NNAPI: shrinking every axis leaves shape [1]
     ctx.set_output_shape(0, out)
-    return SliceData(tuple(index), out)
+    return StridedSliceParams(tuple(axes), out)
 
 
-def _execute(ctx: OperationContext, inputs: list) -> list:
-    d: SliceData = ctx.data
-    return [np.array(inputs[0][d.index]).reshape(d.out_shape)]  # a copy, never a view
-
-
-register(OperationType.STRIDED_SLICE, validate=_validate, prepare=_prepare, execute=_execute,
-         supported_types=SHAPE_TYPES)
+register(OperationType.STRIDED_SLICE, validate=validate, prepare=prepare, input_types=SHAPE_TYPES,
+         num_inputs=(7,), min_feature_level=FeatureLevel.FL2, type_feature_levels={QS8: FeatureLevel.FL4})

@@ -173,13 +173,14 @@ def _convert(model):
 
 def test_mapping_refuses_relu_with_requantization():
     q1, q2 = {"scale": 0.1, "zero_point": 3}, {"scale": 0.2, "zero_point": 3}
-    with pytest.raises(MappingError, match="output quantization to equal"):
+    with pytest.raises(MappingError,
+                       match="NNAPI RELU rejects it: output 0 quantization .* must equal input 0 quantization"):
         _convert(_model("RELU", np.int8, [4], q1, q2))
 
 
 def test_mapping_refuses_other_logistic_output_quantization():
     q1, q2 = {"scale": 0.1, "zero_point": 3}, {"scale": 1 / 256, "zero_point": 0}
-    with pytest.raises(MappingError, match="requires output scale"):
+    with pytest.raises(MappingError, match="NNAPI LOGISTIC rejects it: output 0 quantization must be scale="):
         _convert(_model("LOGISTIC", np.int8, [4], q1, q2))
 
 

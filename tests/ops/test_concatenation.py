@@ -184,5 +184,7 @@ def _refused(model, text):
 
 def test_mapping_refusals():
     _refused(_model(np.float32, [[2], [2]], 0, 0, act=Act.RELU), "no fused activation")
-    _refused(_model(np.float32, [[1, 1, 1, 1, 2]] * 2, 0, 0), "rank in 1 to 4")
-    _refused(_model(np.int32, [[2], [2]], 0, 0), "CONCATENATION on TENSOR_INT32 is not supported")
+    _refused(_model(np.float32, [[1, 1, 1, 1, 2]] * 2, 0, 0),
+             "NNAPI CONCATENATION rejects it: input 0 must have rank <= 4, got 5")
+    _refused(_model(np.int32, [[2], [2]], 0, 0), "NNAPI CONCATENATION rejects it: input 0 must be of type .*, got "
+                                                 "TENSOR_INT32")

@@ -409,7 +409,8 @@ def test_mapping_refuses_unsupported_variants():
     assert "non-zero zero point" in _mapping_error(_one_conv(
         [1, 3, 3, 2], w8, {"scale": 0.5, "zero_point": 3}, np.int8, q, [1, 3, 3, 2]))
     pc = {"scale": [0.5, 0.25], "zero_point": [0, 0], "quantized_dimension": 3}
-    assert "NNAPI needs 0" in _mapping_error(_one_conv([1, 3, 3, 2], w8, pc, np.int8, q, [1, 3, 3, 2]))
+    assert "NNAPI CONV_2D rejects it: input 1: per-channel quantization must be along dimension 0, got 3" \
+        in _mapping_error(_one_conv([1, 3, 3, 2], w8, pc, np.int8, q, [1, 3, 3, 2]))
     assert "is not [1, h, w, k * 3]" in _mapping_error(_one_conv(
         [1, 3, 3, 3], np.ones((1, 1, 1, 4), np.float32), y_shape=[1, 3, 3, 4], op="DEPTHWISE_CONV_2D"))
 

@@ -301,18 +301,20 @@ def test_mapping_refuses_min_max_with_requantization():
 
 def test_mapping_refuses_mul_output_scale_too_small():
     q = {"scale": 0.5, "zero_point": 0}
-    with pytest.raises(MappingError, match="output scale > input1 scale"):
+    with pytest.raises(MappingError,
+                       match=r"NNAPI MUL rejects it: output scale .* must be greater than input1 scale \* input2"):
         _convert(_model("MUL", np.uint8, [4], [4], Act.NONE, q, q, {"scale": 0.1, "zero_point": 0}))
 
 
 def test_mapping_refuses_quantized_div_and_rank_five():
     q = {"scale": 0.5, "zero_point": 0}
-    with pytest.raises(MappingError, match="DIV on TENSOR_QUANT8_ASYMM"):
+    with pytest.raises(MappingError,
+                       match="NNAPI DIV rejects it: input 0 must be of type TENSOR_FLOAT32, got TENSOR_QUANT8_ASYMM"):
         _convert(_model("DIV", np.uint8, [4], [4], Act.NONE, q, q, q))
-    with pytest.raises(MappingError, match="rank <= 4"):
+    with pytest.raises(MappingError, match="NNAPI SUB rejects it: input 0 must have rank <= 4, got 5"):
         _convert(_model("SUB", np.float32, [1, 2, 1, 2, 2], [2], Act.NONE))
 
 
 def test_mapping_refuses_int32_sub():
-    with pytest.raises(MappingError, match="SUB on TENSOR_INT32 is not supported"):
+    with pytest.raises(MappingError, match="NNAPI SUB rejects it: input 0 must be of type .*, got TENSOR_INT32"):
         _convert(_model("SUB", np.int32, [4], [4], Act.NONE))

@@ -98,6 +98,8 @@ def _refused(model, text):
 
 def test_mapping_refusals():
     _refused(_model(np.float32, [2, 3], [[1, 1], [0, 0]], pads_as_input=True), "must be a constant tensor")
-    _refused(_model(np.float32, [1, 1, 1, 1, 2], [[0, 0]] * 5), "input rank 1 to 4, got 5")
+    _refused(_model(np.float32, [1, 1, 1, 1, 2], [[0, 0]] * 5),
+             "NNAPI PAD rejects it: input 0 must have rank <= 4, got 5")
     q1, q2 = {"scale": 0.5, "zero_point": 1}, {"scale": 0.5, "zero_point": 2}
-    _refused(_model(np.uint8, [2], [[1, 1]], q1, q2), "requires equal input and output quantization")
+    _refused(_model(np.uint8, [2], [[1, 1]], q1, q2),
+             r"NNAPI PAD rejects it: output 0 quantization \(scale=0.5, zero_point=2\) must equal input 0")

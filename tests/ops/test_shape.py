@@ -273,13 +273,15 @@ def test_mapping_refusals():
     y = m.add_tensor("y", [6], np.int8, **q2)
     m.add_operator("RESHAPE", [x], [y], ("ReshapeOptions", {"new_shape": [6]}))
     m.set_outputs([y])
-    _refused(m.build(), "requires equal input and output quantization")
+    _refused(m.build(), r"NNAPI RESHAPE rejects it: output 0 quantization \(scale=0.25, zero_point=1\) must equal "
+                        r"input 0")
     _refused(_one_op("SQUEEZE", np.float32, [1, 1], [], {}, ("SqueezeOptions", {"squeeze_dims": []})),
              "output rank 1 to 4, got 0")
     _refused(_one_op("TRANSPOSE", np.float32, [1, 2, 1, 2, 1], [1, 2, 1, 2, 1], {},
-                     constants=[np.arange(5, dtype=np.int32)]), "input rank 1 to 4, got 5")
+                     constants=[np.arange(5, dtype=np.int32)]),
+             "NNAPI TRANSPOSE rejects it: input 0 must have rank <= 4, got 5")
     _refused(_one_op("TRANSPOSE", np.int32, [2, 3], [3, 2], {}, constants=[np.array([1, 0], np.int32)]),
-             "TRANSPOSE on TENSOR_INT32 is not supported")
+             "NNAPI TRANSPOSE rejects it: input 0 must be of type TENSOR_FLOAT32, .*got TENSOR_INT32")
 
 
 def test_mapping_reshape_needs_constant_shape():

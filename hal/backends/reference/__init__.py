@@ -15,7 +15,14 @@ BACKEND = register_backend(Backend(
     REFERENCE, VERSION, modules=("hal.backends.reference",), priority=0,
     description="numpy; bit-exact with TFLite's reference kernels; the fallback and the oracle"))
 
-from hal.backends.reference import (  # noqa: E402,F401  (each module registers its kernels)
-    concatenation,
-    pooling,
-)
+
+def _load_families() -> None:
+    """Import every module of this package: each registers its family's kernels (adding an
+    operation's kernels is one new module, no list to edit)."""
+    import importlib
+    import pkgutil
+    for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        importlib.import_module(f"{__name__}.{m.name}")
+
+
+_load_families()

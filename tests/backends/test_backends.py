@@ -1,0 +1,237 @@
+"""Backends and specs apart: preference order, assignment, fallback, reasons, the service and
+the delegate seeing them, and specs validating without buffers from validateModel."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hal
+from delegate.mapping import InvalidNnapiOperation, convert_partition
+from delegate.nnhal_delegate import supported_nodes
+from delegate.tfl import TfLiteModelBuilder, read_model
+from delegate.tfl.schema import ActivationFunctionType as Act
+from delegate.tfl.schema import Padding
+from extensions.registry import Extension, ExtensionOperation, register, unregister
+from hal import backends
+from hal.compiler import compile_model, support_reasons
+from hal.errors import HalError
+from hal.executor import OperationTiming, execute
+from hal.model import DataLocation, ModelBuilder
+from hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType
+from hal.validation import validate_model
+from service.client import Client
+from tests.backends import fake_backends
+from tests.delegate.models import head_model
+from tests.service.models import add_model
+
+F32 = OperandType.TENSOR_FLOAT32
+
+
+@pytest.fixture
+def twin_add():
+    """A backend with the reference ADD kernel only, preferred over the reference backend."""
+    backends.register_backend(fake_backends.twin("twin", ops=[OperationType.ADD]))
+    yield
+    backends.unregister_backend("twin")
+
+
+def _add_then_softmax():
+    b = ModelBuilder()
+    x = b.add_operand(F32, (2, 3))
+    s = b.add_operand(F32, (2, 3))
+    y = b.add_operand(F32, (2, 3))
+    b.add_operation(OperationType.ADD, [x, x, b.add_int32(0)], [s])
+    b.add_operation(OperationType.SOFTMAX, [s, b.add_float32(1.0)], [y])
+    b.identify_inputs_and_outputs([x], [y])
+    return b.finish()
+
+
+def test_preference_parsing():
+    assert backends.parse_preference("reference") == ("reference",)
+    with pytest.raises(HalError, match="unknown backend 'nope' \\(available: reference"):
+        backends.parse_preference("nope,reference")
+    with pytest.raises(HalError, match="listed twice"):
+        backends.parse_preference(["reference", "reference"])
+
+
+def test_preferred_backend_gets_what_it_runs_the_rest_falls_back(twin_add):
+    model = _add_then_softmax()
+    compiled = compile_model(model, backend_order=["twin"])
+    assert [s.backend for s in compiled.static_plan.steps] == ["twin", "reference"]
+    timings: list[OperationTiming] = []
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = execute(compiled, [x], timings)[0]
+    assert [t.backend for t in timings] == ["twin", "reference"]
+    np.testing.assert_array_equal(out, execute(compile_model(model, backend_order=["reference"]), [x])[0])
+    # with no preference set, every available backend by priority (the twin's 5 beats reference's 0)
+    assert backends.preference() == ("twin", "reference")
+    assert [s.backend for s in compile_model(model).static_plan.steps] == ["twin", "reference"]
+    assert {s.backend for s in compile_model(model, backend_order=["reference"]).static_plan.steps} == {"reference"}
+
+
+def test_environment_chooses_the_preference(twin_add, monkeypatch):
+    monkeypatch.setenv(backends.ENV_VAR, "twin,reference")
+    assert backends.preference() == ("twin", "reference")
+    assert compile_model(_add_then_softmax()).static_plan.steps[0].backend == "twin"
+    backends.set_preference("reference")  # an explicit setting wins over the environment
+    try:
+        assert compile_model(_add_then_softmax()).static_plan.steps[0].backend == "reference"
+    finally:
+        backends.set_preference(None)
+    monkeypatch.setenv(backends.ENV_VAR, "nope")
+    with pytest.raises(HalError, match="unknown backend 'nope'"):
+        compile_model(_add_then_softmax())
+
+
+def test_serve_refuses_an_unknown_backend(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "nnhal.cli", "serve", "--socket", str(tmp_path / "s.sock"),
+                          "--no-cache", "--backend", "nope"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "unknown backend 'nope'" in out.stderr, out.stderr
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_backends_cli():
+    rows = json.loads(subprocess.run([sys.executable, "-m", "nnhal.cli", "backends", "--json"], check=True,
+                                     capture_output=True, text=True, timeout=60).stdout)
+    ref = next(b for b in rows["backends"] if b["name"] == "reference")
+    assert ref["identity"].startswith("reference@") and ref["enabled"] and rows["preference"][-1] == "reference"
+    assert sum(len(o["operand_types"]) for o in ref["operations"]) == 104
+
+
+def test_service_reports_the_assignment_and_reasons(server):
+    with Client.connect(server.address) as c:
+        remote = c.prepare_model(_add_then_softmax())
+        ops = remote.perf_info().operations  # before any execution: the assignment is known
+        assert [(o.name, o.backend, o.executions) for o in ops] == [("ADD", "reference", 0),
+                                                                    ("SOFTMAX", "reference", 0)]
+        remote.execute([np.ones((2, 3), np.float32)])
+        assert [o.executions for o in remote.perf_info().operations] == [1, 1]
+        reasons = c.get_support_reasons(_unsupported_variants())
+    assert reasons[0] is None
+    assert "operation 1 (RESHAPE)" in reasons[1] and "must be a constant operand for this driver" in reasons[1]
+    assert reasons[2] == "operation 2 (FLOOR): not supported by this driver"
+
+
+def _unsupported_variants():
+    """ADD (supported); RESHAPE whose shape is a model input (valid NNAPI, not supported here);
+    FLOOR (no spec here)."""
+    b = ModelBuilder()
+    x = b.add_operand(F32, (2, 3))
+    s = b.add_operand(F32, (2, 3))
+    shape = b.add_operand(OperandType.TENSOR_INT32, (2,))
+    r = b.add_operand(F32, (3, 2))
+    f = b.add_operand(F32, (2, 3))
+    b.add_operation(OperationType.ADD, [x, x, b.add_int32(0)], [s])
+    b.add_operation(OperationType.RESHAPE, [s, shape], [r])
+    b.add_operation(OperationType.FLOOR, [x], [f])
+    b.identify_inputs_and_outputs([x, shape], [r, f])
+    return b.finish()
+
+
+def test_report_names_the_backend_per_node(server, tmp_path):
+    path = tmp_path / "m.tflite"
+    path.write_bytes(head_model(np.float32))
+    out = subprocess.run([sys.executable, "-m", "nnhal.cli", "report", "--model_file", str(path),
+                          "--service_address", server.address, "--json"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    nodes = json.loads(out.stdout)["nodes"]
+    assert nodes and all(n["placement"] == "nnhal" and n["backend"] == "reference" for n in nodes)
+
+
+def test_validate_model_runs_every_operation_whatever_the_shapes():
+    """An invalid operation is refused by validateModel even when input shapes are unknown."""
+    m = add_model(shape=(0, 3))
+    validate_model(m)  # valid with unknown dimensions
+    assert m.main.operands[3].lifetime == OperandLifeTime.CONSTANT_COPY and m.main.operands[3].location.offset == 0
+    m.operand_values = (9).to_bytes(4, "little")  # fused activation 9
+    with pytest.raises(HalError, match=r"operation 0 \(ADD\): input 2: unknown fused activation 9"):
+        validate_model(m)
+
+
+def test_an_omitted_input_must_be_declared_optional():
+    m = add_model()
+    m.main.operands[3].lifetime = OperandLifeTime.NO_VALUE  # ADD's activation
+    m.main.operands[3].location = DataLocation()
+    with pytest.raises(HalError, match=r"operation 0 \(ADD\): input 2 must have a value \(it is omitted\)"):
+        validate_model(m)
+
+
+def test_validate_reading_a_tensor_value_is_a_driver_bug():
+    def validate(ctx):
+        ctx.constant(0)
+
+    ext = Extension("com.test.peeking", "1", operations=(
+        ExtensionOperation(0, "PEEK", validate, lambda ctx: ctx.set_output_shape(0, ctx.input_shape(0)),
+                           lambda ctx, inputs: [inputs[0]]),))
+    register(ext)
+    try:
+        b = ModelBuilder()
+        from hal.model import ExtensionNameAndPrefix
+        b.model.extension_name_to_prefix.append(ExtensionNameAndPrefix("com.test.peeking", 1))
+        w = b.add_constant(F32, np.ones(3, np.float32))
+        y = b.add_operand(F32, (3,))
+        b.add_operation((1 << 16) | 0, [w], [y])
+        b.identify_inputs_and_outputs([], [y])
+        with pytest.raises(HalError) as e:
+            validate_model(b.finish())
+        assert e.value.status == ErrorStatus.GENERAL_FAILURE and "must not read tensor values" in e.value.message
+    finally:
+        unregister("com.test.peeking")
+
+
+def test_zero_sized_inputs_need_the_flag():
+    """STRIDED_SLICE may produce an empty tensor; ADD does not accept zero-sized inputs."""
+    b = ModelBuilder()
+    x = b.add_operand(F32, (2, 3))
+    sl = b.add_operand(F32, ())
+    y = b.add_operand(F32, ())
+    vec = lambda v: b.add_constant(OperandType.TENSOR_INT32, np.array(v, np.int32))  # noqa: E731
+    b.add_operation(OperationType.STRIDED_SLICE, [x, vec([0, 0]), vec([0, 3]), vec([1, 1]), b.add_int32(0),
+                                                  b.add_int32(0), b.add_int32(0)], [sl])
+    b.add_operation(OperationType.ADD, [sl, sl, b.add_int32(0)], [y])
+    b.identify_inputs_and_outputs([x], [y])
+    with pytest.raises(HalError, match=r"operation 1 \(ADD\): input 0 is zero-sized \(\[0, 3\]\)"):
+        compile_model(b.finish())
+
+
+def test_delegate_reports_hal_messages_not_its_own():
+    """A TFLite node whose NNAPI form breaks NNAPI's rules is refused with hal's validate message;
+    one NNAPI allows but nnhal cannot run gets the service's (here: hal's) support reason."""
+    tb = TfLiteModelBuilder()
+    x = tb.add_input("x", [1, 3, 3, 1], np.uint8, scale=0.5, zero_point=1)
+    y = tb.add_tensor("y", [1, 2, 2, 1], np.uint8, scale=0.5, zero_point=1)
+    tb.add_operator("L2_POOL_2D", [x], [y], ("Pool2DOptions", {
+        "padding": Padding.VALID, "stride_w": 1, "stride_h": 1, "filter_width": 2, "filter_height": 2,
+        "fused_activation_function": Act.NONE}))
+    tb.set_outputs([y])
+    graph = read_model(tb.build())
+    reason = supported_nodes(graph, None)[0]
+    assert reason == ("NNAPI L2_POOL_2D rejects it: input 0 must be of type TENSOR_FLOAT32, got "
+                      "TENSOR_QUANT8_ASYMM")
+    with pytest.raises(InvalidNnapiOperation):
+        convert_partition(graph)
+
+
+def test_support_reasons_in_process():
+    reasons = support_reasons(_unsupported_variants())
+    assert reasons[0] is None and reasons[2].endswith("not supported by this driver")
+    assert hal.supported_operations(_unsupported_variants()) == [True, False, False]
+
+
+def test_importing_the_delegate_loads_no_kernel():
+    """The delegate maps and validates with hal's specs only: no backend module is imported."""
+    code = ("import sys\n"
+            "import delegate.nnhal_delegate, delegate.report\n"
+            "from delegate.mapping import convert_partition\n"
+            "from delegate.tfl import read_model\n"
+            "from tests.delegate.models import head_model\n"
+            "import numpy as np\n"
+            "convert_partition(read_model(head_model(np.int8)))\n"
+            "print(sorted(m for m in sys.modules if m.startswith('hal.backends.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
