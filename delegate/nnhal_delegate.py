@@ -288,7 +288,8 @@ class NnhalKernel(SimpleDelegateKernel):
         self.prepare_s = 0.0
 
     def init(self, context: DelegateContext, params: KernelParams) -> None:
-        part = convert_partition(context.graph, params.nodes, params.inputs, params.outputs)
+        # The support query validated these very nodes a moment ago (and the service validates again).
+        part = convert_partition(context.graph, params.nodes, params.inputs, params.outputs, validate=False)
         part.model.relax_computation_float32_to_float16 = self.owner.options.allow_fp16
         self.part = part
         self.inputs, self.outputs = part.input_tensors, part.output_tensors

@@ -158,11 +158,24 @@ def assign_backend(ctx: OperationContext, spec: OperationSpec, model_prefix_map:
     raise ctx.fail("no backend runs it" + (f" ({'; '.join(declined)})" if declined else ""))
 
 
+def _shapes_inferred(operation, model: Model, infos: list[OperandInfo]) -> bool:
+    """Whether shape inference (or an execution's input shapes) changed an input of this operation
+    from its declared shape. If not, validateModel already ran its validate on exactly this."""
+    operands = model.main.operands
+    for i in operation.inputs:
+        if operands[i].lifetime != OperandLifeTime.NO_VALUE and infos[i].shape != tuple(operands[i].dimensions):
+            return True
+    return False
+
+
 def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: bool = True,
                       order: list[Backend] | None = None) -> Step:
-    """Validate, infer shapes and plan one operation; updates ``infos`` with its output shapes.
+    """Validate, infer shapes and plan one operation of a model validateModel accepted; updates
+    ``infos`` with its output shapes.
 
-    ``packing=False`` (support queries) lets plans skip repacking constant weights."""
+    validate runs again only where the input shapes differ from the declared ones (it saw those
+    in validateModel). ``packing=False`` (support queries) lets plans skip repacking constant
+    weights."""
     operation = model.main.operations[k]
     prefixes = model_prefixes(model)
     spec = lookup_in_model(operation.type, prefixes)
@@ -171,7 +184,8 @@ def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: b
     ctx = operation_context(k, operation, model.main.operands, infos)
     ctx.packing = packing
     try:
-        spec.run_validate(ctx)
+        if _shapes_inferred(operation, model, infos):
+            spec.run_validate(ctx)
         ctx.params = spec.prepare(ctx)
         _check_zero_sized(ctx, spec)
         kernel, ctx.data = assign_backend(ctx, spec, prefixes, order)

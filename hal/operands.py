@@ -27,8 +27,11 @@ def decode_constant(model: Model, operand: Operand, copy: bool = True, dtype: np
     return constant_from_bytes(raw, operand, copy, dtype)
 
 
+_DTYPES = {int(t): d for t, d in NUMPY_DTYPE.items()}  # a dict lookup, not an enum call per constant
+
+
 def constant_from_bytes(raw, operand: Operand, copy: bool = True, dtype: np.dtype | None = None) -> np.ndarray:
-    dtype = NUMPY_DTYPE[OperandType(operand.type)] if dtype is None else dtype
+    dtype = _DTYPES[operand.type] if dtype is None else dtype
     arr = np.frombuffer(raw, dtype=dtype)
     if copy:
         arr = arr.copy()

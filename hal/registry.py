@@ -399,6 +399,16 @@ def extension_modules(ext: ExtensionTypes) -> set[str]:
                                if fn is not None}
 
 
+def file_digest(path: str | None) -> bytes:
+    """SHA-256 of a code file (identities of backends and extensions are made of these)."""
+    import hashlib
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).digest()
+    except (TypeError, OSError):
+        return hashlib.sha256(b"<no file>").digest()
+
+
 def extension_identity(name: str) -> str | None:
     """Digest of what an extension is now: its operand and operation types and the files of the
     modules implementing them. A compiled model that used another identity must be recompiled."""
@@ -417,12 +427,7 @@ def extension_identity(name: str) -> str | None:
     h.update(("|ops:" + ",".join(str(t) for t in sorted(ext.operations))).encode())
     for module in sorted(extension_modules(ext)):
         path = getattr(sys.modules.get(module), "__file__", None)  # source or a compiled library alike
-        try:
-            with open(path, "rb") as f:
-                code = f.read()
-        except (TypeError, OSError):
-            code = b"<no file>"
-        h.update(f"|{module}:".encode() + hashlib.sha256(code).digest())
+        h.update(f"|{module}:".encode() + file_digest(path))
     _IDENTITIES[name] = (ext, h.hexdigest())
     return _IDENTITIES[name][1]
 

@@ -22,6 +22,7 @@ from hal.types import (
     ErrorStatus,
     OperandLifeTime,
     OperandType,
+    OperationType,
     decode_extension_type,
     is_extension_type,
     operation_name,
@@ -43,9 +44,8 @@ def _bad(msg: str) -> HalError:
 def operand_byte_size(operand: Operand, dims=None) -> int | None:
     """Bytes an operand occupies, or None if its shape is not fully known or the type is opaque."""
     dims = operand.dimensions if dims is None else dims
-    try:
-        t = OperandType(operand.type)
-    except ValueError:
+    t = _OPERAND_TYPES.get(operand.type) if isinstance(operand.type, int) else None
+    if t is None:
         return None
     if t == OperandType.SUBGRAPH:
         return 0
@@ -80,10 +80,9 @@ def _validate_operand(model: Model, sg: Subgraph, i: int, op: Operand, where: st
             size = ext.operand_types[t].dtype.itemsize * math.prod(dims)
         _validate_lifetime(model, i, op, None, name, size)
         return  # the extension's operations check values
-    try:
-        t = OperandType(code)
-    except ValueError:
-        raise _bad(f"{name}: unknown operand type {code}") from None
+    t = _OPERAND_TYPES.get(code)
+    if t is None:
+        raise _bad(f"{name}: unknown operand type {code}")
     dims = op.dimensions
     if any((not isinstance(d, int)) or d < 0 for d in dims):
         raise _bad(f"{name} ({t.name}): dimensions must be non-negative integers, got {list(dims)}")
@@ -138,10 +137,10 @@ def _validate_lifetime(model: Model, i: int, op: Operand, t: OperandType | None,
     """Lifetime and location rules; ``t`` is None for an extension type (byte size: extension_size)."""
     lt = op.lifetime
     loc = op.location
-    try:
-        lt = OperandLifeTime(lt)
-    except ValueError:
-        raise _bad(f"{name}: unknown lifetime {lt}") from None
+    known = _LIFETIMES.get(lt) if isinstance(lt, int) else None
+    if known is None:
+        raise _bad(f"{name}: unknown lifetime {lt}")
+    lt = known
     if loc.offset < 0 or loc.length < 0 or loc.pool_index < 0:
         raise _bad(f"{name}: location has a negative field ({loc})")
     if lt == OperandLifeTime.CONSTANT_COPY:
@@ -229,7 +228,7 @@ def _validate_subgraph(model: Model, sg: Subgraph, where: str) -> None:
             ext = registry.extension(names[prefix])
             if ext is not None and t not in ext.operations:
                 raise _bad(f"{opname}: extension {names[prefix]!r} has no operation type {t}")
-        elif operation.type not in {int(c) for c in _known_operations()}:
+        elif operation.type not in _KNOWN_OPERATIONS:
             raise _bad(f"{opname}: unknown operation type {operation.type}")
         for role, idxs in (("input", operation.inputs), ("output", operation.outputs)):
             for j, idx in enumerate(idxs):
@@ -266,9 +265,10 @@ def _validate_subgraph(model: Model, sg: Subgraph, where: str) -> None:
             raise _bad(f"{where}operand {i} is never written (TEMPORARY_VARIABLE without a writer)")
 
 
-def _known_operations():
-    from hal.types import OperationType
-    return OperationType
+#: Enum lookups by dict (an enum call per operand dominated validation of big models).
+_OPERAND_TYPES = {int(t): t for t in OperandType}
+_LIFETIMES = {int(t): t for t in OperandLifeTime}
+_KNOWN_OPERATIONS = frozenset(int(t) for t in OperationType)
 
 
 def validate_model(model: Model) -> None:

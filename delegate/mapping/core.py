@@ -97,11 +97,16 @@ _PADDING = {Padding.SAME: PaddingScheme.SAME, Padding.VALID: PaddingScheme.VALID
 class MappingContext:
     """Builds one NNAPI Model from TFLite nodes; TFLite tensors become operands on first use."""
 
-    def __init__(self, graph: TfLiteGraph):
+    def __init__(self, graph: TfLiteGraph, validate: bool = True):
         self.graph = graph
         self.builder = ModelBuilder()
         self.operand_of: dict[int, int] = {}  # tflite tensor index -> NNAPI operand index
         self.node: TfLiteNode | None = None
+        #: Run hal's validate on every emitted operation (off only where the same nodes were
+        #: validated moments ago, e.g. a delegate kernel building the partition its support query
+        #: already checked).
+        self.validate = validate
+        self._infos: dict[int, object] = {}  # operand index -> its validation info (operands never change)
 
     def checkpoint(self) -> tuple:
         return self.builder.mark(), len(self.operand_of)
@@ -112,6 +117,8 @@ class MappingContext:
         self.builder.rewind(mark)
         for t in list(self.operand_of)[n_tensors:]:  # dicts keep insertion order
             del self.operand_of[t]
+        for i in [i for i in self._infos if i >= mark[0]]:
+            del self._infos[i]
 
     # ---- tensors ------------------------------------------------------------
     def tensor_info(self, t: int) -> TfLiteTensor:
@@ -234,12 +241,14 @@ class MappingContext:
 
         def scalar(i, operand):
             raw = b.small_value(i)
-            return None if raw is None else constant_from_bytes(raw, operand)
+            return None if raw is None else constant_from_bytes(raw, operand, copy=False)  # bytes: immutable
 
+        infos = self._infos
         for k in range(first, len(operations)):
             operation = operations[k]
-            used = {*operation.inputs, *operation.outputs}
-            infos = {i: validation_info(i, b.operands[i], prefixes, scalar) for i in used}
+            for i in (*operation.inputs, *operation.outputs):
+                if i not in infos:
+                    infos[i] = validation_info(i, b.operands[i], prefixes, scalar)
             try:
                 validate_operation(k, operation, b.operands, infos, prefixes)
             except HalError as e:
@@ -309,7 +318,8 @@ def map_node(ctx: MappingContext, node: TfLiteNode) -> None:
         fn(ctx, node)
     except (IndexError, KeyError, TypeError) as e:  # a malformed node must not crash the caller
         raise MappingError(f"malformed {builtin_name(node.builtin_code)} node: {e!r}") from None
-    ctx.validate_since(first)
+    if ctx.validate:
+        ctx.validate_since(first)
 
 
 def custom_provider(node: TfLiteNode):
@@ -329,7 +339,8 @@ def _map_custom(ctx: MappingContext, node: TfLiteNode) -> None:
     first = len(ctx.builder.model.main.operations)
     try:
         op.map_tflite(ctx, node, ctx.extension_code(ext.name, op.type))
-        ctx.validate_since(first)
+        if ctx.validate:
+            ctx.validate_since(first)
     except MappingError:
         raise
     except Exception as e:  # noqa: BLE001 - a vendor mapper's bug or bad options: the node stays with TFLite
@@ -337,14 +348,17 @@ def _map_custom(ctx: MappingContext, node: TfLiteNode) -> None:
 
 
 def convert_partition(graph: TfLiteGraph, node_indexes: list[int] | None = None,
-                      inputs: list[int] | None = None, outputs: list[int] | None = None) -> ConvertedPartition:
+                      inputs: list[int] | None = None, outputs: list[int] | None = None, *,
+                      validate: bool = True) -> ConvertedPartition:
     """Translate the given nodes (default: all) into one NNAPI Model.
 
     ``inputs``/``outputs`` (tensor indexes) override the computed boundary, e.g. with the
-    one TFLite hands a delegate kernel; constant and internally produced inputs are dropped."""
+    one TFLite hands a delegate kernel; constant and internally produced inputs are dropped.
+    ``validate=False`` skips hal's validate of the emitted operations: only for nodes that just
+    passed it (the service validates the model again anyway)."""
     if node_indexes is None:
         node_indexes = list(range(len(graph.nodes)))
-    ctx = MappingContext(graph)
+    ctx = MappingContext(graph, validate)
     computed_in, computed_out = partition_io(graph, node_indexes)
     if inputs is None:
         inputs = computed_in

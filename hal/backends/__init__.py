@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from hal.errors import HalError
-from hal.registry import OperationContext
+from hal.registry import OperationContext, file_digest
 from hal.types import ErrorStatus, OperationType, type_name
 
 ENV_VAR = "NNHAL_BACKENDS"
@@ -134,12 +134,7 @@ class Backend:
         if self._identity is None:
             h = hashlib.sha256(f"{self.name}|{self.version}|{self.identity_extra}".encode())
             for name, path in self.source_files():
-                try:
-                    with open(path, "rb") as f:
-                        code = f.read()
-                except (TypeError, OSError):
-                    code = b"<no file>"
-                h.update(f"|{name}:".encode() + hashlib.sha256(code).digest())
+                h.update(f"|{name}:".encode() + file_digest(path))
             self._identity = f"{self.name}@{self.version}+{h.hexdigest()[:16]}"
         return self._identity
 
