@@ -87,3 +87,22 @@ FAST = [b.name for b in backends.available() if b.name != backends.REFERENCE]
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int8])
 def test_every_available_backend_matches_the_reference_on_whole_models(backend, dtype):
     assert_matches_reference(_mobilenet(dtype), _input(dtype), backend, require_assigned=False)
+
+
+def test_op_tests_check_the_named_backend(registered, monkeypatch):
+    """$NNHAL_DIFF_BACKEND hooks every op-test model (tests.harness.hal_run) into the harness."""
+    from delegate.tfl import TfLiteModelBuilder
+    from tests.harness import hal_run
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [7], np.int8, scale=0.5, zero_point=0)
+    y = b.add_tensor("y", [7], np.int8, scale=0.5, zero_point=0)
+    b.add_operator("ADD", [x, x], [y], ("AddOptions", {"fused_activation_function": 0}))
+    b.set_outputs([y])
+    model, inputs = b.build(), [np.arange(7, dtype=np.int8)]
+    registered(fake_backends.one_step_off())
+    registered(fake_backends.twin())
+    monkeypatch.setenv("NNHAL_DIFF_BACKEND", "twin")
+    hal_run(model, inputs)
+    monkeypatch.setenv("NNHAL_DIFF_BACKEND", "mutant_step")
+    with pytest.raises(AssertionError, match="backend 'mutant_step' vs reference"):
+        hal_run(model, inputs)
