@@ -255,7 +255,7 @@ def supported_nodes(graph, client: Client | None) -> dict[int, str | None]:
     return reasons
 
 
-_OPERATION_PREFIX = re.compile(r"^operation \d+ \(([^)]*)\): ")
+_OPERATION_PREFIX = re.compile(r"^operation \d+ \((.*?)\): ")  # names may hold parentheses: EXTENSION(...)
 
 
 def _strip_operation(message: str) -> str:

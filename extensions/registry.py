@@ -72,7 +72,8 @@ class Extension:
             self.name,
             {t.type: ExtensionOperandType(t.type, np.dtype(t.dtype), t.is_tensor) for t in self.operand_types},
             {op.type: OperationSpec((1 << 16) | op.type, op.validate, op.prepare, input_types=None,
-                                    optional_inputs=None, name_override=f"{self.name}:{op.name}")
+                                    optional_inputs=None, allow_zero_sized_inputs=True,  # execute decides
+                                    name_override=f"{self.name}:{op.name}")
              for op in self.operations},
             modules=frozenset(fn.__module__ for op in self.operations for fn in (op.validate, op.prepare, op.execute)
                               if fn is not None))

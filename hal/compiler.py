@@ -19,7 +19,7 @@ from hal import backends
 from hal.backends import Backend, Kernel
 from hal.errors import HalError
 from hal.model import Model
-from hal.operands import decode_constant, operand_infos, operation_context  # noqa: F401  (decode_constant: API)
+from hal.operands import decode_constant, operand_infos, operation_context, step_inputs  # noqa: F401  (decode_constant: API)
 from hal.registry import OperandInfo, OperationContext, OperationSpec, extension_name, lookup_in_model, model_prefixes
 from hal.types import SCALAR_TYPES, ErrorStatus, OperandLifeTime, operation_name
 from hal.validation import validate_model
@@ -112,6 +112,7 @@ def _not_supported(k: int, op_type: int) -> HalError:
 
 
 def _check_zero_sized(ctx: OperationContext, spec: OperationSpec) -> None:
+    """Only with actual shapes (a plan): in a declared shape a 0 means "not known yet"."""
     if spec.allow_zero_sized_inputs:
         return
     for i, info in enumerate(ctx.inputs):
@@ -155,27 +156,43 @@ def assign_backend(ctx: OperationContext, spec: OperationSpec, model_prefix_map:
             if last:
                 raise
             declined.append(f"{backend.name}: {getattr(e, 'detail', e.message)}")
+        except Exception as e:  # noqa: BLE001 - a fast backend's bug must not cost the operation its fallback
+            if last:
+                raise
+            declined.append(f"{backend.name}: plan failed: {e!r}")
+        ctx.backend = ""
     raise ctx.fail("no backend runs it" + (f" ({'; '.join(declined)})" if declined else ""))
 
 
 def _shapes_inferred(operation, model: Model, infos: list[OperandInfo]) -> bool:
-    """Whether shape inference (or an execution's input shapes) changed an input of this operation
-    from its declared shape. If not, validateModel already ran its validate on exactly this."""
+    """Whether shape inference (or an execution's input shapes) made an input of this operation
+    other than validateModel saw it: a different shape, or any shape for a non-constant tensor
+    declared without dimensions (its rank was unknown then). If not, validateModel already ran
+    the operation's validate on exactly this."""
     operands = model.main.operands
     for i in operation.inputs:
-        if operands[i].lifetime != OperandLifeTime.NO_VALUE and infos[i].shape != tuple(operands[i].dimensions):
+        op = operands[i]
+        if op.lifetime == OperandLifeTime.NO_VALUE:
+            continue
+        if infos[i].shape != tuple(op.dimensions):
+            return True
+        if not op.dimensions and op.type not in SCALAR_TYPES and op.lifetime not in _CONSTANT:
             return True
     return False
 
 
+_CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_POOL)
+
+
 def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: bool = True,
-                      order: list[Backend] | None = None) -> Step:
+                      order: list[Backend] | None = None, shapes_known: bool = True) -> Step:
     """Validate, infer shapes and plan one operation of a model validateModel accepted; updates
     ``infos`` with its output shapes.
 
     validate runs again only where the input shapes differ from the declared ones (it saw those
     in validateModel). ``packing=False`` (support queries) lets plans skip repacking constant
-    weights."""
+    weights. ``shapes_known=False`` when a 0 in a shape may still mean "not specified" (support
+    queries on models with unknown input dimensions): zero-sized inputs are then not checked."""
     operation = model.main.operations[k]
     prefixes = model_prefixes(model)
     spec = lookup_in_model(operation.type, prefixes)
@@ -187,7 +204,8 @@ def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: b
         if _shapes_inferred(operation, model, infos):
             spec.run_validate(ctx)
         ctx.params = spec.prepare(ctx)
-        _check_zero_sized(ctx, spec)
+        if shapes_known:
+            _check_zero_sized(ctx, spec)
         kernel, ctx.data = assign_backend(ctx, spec, prefixes, order)
     except HalError:
         raise
@@ -199,9 +217,7 @@ def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: b
         o = operation.outputs[j]
         infos[o] = dataclasses.replace(infos[o], shape=shape)
         ctx.outputs[j] = infos[o]
-    inputs = tuple(-1 if model.main.operands[i].lifetime == OperandLifeTime.NO_VALUE else i
-                   for i in operation.inputs)
-    return Step(k, spec, kernel, ctx, inputs, tuple(operation.outputs))
+    return Step(k, spec, kernel, ctx, step_inputs(operation, model.main.operands), tuple(operation.outputs))
 
 
 def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tuple[int, ...]],
@@ -228,9 +244,7 @@ def compile_model(model: Model, copy_constants: bool = True,
     order = backends.parse_preference(backend_order) if backend_order is not None else backends.preference()
     base = operand_infos(model, copy_constants)
     sg = model.main
-    static = all(base[i].type in SCALAR_TYPES or (base[i].shape and base[i].fully_specified)
-                 for i in sg.input_indexes)
-    plan = _make_plan(model, base, {}, order) if static else None
+    plan = _make_plan(model, base, {}, order) if _static(model, base) else None
     if plan is None:  # still check now that every operation is one this driver has
         prefixes = model_prefixes(model)
         for k, op in enumerate(sg.operations):
@@ -239,6 +253,12 @@ def compile_model(model: Model, copy_constants: bool = True,
     return CompiledModel(model=model, constants={i: v.value for i, v in enumerate(base) if v.value is not None},
                          input_indexes=list(sg.input_indexes), output_indexes=list(sg.output_indexes),
                          base_infos=base, static_plan=plan, backend_order=order)
+
+
+def _static(model: Model, infos: list[OperandInfo]) -> bool:
+    """Every model input's shape is fully known: one plan, made at compile time."""
+    return all(infos[i].type in SCALAR_TYPES or (infos[i].shape and infos[i].fully_specified)
+               for i in model.main.input_indexes)
 
 
 def support_reasons(model: Model, backend_order: Iterable[str] | None = None) -> list[str | None]:
@@ -252,10 +272,11 @@ def support_reasons(model: Model, backend_order: Iterable[str] | None = None) ->
     validate_model(model)
     infos = operand_infos(model, copy=False)  # nothing outlives the query: no need to copy constants
     order = backends.candidates(backend_order)
+    static = _static(model, infos)
     result: list[str | None] = []
     for k in range(len(model.main.operations)):
         try:
-            prepare_operation(k, model, infos, packing=False, order=order)
+            prepare_operation(k, model, infos, packing=False, order=order, shapes_known=static)
             result.append(None)
         except HalError as e:
             result.append(e.message)

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from hal.model import Model, Operand, Operation
-from hal.registry import OperandInfo, OperationContext, extension_dtype, model_prefixes
+from hal.registry import OperandInfo, OperationContext, extension_dtype, model_prefixes, resolve_extension_type
 from hal.types import NUMPY_DTYPE, SCALAR_TYPES, OperandLifeTime, OperandType, is_extension_type
 
 _CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_POOL)
@@ -27,11 +27,8 @@ def decode_constant(model: Model, operand: Operand, copy: bool = True, dtype: np
     return constant_from_bytes(raw, operand, copy, dtype)
 
 
-_DTYPES = {int(t): d for t, d in NUMPY_DTYPE.items()}  # a dict lookup, not an enum call per constant
-
-
 def constant_from_bytes(raw, operand: Operand, copy: bool = True, dtype: np.dtype | None = None) -> np.ndarray:
-    dtype = _DTYPES[operand.type] if dtype is None else dtype
+    dtype = NUMPY_DTYPE[operand.type] if dtype is None else dtype  # an int finds its IntEnum key
     arr = np.frombuffer(raw, dtype=dtype)
     if copy:
         arr = arr.copy()
@@ -40,7 +37,8 @@ def constant_from_bytes(raw, operand: Operand, copy: bool = True, dtype: np.dtyp
     return arr.reshape(operand.dimensions)
 
 
-def _info(i: int, op: Operand, value, ext_dtype, rank_known: bool = True) -> OperandInfo:
+def operand_info(i: int, op: Operand, value, ext_dtype, rank_known: bool = True) -> OperandInfo:
+    """Operand i's info, with its decoded value (or None) and its extension element type."""
     cq = op.channel_quant
     return OperandInfo(
         type=op.type, shape=tuple(op.dimensions), scale=op.scale, zero_point=op.zero_point,
@@ -58,22 +56,30 @@ def operand_infos(model: Model, copy: bool = True) -> list[OperandInfo]:
         ext_dtype = extension_dtype(op.type, prefixes)
         if op.lifetime in _CONSTANT and (not is_extension_type(op.type) or ext_dtype is not None):
             value = decode_constant(model, op, copy, ext_dtype)
-        infos.append(_info(i, op, value, ext_dtype))
+        infos.append(operand_info(i, op, value, ext_dtype))
     return infos
 
 
-ScalarValue = Callable[[int, Operand], "np.ndarray | None"]
+ScalarValue = Callable[[int, Operand, "np.dtype | None"], "np.ndarray | None"]
 
 
 def validation_info(i: int, op: Operand, prefixes: dict[int, str], scalar_value: ScalarValue) -> OperandInfo:
     """Operand i as validation sees it: no tensor value; a non-constant tensor declared without
-    dimensions has an unknown rank. ``scalar_value(index, operand)`` gives a constant scalar's value."""
+    dimensions has an unknown rank. ``scalar_value(index, operand, dtype)`` gives a constant
+    scalar's value (builtin scalar types, and an extension's non-tensor types)."""
     value = None
-    if op.lifetime in _CONSTANT and op.type in SCALAR_TYPES and op.type != OperandType.SUBGRAPH:
-        value = scalar_value(i, op)
-    is_tensor = op.type not in SCALAR_TYPES
-    rank_known = not (is_tensor and not op.dimensions and op.lifetime not in _CONSTANT)
-    return _info(i, op, value, extension_dtype(op.type, prefixes), rank_known)
+    ext_dtype = extension_dtype(op.type, prefixes)
+    if is_extension_type(op.type):
+        ext, t = resolve_extension_type(op.type, prefixes)
+        ext_type = None if ext is None else ext.operand_types.get(t)
+        is_tensor = ext_type is None or ext_type.is_tensor
+    else:
+        is_tensor = op.type not in SCALAR_TYPES
+    constant = op.lifetime in _CONSTANT
+    if constant and not is_tensor and op.type != OperandType.SUBGRAPH:
+        value = scalar_value(i, op, ext_dtype)
+    rank_known = not (is_tensor and not op.dimensions and not constant)
+    return operand_info(i, op, value, ext_dtype, rank_known)
 
 
 def validation_infos(operands: Sequence[Operand], prefixes: dict[int, str],
@@ -84,9 +90,9 @@ def validation_infos(operands: Sequence[Operand], prefixes: dict[int, str],
 
 def model_scalar_value(model: Model) -> ScalarValue:
     """Constant scalars of a whole model (validateModel has checked their locations)."""
-    def value(i: int, op: Operand):
+    def value(i: int, op: Operand, dtype: np.dtype | None = None):
         try:
-            return decode_constant(model, op, copy=True)
+            return decode_constant(model, op, copy=True, dtype=dtype)
         except (ValueError, IndexError, TypeError):
             return None  # a malformed location: validateModel's structural checks report it
     return value
@@ -96,6 +102,11 @@ def operation_context(k: int, operation: Operation, operands: Sequence[Operand],
                       validating: bool = False) -> OperationContext:
     ins = [None if operands[i].lifetime == OperandLifeTime.NO_VALUE else infos[i] for i in operation.inputs]
     return OperationContext(k, operation.type, ins, [infos[o] for o in operation.outputs], validating=validating)
+
+
+def step_inputs(operation: Operation, operands: Sequence[Operand]) -> tuple[int, ...]:
+    """An operation's input operand indexes for execution, -1 where an optional input is omitted."""
+    return tuple(-1 if operands[i].lifetime == OperandLifeTime.NO_VALUE else i for i in operation.inputs)
 
 
 def model_infos(model: Model) -> list[OperandInfo]:

@@ -223,24 +223,28 @@ class OperationContext:
                             ErrorStatus.INVALID_ARGUMENT)
         return info.value
 
-    def scalar(self, i: int, *types: int) -> Any:
-        """Value of constant scalar input i as a Python number (checking its type if given)."""
-        if types:
-            self.expect_input_type(i, *types)
-        v = self.constant(i)
+    def _scalar_value(self, i: int, info: OperandInfo, types: tuple) -> Any:
+        """Type check, then the value of a constant scalar (None when it is not a constant)."""
+        if types and info.type not in types:
+            self.expect_input_type(i, *types)  # raises with the message
+        v = info.value
+        if v is None:
+            return None
         if v.shape != ():
             raise self.fail(f"input {i} must be a scalar, got shape {list(v.shape)}")
         return v.item()
 
+    def scalar(self, i: int, *types: int) -> Any:
+        """Value of constant scalar input i as a Python number (checking its type if given)."""
+        v = self._scalar_value(i, self.input(i), types)
+        if v is None:
+            self.constant(i)  # raises: not a constant (or, while validating, a tensor)
+        return v
+
     def known_scalar(self, i: int, *types: int) -> Any:
         """For validate: the scalar's value when it is a constant, None when it is computed or a
         model input (NNAPI allows that; whether this driver supports it is prepare's question)."""
-        if types:
-            self.expect_input_type(i, *types)
-        info = self.input(i)
-        if info.value is None:
-            return None
-        return self.scalar(i)
+        return self._scalar_value(i, self.input(i), types)
 
     def optional_scalar(self, i: int, default: Any, *types: int) -> Any:
         return self.scalar(i, *types) if self.has_input(i) else default

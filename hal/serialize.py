@@ -36,9 +36,8 @@ from hal.model import (
     Subgraph,
     SymmPerChannelQuantParams,
 )
+from hal.operands import operand_info, operation_context, step_inputs
 from hal.registry import (
-    OperandInfo,
-    OperationContext,
     extension_dtype,
     extension_name,
     lookup_in_model,
@@ -129,8 +128,14 @@ def _resolve(ref: str, used: tuple[Backend, ...] = ()):
     obj = mod
     for part in qual.split("."):
         obj = getattr(obj, part, None)
-        if obj is None:
+        # The walk may step into a class (a nested class or a method), never into another module,
+        # and what it reaches must be defined where the reference says: `hal.serialize:json.loads`
+        # or `hal.serialize:backends.reference.x.Y` would otherwise smuggle in any module a core
+        # module imports.
+        if obj is None or isinstance(obj, types.ModuleType):
             raise SerializationError(f"unknown reference {ref!r}")
+    if getattr(obj, "__module__", None) != module:
+        raise SerializationError(f"refused reference {ref!r}: not defined in {module}")
     return obj
 
 
@@ -293,6 +298,7 @@ def dump_compiled(compiled: CompiledModel) -> tuple[bytes, list[np.ndarray]]:
     tree = {
         "format": FORMAT_VERSION,
         "backends": {b.name: b.identity() for b in used},
+        "order": list(compiled.backend_order),
         "model": _model_tree(compiled.model),
         "constants": [[i, enc.array(v)] for i, v in sorted(compiled.constants.items()) if i not in dropped],
         "shapes": [list(info.shape) for info in plan.infos],
@@ -302,7 +308,7 @@ def dump_compiled(compiled: CompiledModel) -> tuple[bytes, list[np.ndarray]]:
 
 
 def load_compiled(payload: bytes, arrays: list[np.ndarray],
-                  backend_order: tuple[str, ...] | None = None) -> CompiledModel:
+                  backend_order: str | tuple[str, ...] | None = None) -> CompiledModel:
     """Rebuild a CompiledModel without re-running validation or prepare (the payload is trusted
     only after the cache verified its HMAC). Raises SerializationError on any inconsistency,
     among them a backend that changed, is missing or is not enabled by ``backend_order``
@@ -313,11 +319,16 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray],
             raise SerializationError(f"payload format {tree.get('format')!r} != {FORMAT_VERSION}")
         model = _model_from_tree(tree["model"])
         declared = {e.name for e in model.extension_name_to_prefix}
-        order = tuple(backend_order) if backend_order is not None else backends.preference()
+        order = backends.parse_preference(backend_order) if backend_order is not None else backends.preference()
         identities = tree["backends"]
         if not isinstance(identities, dict) or not declared <= set(identities):
             raise SerializationError("payload's backend list does not cover its model's extensions")
         used = tuple(_check_backend(name, ident, order, declared) for name, ident in sorted(identities.items()))
+        if tuple(tree["order"]) != order:
+            # Another preference would have assigned the operations otherwise (a backend installed
+            # since, or one no longer preferred): compile again rather than run a stale choice.
+            raise SerializationError(f"compiled for backend preference {','.join(tree['order'])}, this service "
+                                     f"prefers {','.join(order)}")
         by_name = {b.name: b for b in used}
         dec = _Decoder(arrays, used)
         prefixes = model_prefixes(model)
@@ -328,12 +339,7 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray],
             raise SerializationError("payload shapes/constants do not match the model")
         base, infos = [], []
         for i, op in enumerate(sg.operands):
-            cq = op.channel_quant
-            info = OperandInfo(
-                type=op.type, shape=op.dimensions, scale=op.scale, zero_point=op.zero_point,
-                channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
-                channel_dim=0 if cq is None else cq.channel_dim, lifetime=op.lifetime, value=constants.get(i),
-                index=i, extension_dtype=extension_dtype(op.type, prefixes))
+            info = operand_info(i, op, constants.get(i), extension_dtype(op.type, prefixes))
             base.append(info)
             planned = tuple(shapes[i])
             # as compile_model does: the plan shares an operand's info unless inference changed its shape
@@ -353,14 +359,11 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray],
             kernel = backend.kernel(operation.type & 0xFFFF if ext else operation.type)
             if kernel is None:
                 raise SerializationError(f"operation {k}: backend {backend.name!r} has no kernel for it")
-            no_value = OperandLifeTime.NO_VALUE
-            ins = [None if sg.operands[i].lifetime == no_value else infos[i] for i in operation.inputs]
-            ctx = OperationContext(k, operation.type, ins, [infos[o] for o in operation.outputs])
+            ctx = operation_context(k, operation, sg.operands, infos)
             ctx.output_shapes = [infos[o].shape for o in operation.outputs]
             ctx.backend = backend.name
             ctx.data = dec.value(s["data"])
-            steps.append(Step(k, spec, kernel, ctx, tuple(-1 if sg.operands[i].lifetime == no_value else i
-                                                          for i in operation.inputs), tuple(operation.outputs)))
+            steps.append(Step(k, spec, kernel, ctx, step_inputs(operation, sg.operands), tuple(operation.outputs)))
         if len(steps) != len(sg.operations) or [s.index for s in steps] != list(range(len(sg.operations))):
             raise SerializationError("payload does not cover every operation in order")
     except SerializationError:

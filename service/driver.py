@@ -99,6 +99,7 @@ class PerfCounters:
                 r = self.ops.get(t.index)
                 if r is None:
                     r = self.ops[t.index] = OperationPerfRecord(t.index, t.type, backend=t.backend)
+                r.backend = t.backend  # a dynamic model's plan per input shape may assign another one
                 r.executions += 1
                 r.total_ns += t.ns
 

@@ -22,6 +22,7 @@ from delegate.tfl.schema import ActivationFunctionType, Padding, TensorType, bui
 from hal.errors import HalError
 from hal.model import ExtensionNameAndPrefix, Model, ModelBuilder, SymmPerChannelQuantParams
 from hal.operands import constant_from_bytes, validation_info
+from hal.registry import model_prefixes
 from hal.types import (
     FusedActivationFunc,
     OperandType,
@@ -176,6 +177,11 @@ class MappingContext:
             raise MappingError(f"tensor {info.name!r} has a dynamic shape {list(info.shape_signature)}")
         if info.sparse:
             raise MappingError(f"tensor {info.name!r} is sparse")
+        if not info.shape and not info.is_constant and (type is None or not type >> 16):
+            # NNAPI reads a tensor without dimensions as one of unknown rank (its execution would
+            # then need the shape); only constants may be rank 0. Extension types decide for themselves.
+            raise MappingError(f"tensor {info.name!r} is a rank-0 (scalar) tensor, which NNAPI has only "
+                               f"as a constant")
         otype = type if type is not None else self.operand_type(info, per_channel_ok=per_channel_ok)
         cq = None
         q_scale, q_zp = 0.0, 0
@@ -237,11 +243,11 @@ class MappingContext:
         """hal's validate (NNAPI's rules, no kernels) on every operation emitted from ``first`` on."""
         b = self.builder
         operations = b.model.main.operations
-        prefixes = {e.prefix: e.name for e in b.model.extension_name_to_prefix}
+        prefixes = model_prefixes(b.model)
 
-        def scalar(i, operand):
+        def scalar(i, operand, dtype=None):
             raw = b.small_value(i)
-            return None if raw is None else constant_from_bytes(raw, operand, copy=False)  # bytes: immutable
+            return None if raw is None else constant_from_bytes(raw, operand, copy=False, dtype=dtype)  # immutable
 
         infos = self._infos
         for k in range(first, len(operations)):

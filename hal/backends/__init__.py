@@ -57,10 +57,12 @@ class Kernel:
     supports: Supports | None = None
     prepacked_inputs: tuple[int, ...] = ()
 
+    def runs_type(self, operand_type: int) -> bool:
+        return self.types is None or operand_type in self.types
+
     def unsupported(self, ctx: OperationContext) -> str | None:
         """Why this kernel cannot take this operation as prepared, or None."""
-        if self.types is not None and ctx.inputs and ctx.inputs[0] is not None \
-                and ctx.inputs[0].type not in self.types:
+        if ctx.inputs and ctx.inputs[0] is not None and not self.runs_type(ctx.inputs[0].type):
             return f"input type {type_name(ctx.inputs[0].type)} is not implemented"
         if self.supports is not None:
             return self.supports(ctx)
@@ -224,6 +226,9 @@ def parse_preference(spec: str | Iterable[str]) -> tuple[str, ...]:
                        f"unknown backend {', '.join(map(repr, unknown))} (available: {', '.join(sorted(known))})")
     if len(set(names)) != len(names):
         raise HalError(ErrorStatus.INVALID_ARGUMENT, f"backend listed twice in {names}")
+    if REFERENCE in names[:-1]:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                       f"{REFERENCE!r} is the fallback of every order and must come last, got {','.join(names)}")
     if REFERENCE not in names:
         names.append(REFERENCE)
     return tuple(names)
@@ -263,7 +268,7 @@ def runs(spec, operand_type: int, order: Iterable[Backend] | None = None) -> lis
     found = []
     for b in (available() if order is None else order):
         k = b.kernel(spec.type)
-        if k is not None and (k.types is None or operand_type in k.types):
+        if k is not None and k.runs_type(operand_type):
             found.append(b.name)
     return found
 

@@ -114,3 +114,17 @@ def window(size: int, filter_size: int, stride: int, dilation: int = 1, *,
     head, tail = pads if pads is not None else implicit_padding(size, stride, filter_size, dilation, scheme)
     return Window(size, filter_size, stride, dilation, head, tail,
                   conv_output_size(size, filter_size, stride, dilation, head, tail))
+
+
+def check_window_params(ctx: OperationContext, pads: tuple[int, int, int, int] | None, scheme: int | None,
+                        stride_w: int, stride_h: int) -> None:
+    """The window parameters conv, depthwise and pools share: explicit paddings (at ``pads``) are
+    >= 0, or the implicit scheme (at ``scheme``) is a known one; strides are >= 1. While
+    validating, only the known (constant) ones are checked."""
+    if pads is not None:
+        values = [param(ctx, i, INT32) for i in pads]
+        ctx.check(all(p is None or p >= 0 for p in values), f"paddings must be >= 0, got {values}")
+    else:
+        padding_scheme(ctx, scheme)
+    sw, sh = param(ctx, stride_w, INT32), param(ctx, stride_h, INT32)
+    ctx.check(all(s is None or s >= 1 for s in (sw, sh)), f"strides must be >= 1, got width {sw}, height {sh}")

@@ -32,14 +32,14 @@ def validate(ctx: OperationContext) -> None:
         ctx.expect_input_type(i, t)
     ctx.expect_output_type(0, t)
     axis = param(ctx, n, INT32)
-    known = [ctx.input(i) for i in range(n) if ctx.input(i).rank_known]
     for i in range(n):
         ctx.expect_max_input_rank(i, MAX_RANK)
-    rank = known[0].rank if known else 0
-    for info in known:
-        if info.rank and rank and info.rank != rank:
-            i = next(k for k in range(n) if ctx.input(k) is info)
-            raise ctx.fail(f"input {i} has rank {info.rank}, input 0 has rank {rank}")
+    known = [i for i in range(n) if ctx.input(i).rank_known]
+    rank = ctx.input(known[0]).rank if known else 0
+    for i in known[1:]:
+        r = ctx.input(i).rank
+        if r and rank and r != rank:
+            raise ctx.fail(f"input {i} has rank {r}, input {known[0]} has rank {rank}")
     if rank and axis is not None:
         ctx.check(0 <= axis < rank, f"input {n} (axis) must be in [0, {rank}), got {axis}")
     if t in QUANT8:

@@ -26,9 +26,9 @@ from hal.operations.common import (
     QU8,
     QUANT8,
     Window,
+    check_window_params,
     fused_activation,
     optional_param,
-    padding_scheme,
     param,
     window,
 )
@@ -99,13 +99,7 @@ class ConvParams:
 
 def _check_scalars(ctx: OperationContext, sig: Signature) -> None:
     """Value checks on whichever parameters are known (all of them, once prepare runs)."""
-    if sig.pads is not None:
-        pads = [param(ctx, i, INT32) for i in sig.pads]
-        ctx.check(all(p is None or p >= 0 for p in pads), f"paddings must be >= 0, got {pads}")
-    else:
-        padding_scheme(ctx, sig.scheme)
-    sw, sh = param(ctx, sig.stride_w, INT32), param(ctx, sig.stride_h, INT32)
-    ctx.check(all(s is None or s >= 1 for s in (sw, sh)), f"strides must be >= 1, got width {sw}, height {sh}")
+    check_window_params(ctx, sig.pads, sig.scheme, sig.stride_w, sig.stride_h)
     if sig.multiplier is not None:
         m = param(ctx, sig.multiplier, INT32)
         ctx.check(m is None or m >= 1, f"input {sig.multiplier}: depth multiplier must be >= 1, got {m}")

@@ -16,9 +16,9 @@ from hal.operations.common import (
     QU8,
     QUANT8,
     Window,
+    check_window_params,
     fused_activation,
     optional_param,
-    padding_scheme,
     param,
     window,
 )
@@ -67,15 +67,8 @@ class PoolParams:
 
 def _check_scalars(ctx: OperationContext, sig: Signature) -> None:
     """Value checks on whichever parameters are known (all of them, once prepare runs)."""
-    if sig.pads is not None:
-        pads = [param(ctx, i, INT32) for i in sig.pads]
-        known = [p for p in pads if p is not None]
-        ctx.check(all(p >= 0 for p in known), f"paddings must be >= 0, got {pads}")
-    else:
-        padding_scheme(ctx, sig.scheme)
-    sw, sh = param(ctx, sig.stride_w, INT32), param(ctx, sig.stride_h, INT32)
+    check_window_params(ctx, sig.pads, sig.scheme, sig.stride_w, sig.stride_h)
     fw, fh = param(ctx, sig.filter_w, INT32), param(ctx, sig.filter_h, INT32)
-    ctx.check(all(s is None or s >= 1 for s in (sw, sh)), f"strides must be >= 1, got width {sw}, height {sh}")
     ctx.check(all(f is None or f >= 1 for f in (fw, fh)), f"filter size must be >= 1, got width {fw}, height {fh}")
     fused_activation(ctx, sig.activation)
     optional_param(ctx, sig.layout, False, BOOL)

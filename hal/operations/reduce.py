@@ -60,5 +60,6 @@ def prepare(ctx: OperationContext) -> MeanParams:
     return MeanParams(axes, keep, out_shape)
 
 
-register(MEAN, validate=validate, prepare=prepare, input_types=TYPES, num_inputs=(3,),
+# Zero-sized inputs: an empty reduction gives NaN (0 when quantized), as TFLite's MEAN does.
+register(MEAN, validate=validate, prepare=prepare, input_types=TYPES, num_inputs=(3,), allow_zero_sized_inputs=True,
          min_feature_level=FeatureLevel.FL2, type_feature_levels={QS8: FeatureLevel.FL4})

@@ -15,12 +15,12 @@ from delegate.nnhal_delegate import supported_nodes
 from delegate.tfl import TfLiteModelBuilder, read_model
 from delegate.tfl.schema import ActivationFunctionType as Act
 from delegate.tfl.schema import Padding
-from extensions.registry import Extension, ExtensionOperation, register, unregister
+from extensions.registry import Extension, ExtensionOperation, OperandTypeSpec, register, unregister
 from hal import backends
 from hal.compiler import compile_model, support_reasons
 from hal.errors import HalError
 from hal.executor import OperationTiming, execute
-from hal.model import DataLocation, ModelBuilder
+from hal.model import DataLocation, ExtensionNameAndPrefix, ModelBuilder
 from hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType
 from hal.validation import validate_model
 from service.client import Client
@@ -171,7 +171,6 @@ def test_validate_reading_a_tensor_value_is_a_driver_bug():
     register(ext)
     try:
         b = ModelBuilder()
-        from hal.model import ExtensionNameAndPrefix
         b.model.extension_name_to_prefix.append(ExtensionNameAndPrefix("com.test.peeking", 1))
         w = b.add_constant(F32, np.ones(3, np.float32))
         y = b.add_operand(F32, (3,))
@@ -235,3 +234,93 @@ def test_importing_the_delegate_loads_no_kernel():
             "print(sorted(m for m in sys.modules if m.startswith('hal.backends.')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_unknown_dimensions_are_not_zero_sized():
+    """In a declared shape 0 means "not specified yet": such an ADD is supported, and runs."""
+    m = add_model(shape=(0, 3))
+    assert support_reasons(m) == [None]
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(execute(compile_model(m), [x, x])[0], x + x)
+
+
+def test_an_unknown_rank_made_known_is_validated_again():
+    """A temporary declared without dimensions had an unknown rank for validateModel; once shape
+    inference makes it rank 0, FULLY_CONNECTED's rank rule applies."""
+    b = ModelBuilder()
+    c = b.add_constant(F32, np.array(2.0, np.float32), dimensions=())
+    t = b.add_operand(F32, ())
+    out = b.add_operand(F32, ())
+    b.add_operation(OperationType.ADD, [c, c, b.add_int32(0)], [t])
+    b.add_operation(OperationType.FULLY_CONNECTED, [t, b.add_constant(F32, np.ones((1, 1), np.float32)),
+                                                   b.add_constant(F32, np.zeros(1, np.float32)), b.add_int32(0)],
+                    [out])
+    b.identify_inputs_and_outputs([], [out])
+    with pytest.raises(HalError, match=r"operation 1 \(FULLY_CONNECTED\): input 0 must have rank >= 2, got 0"):
+        compile_model(b.finish())
+
+
+def test_a_backend_bug_hands_the_operation_to_the_reference_backend():
+    ref_add = backends.get("reference").kernel(OperationType.ADD)
+
+    def broken_plan(ctx):
+        raise ValueError("a bug in a fast backend")
+
+    buggy = backends.Backend("buggy", "1", priority=9)
+    buggy.register(OperationType.ADD, plan=broken_plan, execute=ref_add.execute)
+    backends.register_backend(buggy)
+    try:
+        steps = compile_model(_add_then_softmax(), backend_order=["buggy"]).static_plan.steps
+        assert [s.backend for s in steps] == ["reference", "reference"]
+    finally:
+        backends.unregister_backend("buggy")
+
+
+def test_reference_must_come_last(twin_add):
+    with pytest.raises(HalError, match="must come last"):
+        backends.parse_preference("reference,twin")
+
+
+def test_a_tflite_scalar_is_not_mapped_as_an_unknown_rank():
+    """NNAPI has rank-0 tensors only as constants: a non-constant TFLite scalar stays on CPU
+    (HARD_SWISH would otherwise be claimed, then fail at execution)."""
+    tb = TfLiteModelBuilder()
+    x = tb.add_input("x", [], np.float32)
+    y = tb.add_tensor("y", [], np.float32)
+    tb.add_operator("HARD_SWISH", [x], [y])
+    tb.set_outputs([y])
+    reason = supported_nodes(read_model(tb.build()), None)[0]
+    assert "rank-0 (scalar) tensor" in reason
+
+
+def test_extension_scalar_parameters_are_read_in_validate():
+    """A constant of an extension's non-tensor operand type is a parameter validate may read."""
+    def validate(ctx):
+        n = ctx.known_scalar(1)
+        ctx.check(n is None or n >= 0, f"input 1 must be >= 0, got {n}")
+
+    def prepare(ctx):
+        ctx.set_output_shape(0, ctx.input_shape(0))
+        return int(ctx.scalar(1))
+
+    ext = Extension("com.test.param", "1",
+                    operand_types=(OperandTypeSpec(0, "COUNT", np.int32, is_tensor=False),),
+                    operations=(ExtensionOperation(0, "REPEAT", validate, prepare,
+                                                   lambda ctx, inputs: [inputs[0] * ctx.data]),))
+    register(ext)
+    try:
+        def model(n):
+            b = ModelBuilder()
+            b.model.extension_name_to_prefix.append(ExtensionNameAndPrefix("com.test.param", 3))
+            x = b.add_operand(F32, (2,))
+            count = b.add_operand((3 << 16) | 0)
+            b.set_constant(count, np.array([n], np.int32))
+            y = b.add_operand(F32, (2,))
+            b.add_operation((3 << 16) | 0, [x, count], [y])
+            b.identify_inputs_and_outputs([x], [y])
+            return b.finish()
+        np.testing.assert_array_equal(execute(compile_model(model(3)), [np.ones(2, np.float32)])[0], [3, 3])
+        with pytest.raises(HalError, match="input 1 must be >= 0, got -1"):
+            validate_model(model(-1))
+    finally:
+        unregister("com.test.param")

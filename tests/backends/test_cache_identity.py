@@ -132,3 +132,17 @@ def test_driver_version_covers_the_specs_not_the_backends():
     assert any(f.endswith("hal/operations/pooling.py") for f in files)  # specs are the driver's
     assert any(f.endswith("hal/backends/__init__.py") for f in files)  # the framework too
     assert not any("/hal/backends/reference/" in f for f in files), names  # kernels are not
+
+
+def test_an_entry_compiled_under_another_preference_is_compiled_again(tmp_path, backend_module):
+    """An entry made when only the reference backend was preferred would keep every operation there;
+    once tmpadd is preferred, the same token compiles again and ADD moves to tmpadd."""
+    token = b"\x04" * 32
+    _driver(tmp_path / "cache", "reference").prepare(add_model(), 1, 1, None, token)
+    preferring = _driver(tmp_path / "cache", "tmpadd,reference")
+    with pytest.raises(HalError, match="compiled for backend preference reference, this service prefers "
+                                       "tmpadd,reference"):
+        preferring.prepare_from_cache(token, 1, 1, None)
+    entry = preferring.prepare(add_model(), 1, 1, None, token)
+    assert entry.compiled.static_plan.steps[0].backend == "tmpadd"
+    assert preferring.prepare_from_cache(token, 1, 1, None).compiled.static_plan.steps[0].backend == "tmpadd"

@@ -154,3 +154,21 @@ def test_validation_errors(kwargs, message):
         compile_model(_nnapi_mean(**kwargs))
     assert "operation 0 (MEAN)" in str(e.value)
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("dtype, q", [(np.float32, {}), (np.int8, {"scale": 0.5, "zero_point": 3}),
+                                      (np.uint8, {"scale": 0.5, "zero_point": 3})])
+def test_empty_reduction_matches_tflite(dtype, q):
+    """MEAN accepts a zero-sized input (here a STRIDED_SLICE's empty result): NaN, or 0 when
+    quantized, as TFLite gives."""
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [2, 3], dtype, **q)
+    vec = [b.add_constant(name, np.array(v, np.int32)) for name, v in (("b", [0, 0]), ("e", [0, 3]), ("s", [1, 1]))]
+    sl = b.add_tensor("sl", [0, 3], dtype, **q)
+    b.add_operator("STRIDED_SLICE", [x, *vec], [sl], ("StridedSliceOptions", {
+        "begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0, "shrink_axis_mask": 0}))
+    y = b.add_tensor("y", [1, 3], dtype, **q)
+    b.add_operator("MEAN", [sl, b.add_constant("ax", np.array([0], np.int32))], [y],
+                   ("ReducerOptions", {"keep_dims": True}))
+    b.set_outputs([y])
+    assert_matches_tflite(b.build(), [np.ones((2, 3), dtype)])

@@ -20,11 +20,12 @@ from hal.backends.reference import BACKEND
 from hal.operations.common import QPC
 from hal.operations.quantization import CAST, DEQUANTIZE, QUANTIZE, ConversionParams
 from hal.registry import OperationContext
-from hal.types import NUMPY_DTYPE, OperandType
+from hal.types import NUMPY_DTYPE
 
 
 def _dtype(operand_type: int) -> np.dtype:
-    return NUMPY_DTYPE[OperandType(operand_type)]
+    """Plan data hold type codes (a dtype is not serialisable); int keys find the IntEnum keys."""
+    return NUMPY_DTYPE[operand_type]
 
 
 # ---- QUANTIZE ------------------------------------------------------------------------

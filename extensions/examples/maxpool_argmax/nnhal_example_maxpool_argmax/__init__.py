@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from extensions import Extension, ExtensionOperation
-from hal.operations.common import F32, INT32, fused_activation, implicit_padding, padding_scheme
+from hal.operations.common import F32, INT32, fused_activation, implicit_padding, padding_scheme, param
 from hal.types import FusedActivationFunc, PaddingScheme
 
 NAME = "com.nnhal.maxpool_argmax"
@@ -58,11 +58,14 @@ class PoolData:
 
 
 def _window_params(ctx, first: int) -> tuple[int, int, int, int]:
-    """(stride w, stride h, filter w, filter h) at inputs first..first+3, each >= 1."""
+    """(stride w, stride h, filter w, filter h) at inputs first..first+3, each >= 1 (while validating,
+    a non-constant one reads as None: NNAPI allows it, prepare then needs it constant)."""
+    values = []
     for i in range(first, first + 4):
-        ctx.expect_input_type(i, INT32)
-        ctx.check(ctx.scalar(i) >= 1, f"input {i} must be >= 1, got {ctx.scalar(i)}")
-    return tuple(int(ctx.scalar(i)) for i in range(first, first + 4))
+        v = param(ctx, i, INT32)
+        ctx.check(v is None or v >= 1, f"input {i} must be >= 1, got {v}")
+        values.append(None if v is None else int(v))
+    return tuple(values)
 
 
 def pool_validate(ctx) -> None:
@@ -74,7 +77,8 @@ def pool_validate(ctx) -> None:
     padding_scheme(ctx, 1)
     _window_params(ctx, 2)
     ctx.expect_input_type(6, INT32)
-    ctx.check(fused_activation(ctx, 6) in _CLAMP, "input 6: fused activation must be NONE, RELU, RELU1 or RELU6")
+    act = fused_activation(ctx, 6)  # None while validating a non-constant one: prepare needs it constant
+    ctx.check(act is None or act in _CLAMP, "input 6: fused activation must be NONE, RELU, RELU1 or RELU6")
     ctx.expect_output_type(0, F32)
     ctx.expect_output_type(1, F32)
 
