@@ -107,8 +107,3 @@ def operation_context(k: int, operation: Operation, operands: Sequence[Operand],
 def step_inputs(operation: Operation, operands: Sequence[Operand]) -> tuple[int, ...]:
     """An operation's input operand indexes for execution, -1 where an optional input is omitted."""
     return tuple(-1 if operands[i].lifetime == OperandLifeTime.NO_VALUE else i for i in operation.inputs)
-
-
-def model_infos(model: Model) -> list[OperandInfo]:
-    """Validation infos of a whole model's main subgraph."""
-    return validation_infos(model.main.operands, model_prefixes(model), model_scalar_value(model))

@@ -109,7 +109,6 @@ class OperationContext:
     def fail(self, message: str, status: ErrorStatus = ErrorStatus.INVALID_ARGUMENT) -> HalError:
         err = HalError(status, f"{self.name}: {message}")
         err.detail = message
-        err.operation = self.index
         return err
 
     def check(self, cond: Any, message: str, status: ErrorStatus = ErrorStatus.INVALID_ARGUMENT) -> None:
@@ -249,9 +248,6 @@ class OperationContext:
     def optional_scalar(self, i: int, default: Any, *types: int) -> Any:
         return self.scalar(i, *types) if self.has_input(i) else default
 
-    def optional_known_scalar(self, i: int, default: Any, *types: int) -> Any:
-        return self.known_scalar(i, *types) if self.has_input(i) else default
-
     # ---- prepare ------------------------------------------------------------
     def set_output_shape(self, i: int, shape: Iterable[int]) -> None:
         shape = tuple(int(d) for d in shape)
@@ -296,9 +292,6 @@ class OperationSpec:
     @property
     def name(self) -> str:
         return self.name_override or operation_name(self.type)
-
-    def feature_level(self, operand_type: int) -> FeatureLevel:
-        return dict(self.type_feature_levels).get(operand_type, self.min_feature_level)
 
     def check_signature(self, ctx: OperationContext) -> None:
         """The declarative part of validation: input and output counts, omitted inputs, then the

@@ -75,7 +75,7 @@ class Backend:
     deserialiser admits their plan-data types, nothing else outside hal's core."""
 
     def __init__(self, name: str, version: str, modules: Iterable[str] = (), *, priority: int = 0,
-                 description: str = "", extension: str | None = None, identity_extra: str = ""):
+                 description: str = "", extension: str | None = None):
         if not name or "," in name or ":" in name:
             raise ValueError(f"bad backend name {name!r}")
         self.name = name
@@ -86,7 +86,6 @@ class Backend:
         #: For a vendor extension's backend: the extension whose operations it runs (keys are types
         #: within the extension, since prefixes are assigned per model).
         self.extension = extension
-        self.identity_extra = identity_extra
         self.kernels: dict[int, Kernel] = {}
         self._identity: str | None = None
 
@@ -134,7 +133,7 @@ class Backend:
     def identity(self) -> str:
         """``name@version+digest``: what a cached plan of this backend was computed by."""
         if self._identity is None:
-            h = hashlib.sha256(f"{self.name}|{self.version}|{self.identity_extra}".encode())
+            h = hashlib.sha256(f"{self.name}|{self.version}".encode())
             for name, path in self.source_files():
                 h.update(f"|{name}:".encode() + file_digest(path))
             self._identity = f"{self.name}@{self.version}+{h.hexdigest()[:16]}"
