@@ -42,6 +42,19 @@ def _exactness(out: np.ndarray, ref: np.ndarray, optimized: np.ndarray) -> str:
     return f"DIFFERS: max |diff| vs REF {int(np.abs(out.astype(int) - ref.astype(int)).max())}"
 
 
+def time_interleaved(configs: dict, run, rounds: int, per_round: int) -> dict[str, list[float]]:
+    """Seconds per ``run(config)``, configurations interleaved round by round, the order reversed
+    every other round (no first-run or thermal bias toward one of them)."""
+    times: dict[str, list[float]] = {k: [] for k in configs}
+    for r in range(rounds):
+        for k in (list(configs) if r % 2 == 0 else list(reversed(configs))):
+            for _ in range(per_round):
+                t = time.perf_counter()
+                run(configs[k])
+                times[k].append(time.perf_counter() - t)
+    return times
+
+
 def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as d:
@@ -69,14 +82,7 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                 for it in configs.values():
                     it.allocate_tensors()
                     _run(it, x)  # warm-up
-                times: dict[str, list[float]] = {k: [] for k in configs}
-                for r in range(rounds):
-                    order = list(configs) if r % 2 == 0 else list(reversed(configs))  # no first-run bias
-                    for k in order:
-                        for _ in range(per_round):
-                            t = time.perf_counter()
-                            _run(configs[k], x)
-                            times[k].append(time.perf_counter() - t)
+                times = time_interleaved(configs, lambda it, x=x: _run(it, x), rounds, per_round)
                 optimized = _run(configs["TFLite 1 thread"], x).copy()
                 base = statistics.median(times["TFLite 1 thread"])
                 for k, it in configs.items():

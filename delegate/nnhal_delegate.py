@@ -182,7 +182,8 @@ class NnhalDelegate(SimpleDelegateInterface):
             except ServiceError as e:
                 log.info("perf info unavailable: %s", e)
                 continue
-            assigned = {op.index: op.backend for op in info.operations}
+            assigned = {i: op.backend for op in info.operations  # a partition record covers op.count operations
+                        for i in range(op.index, op.index + max(op.count, 1))}
             for node, (lo, hi) in k.part.node_operations.items():
                 names = sorted({assigned[i] for i in range(lo, hi) if assigned.get(i)})
                 if node in by_node and names:

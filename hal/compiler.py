@@ -11,20 +11,24 @@ operation at a time during each execution, from the values (``CompiledModel.runt
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
 from hal import backends
 from hal.backends import Backend, Kernel
+from hal.backends.graph import GraphBackend
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.model import Model
 from hal.operands import decode_constant, operand_infos, operation_context, step_inputs  # noqa: F401  (decode_constant: API)
 from hal.registry import OperandInfo, OperationContext, OperationSpec, extension_name, lookup_in_model, model_prefixes
 from hal.types import SCALAR_TYPES, ErrorStatus, OperandLifeTime, OperandType, operation_name
 from hal.validation import validate_model
+
+_log = logging.getLogger(__name__)
 
 #: Operand types whose runtime value a runtime-planned operation's prepare may read (parameters).
 _RUNTIME_PARAM_TYPES = SCALAR_TYPES | {OperandType.TENSOR_INT32, OperandType.TENSOR_BOOL8}
@@ -43,22 +47,88 @@ class Step:
     def backend(self) -> str:
         return self.kernel.backend
 
+    @property
+    def operations(self) -> tuple[int, ...]:
+        """The operations this step runs: its own, or a partition's members."""
+        ops = getattr(self.ctx, "operations", None)
+        return (self.index,) if ops is None else ops
+
+
+@dataclass
+class PartitionContext:
+    """A partition step's context: what an OperationContext is to one operation's kernel."""
+
+    backend: str
+    operations: tuple[int, ...]  # the member operations, in order
+    artifact: Any  # what the compilation cache stores (the graph backend's, serialisable)
+    executable: Any  # called with the partition's input arrays, returns its output arrays
+    op_type: int = -1  # no single operation type: timings name the partition by ``operations``
+
+    @property
+    def name(self) -> str:
+        first, last = self.operations[0], self.operations[-1]
+        return f"operations {first}-{last} ({self.backend} partition)" if last != first \
+            else f"operation {first} ({self.backend} partition)"
+
+
+@dataclass
+class Partition:
+    """A run of consecutive operations one graph backend compiles into one executable. Its inputs
+    are the operands the members read that none of them produces (constants excepted: they belong
+    to the compiled graph), its outputs those they produce that a later step or the caller reads."""
+
+    members: list[Step]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    infos: list[OperandInfo]  # the plan's (shapes as inferred; constant values at compile time)
+    model: Model
+
+
+def make_partition(model: Model, steps: list[Step], start: int, end: int, infos: list[OperandInfo],
+                   keep: frozenset[int]) -> Partition:
+    """The partition of ``steps[start:end]``; lifetimes, not values, tell constants (a cached plan
+    does not keep the constants only its partitions read)."""
+    operands = model.main.operands
+    members = steps[start:end]
+    produced = {o for s in members for o in s.outputs}
+    inputs: dict[int, None] = {}
+    for s in members:
+        for i in s.inputs:
+            if i >= 0 and i not in produced and operands[i].lifetime not in _CONSTANT:
+                inputs.setdefault(i)
+    read_later = {i for s in steps[end:] for i in s.inputs} | keep
+    outputs = tuple(o for s in members for o in s.outputs if o in read_later)
+    return Partition(members, tuple(inputs), outputs, infos, model)
+
+
+def partition_step(backend: GraphBackend, partition: Partition, artifact: Any, executable: Any) -> Step:
+    ctx = PartitionContext(backend.name, tuple(s.index for s in partition.members), artifact, executable)
+    return Step(partition.members[0].index, None, backend.partition_kernel, ctx,  # type: ignore[arg-type]
+                partition.inputs, partition.outputs)
+
 
 @dataclass
 class Plan:
     """Steps in execution order, the operand infos they were prepared with, and the memory plan:
     ``release[n]`` lists the temporaries step n is the last reader of (or, if nothing reads them,
     produces), so an execution drops each intermediate tensor as soon as it is dead instead of
-    holding every one until the end."""
+    holding every one until the end.
+
+    ``steps`` has one step per operation (its backend is the operation's assignment); ``program``
+    is what an execution runs: the same steps, with each run of a graph backend's members replaced
+    by its partition step. ``release`` follows ``program``."""
 
     steps: list[Step]
     infos: list[OperandInfo]
     keep: frozenset[int] = frozenset()  # operands never released: the model's outputs
     release: list[tuple[int, ...]] = field(default_factory=list)
+    program: list[Step] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if not self.program:
+            self.program = list(self.steps)
         if not self.release:
-            self.release = plan_releases(self.steps, self.keep)
+            self.release = plan_releases(self.program, self.keep)
 
 
 def plan_releases(steps: list[Step], keep: frozenset[int]) -> list[tuple[int, ...]]:
@@ -132,7 +202,8 @@ class CompiledModel:
         with self._lock:
             step = self._steps.get(key)
         if step is None:
-            step = prepare_operation(k, self.model, view, order=backends.candidates(self.backend_order or None))
+            step = prepare_operation(k, self.model, view,
+                                     order=per_operation(backends.candidates(self.backend_order or None)))
             with self._lock:
                 if len(self._steps) > 256:
                     self._steps.clear()
@@ -190,6 +261,16 @@ def assign_backend(ctx: OperationContext, spec: OperationSpec, model_prefix_map:
         key = ctx.op_type
     declined: list[str] = []
     for n, backend in enumerate(chain):
+        if isinstance(backend, GraphBackend):
+            try:
+                why = backend.claim(ctx)
+            except Exception as e:  # noqa: BLE001 - a lowering's broken supports() declines
+                why = f"supports failed: {e!r}"
+            if why is None:  # a member of the partition its run becomes (planned by _partition)
+                ctx.backend = backend.name
+                return backend.member_kernel, None
+            declined.append(f"{backend.name}: {why}")
+            continue
         kernel = backend.kernel(key)
         if kernel is None:
             declined.append(f"{backend.name}: no kernel")
@@ -266,17 +347,17 @@ def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: b
         ctx.params = spec.prepare(ctx)
         if shapes_known:
             _check_zero_sized(ctx, spec)
+        for j, shape in enumerate(ctx.output_shapes):  # backends plan with the prepared shapes
+            if shape is None:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"{ctx.name}: prepare set no shape for output {j}")
+            o = operation.outputs[j]
+            infos[o] = dataclasses.replace(infos[o], shape=shape)
+            ctx.outputs[j] = infos[o]
         kernel, ctx.data = assign_backend(ctx, spec, prefixes, order)
     except HalError:
         raise
     except Exception as e:  # a bug or an unforeseen input: still a clean error
         raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{ctx.name}: cannot prepare: {e!r}") from e
-    for j, shape in enumerate(ctx.output_shapes):
-        if shape is None:
-            raise HalError(ErrorStatus.GENERAL_FAILURE, f"{ctx.name}: prepare set no shape for output {j}")
-        o = operation.outputs[j]
-        infos[o] = dataclasses.replace(infos[o], shape=shape)
-        ctx.outputs[j] = infos[o]
     return Step(k, spec, kernel, ctx, step_inputs(operation, model.main.operands), tuple(operation.outputs))
 
 
@@ -287,7 +368,44 @@ def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tu
         infos[idx] = dataclasses.replace(infos[idx], shape=tuple(shape))
     order = backends.candidates(order_names)
     steps = [prepare_operation(k, model, infos, order=order) for k in range(len(model.main.operations))]
-    return Plan(steps, infos, keep=frozenset(model.main.output_indexes))
+    keep = frozenset(model.main.output_indexes)
+    return Plan(steps, infos, keep=keep, program=_partition(model, steps, infos, order, keep))
+
+
+def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order: list[Backend],
+               keep: frozenset[int]) -> list[Step]:
+    """The program: each maximal run of one graph backend's members compiled into one partition
+    step. A run that fails to compile is planned again without that backend (``steps`` updated)."""
+    program: list[Step] = []
+    k = 0
+    while k < len(steps):
+        backend = backends.get(steps[k].backend)
+        if not isinstance(backend, GraphBackend):
+            program.append(steps[k])
+            k += 1
+            continue
+        end = k
+        while end < len(steps) and steps[end].backend == backend.name:
+            end += 1
+        part = make_partition(model, steps, k, end, infos, keep)
+        try:
+            artifact, executable = backend.compile(part)
+        except Exception as e:  # noqa: BLE001 - a lowering's bug costs speed, never the model
+            _log.warning("%s could not compile operations %d-%d (%r); they run operation by operation",
+                         backend.name, steps[k].index, steps[end - 1].index, e)
+            fallback = [b for b in order if b is not backend]
+            for m in range(k, end):
+                steps[m] = prepare_operation(steps[m].index, model, infos, order=fallback)
+                program.append(steps[m])
+        else:
+            program.append(partition_step(backend, part, artifact, executable))
+        k = end
+    return program
+
+
+def per_operation(order: list[Backend]) -> list[Backend]:
+    """``order`` without graph backends: for operations planned one at a time during execution."""
+    return [b for b in order if not isinstance(b, GraphBackend)]
 
 
 def compile_model(model: Model, copy_constants: bool = True,

@@ -29,6 +29,8 @@ class OperationTiming:
     type: int
     ns: int
     backend: str = ""
+    #: Operations timed together: a partition step runs operations index .. index + count - 1.
+    count: int = 1
 
 
 def _check_input(k: int, info: OperandInfo, arr: np.ndarray) -> None:
@@ -82,7 +84,7 @@ def execute(compiled: CompiledModel, inputs: list[np.ndarray],
         except RuntimeValueNeeded:
             compiled.runtime_values = True  # a parameter computed from these inputs: plan as we go
         else:
-            for step, dead in zip(plan.steps, plan.release):
+            for step, dead in zip(plan.program, plan.release):
                 _run_step(step, values, plan.infos, timings, deadline_ns)
                 for o in dead:  # the memory plan: this step was the tensor's last reader
                     del values[o]
@@ -113,7 +115,7 @@ def _run_step(step: Step, values: dict[int, np.ndarray], infos: list[OperandInfo
         raise HalError(ErrorStatus.GENERAL_FAILURE, f"{step.ctx.name}: execution failed: {e!r}") from e
     if timings is not None:
         timings.append(OperationTiming(step.index, step.ctx.op_type, time.perf_counter_ns() - t0,
-                                       step.kernel.backend))
+                                       step.kernel.backend, len(step.operations)))
     for j, (o, out) in enumerate(zip(step.outputs, outs)):
         info = infos[o]
         if out.shape != info.shape or out.dtype != info.dtype:
@@ -121,6 +123,46 @@ def _run_step(step: Step, values: dict[int, np.ndarray], infos: list[OperandInfo
                            f"{step.ctx.name}: output {j} came out {out.dtype}{list(out.shape)}, "
                            f"prepared as {type_name(info.type)}{list(info.shape)}")
         values[o] = out
+
+
+def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.ndarray]):
+    """A runner for fixed input and output arrays (a local burst's shared-memory slots), or None.
+
+    When a static model's whole program is one graph-backend partition that reads exactly the
+    model's inputs and writes exactly its outputs, the partition binds the arrays once: each
+    ``runner(timings, deadline_ns)`` then computes from the inputs' current contents straight into
+    the outputs, with no per-execution argument handling and no copy. Otherwise (several steps,
+    a per-operation backend) the caller uses ``execute`` and copies."""
+    plan = compiled.static_plan
+    if plan is None or len(plan.program) != 1:
+        return None
+    step = plan.program[0]
+    binder = getattr(step.ctx, "executable", None)
+    binder = getattr(binder, "bind", None)
+    if binder is None or sorted(step.inputs) != sorted(compiled.input_indexes) \
+            or sorted(step.outputs) != sorted(compiled.output_indexes) \
+            or len(set(compiled.output_indexes)) != len(compiled.output_indexes):
+        return None
+    by_operand = dict(zip(compiled.input_indexes, inputs))
+    out_by_operand = dict(zip(compiled.output_indexes, outputs))
+    for o, arr in out_by_operand.items():
+        info = plan.infos[o]
+        if arr.shape != info.shape or arr.dtype != info.dtype or not arr.flags.c_contiguous:
+            return None
+    run = binder([np.ascontiguousarray(by_operand[i]) for i in step.inputs], [out_by_operand[o] for o in step.outputs])
+    count = len(step.operations)
+
+    def runner(timings: list[OperationTiming] | None = None, deadline_ns: int | None = None) -> None:
+        _check_deadline(deadline_ns, f"before {step.ctx.name}")
+        t0 = time.perf_counter_ns()
+        try:
+            run()
+        except Exception as e:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"{step.ctx.name}: execution failed: {e!r}") from e
+        if timings is not None:
+            timings.append(OperationTiming(step.index, step.ctx.op_type, time.perf_counter_ns() - t0,
+                                           step.kernel.backend, count))
+    return runner
 
 
 def execute_request(compiled: CompiledModel, request: Request,
@@ -161,4 +203,4 @@ def execute_request(compiled: CompiledModel, request: Request,
     return shapes
 
 
-__all__ = ["execute", "execute_request", "OutputShape", "OperationTiming"]
+__all__ = ["bind", "execute", "execute_request", "OutputShape", "OperationTiming"]

@@ -27,7 +27,8 @@ import numpy as np
 
 from hal import backends
 from hal.backends import Backend
-from hal.compiler import CompiledModel, Plan, Step
+from hal.backends.graph import GraphBackend
+from hal.compiler import CompiledModel, PartitionContext, Plan, Step, make_partition, partition_step
 from hal.model import (
     ExtensionNameAndPrefix,
     Model,
@@ -45,8 +46,9 @@ from hal.registry import (
 )
 from hal.types import OperandLifeTime
 
-#: 2: constants stored per operand, packed-only constants left out; 3: extensions; 4: backends
-FORMAT_VERSION = 4
+#: 2: constants stored per operand, packed-only constants left out; 3: extensions; 4: backends;
+#: 5: graph backends' partitions
+FORMAT_VERSION = 5
 _CORE_PREFIX = "hal."
 _BACKENDS_PREFIX = "hal.backends."
 
@@ -248,7 +250,7 @@ def _model_from_tree(t: dict) -> Model:
 def _superseded_constants(plan: Plan, constants: dict[int, np.ndarray]) -> set[int]:
     """Constants every use of which is an input its op packed at prepare time (never read again)."""
     packed_only = set(constants)
-    for step in plan.steps:
+    for step in plan.program:  # a partition step reads no constant: its graph holds them
         prepacked = step.kernel.prepacked_inputs
         for position, operand in enumerate(step.inputs):
             if operand in packed_only and position not in prepacked:
@@ -303,8 +305,48 @@ def dump_compiled(compiled: CompiledModel) -> tuple[bytes, list[np.ndarray]]:
         "constants": [[i, enc.array(v)] for i, v in sorted(compiled.constants.items()) if i not in dropped],
         "shapes": [list(info.shape) for info in plan.infos],
         "steps": [{"index": s.index, "backend": s.backend, "data": enc.value(s.ctx.data)} for s in plan.steps],
+        # each graph backend's partition: [first, last] operation and its compiled artifact
+        "partitions": [[p.ctx.operations[0], p.ctx.operations[-1], enc.value(p.ctx.artifact)]
+                       for p in plan.program if isinstance(p.ctx, PartitionContext)],
     }
     return json.dumps(tree, separators=(",", ":")).encode(), enc.arrays
+
+
+def _program(model: Model, steps: list[Step], infos: list, partitions: list, dec: "_Decoder") -> list[Step]:
+    """The plan's program: the steps, with each cached partition's executable loaded from its
+    artifact (graph building and optimisation skipped). The partitions must be exactly the runs
+    of graph-backend members, as ``hal.compiler._partition`` made them."""
+    keep = frozenset(model.main.output_indexes)
+    runs: list[tuple[int, int]] = []
+    k = 0
+    while k < len(steps):
+        if isinstance(backends.get(steps[k].backend), GraphBackend):
+            end = k
+            while end < len(steps) and steps[end].backend == steps[k].backend:
+                end += 1
+            runs.append((k, end))
+            k = end
+        else:
+            k += 1
+    if [(first, last + 1) for first, last, _ in partitions] != runs:
+        raise SerializationError("payload's partitions do not match its graph-backend operations")
+    program: list[Step] = []
+    k = 0
+    for (start, end), (_, _, artifact) in zip(runs, partitions):
+        program.extend(steps[k:start])
+        backend = backends.get(steps[start].backend)
+        part = make_partition(model, steps, start, end, infos, keep)
+        artifact = dec.value(artifact)
+        try:
+            executable = backend.load(part, artifact)
+        except SerializationError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bad artifact is a cache miss, never a crash
+            raise SerializationError(f"{backend.name} could not load operations {start}-{end - 1}: {e!r}") from e
+        program.append(partition_step(backend, part, artifact, executable))
+        k = end
+    program.extend(steps[k:])
+    return program
 
 
 def load_compiled(payload: bytes, arrays: list[np.ndarray],
@@ -356,7 +398,10 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray],
             ext = extension_name(operation.type, prefixes)
             if (backend.extension or None) != ext:
                 raise SerializationError(f"operation {k}: backend {backend.name!r} cannot run it")
-            kernel = backend.kernel(operation.type & 0xFFFF if ext else operation.type)
+            if isinstance(backend, GraphBackend):  # a partition member: its partition runs it
+                kernel = backend.member_kernel
+            else:
+                kernel = backend.kernel(operation.type & 0xFFFF if ext else operation.type)
             if kernel is None:
                 raise SerializationError(f"operation {k}: backend {backend.name!r} has no kernel for it")
             ctx = operation_context(k, operation, sg.operands, infos)
@@ -367,11 +412,12 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray],
             steps.append(Step(k, spec, kernel, ctx, step_inputs(operation, sg.operands), tuple(operation.outputs)))
         if len(steps) != len(sg.operations) or [s.index for s in steps] != list(range(len(sg.operations))):
             raise SerializationError("payload does not cover every operation in order")
+        program = _program(model, steps, infos, tree["partitions"], dec)
     except SerializationError:
         raise
     except Exception as e:  # malformed JSON / structure: never trust, never crash
         raise SerializationError(f"invalid compiled-model payload: {e!r}") from e
-    plan = Plan(steps, infos, keep=frozenset(sg.output_indexes))
+    plan = Plan(steps, infos, keep=frozenset(sg.output_indexes), program=program)
     return CompiledModel(model=model, constants=constants, input_indexes=list(sg.input_indexes),
                          output_indexes=list(sg.output_indexes), base_infos=base, static_plan=plan,
                          backend_order=order)

@@ -104,9 +104,10 @@ def _profile(kernels) -> list[dict]:
         info = k.remote.perf_info()
         model = k.part.model
         for op in info.operations:
+            members = range(op.index, op.index + max(op.count, 1))  # a graph backend's partition: its operations
             rows.append({"partition": p, "index": op.index, "op": op.name, "backend": op.backend,
                          "avg_us": op.total_ns / max(op.executions, 1) / 1e3, "executions": op.executions,
-                         "macs": operation_macs(model, op.index)})
+                         "operations": len(members), "macs": sum(operation_macs(model, k) for k in members)})
     return rows
 
 

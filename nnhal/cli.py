@@ -189,8 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "$NNHAL_BACKENDS, else every available backend by priority; reference is "
                             "always the last resort); `nnhal backends` lists them")
     serve.add_argument("--threads", type=int, default=1, metavar="N",
-                       help="threads each operation may use (BLAS GEMMs of the numba and reference backends; "
-                            "default 1, as TFLite's default; 0 = every core)")
+                       help="threads each operation or partition may use (onnxruntime's intra-op threads, the "
+                            "BLAS GEMMs of the numba and reference backends; default 1, as TFLite's default; "
+                            "0 = every core)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_cmd_serve)
 

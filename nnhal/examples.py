@@ -4,7 +4,8 @@
 residual with ADD, global average pool, reshape, fully connected, softmax) in
 float32, uint8 (per-tensor) or int8 (per-channel filters). ``mobilenet_v2``: the
 MobileNetV2 layer table at full size (~3.5 M parameters), for benchmarks; ``efficientnet_b0``:
-EfficientNet-B0's (swish, squeeze-excite, 5x5 depthwise).
+EfficientNet-B0's (swish, squeeze-excite, 5x5 depthwise); ``blazeface_like``: a BlazeFace-style
+float32 face detector (BlazeBlocks, two SSD heads).
 Weights are random; quantization parameters are chosen so activations use a
 sensible part of the 8-bit range.
 """
@@ -221,3 +222,67 @@ def efficientnet_b0(dtype=np.float32, input_size: int = 224, classes: int = 1000
             net.mbconv(c, expand=t, k=k, stride=s if i == 0 else 1)
     net.conv(1280, k=1, act=Act.NONE).swish()
     return net.head(classes).build()
+
+
+#: BlazeFace's front model (Bazarevsky et al. 2019): (channels, stride) of each BlazeBlock.
+_BLAZE = [(24, 1), (28, 1), (32, 2), (36, 1), (42, 1), (48, 2), (56, 1), (64, 1), (72, 1), (80, 1), (88, 1),
+          (96, 2), (96, 1), (96, 1), (96, 1)]
+
+
+def blazeface_like(dtype=np.float32, input_size: int = 128, seed: int = 0) -> bytes:
+    """A BlazeFace-style face detector (float32): 5x5 conv stem, BlazeBlocks (5x5 depthwise, 1x1
+    projection, residual ADD + ReLU; max-pooled and channel-padded shortcuts), and SSD heads at
+    16x16 and 8x8 whose boxes and scores are reshaped and concatenated: outputs [1, 896, 16]
+    regressors and [1, 896, 1] scores (for a 128 input), as MediaPipe's face_detection_short_range."""
+    if np.dtype(dtype) != np.float32:
+        raise ValueError("blazeface_like is float32 only")
+    net = _Net(dtype, [1, input_size, input_size, 3], seed)
+    net.conv(24, k=5, stride=2, act=Act.RELU)
+    features = []
+    for k, (c, s) in enumerate(_BLAZE):
+        _blaze_block(net, c, s)
+        if k in (10, 14):  # the 16x16 (88 channels) and 8x8 (96 channels) feature maps
+            features.append((net.cur, list(net.shape)))
+    b, regressors, scores = net.b, [], []
+    for (src, shape), anchors in zip(features, (2, 6)):
+        for per_anchor, into in ((16, regressors), (1, scores)):
+            net.cur, net.shape = src, shape
+            net.conv(anchors * per_anchor, k=1, act=Act.NONE)
+            n, h, w, _ = net.shape
+            flat = b.add_tensor(net._name("flat"), [n, h * w * anchors, per_anchor], np.float32)
+            shp = b.add_constant(net._name("shape"), np.array([n, h * w * anchors, per_anchor], np.int32))
+            b.add_operator("RESHAPE", [net.cur, shp], [flat], ("ReshapeOptions",
+                                                               {"new_shape": [n, h * w * anchors, per_anchor]}))
+            into.append((flat, h * w * anchors, per_anchor))
+    outputs = []
+    for parts in (regressors, scores):
+        total = sum(p[1] for p in parts)
+        out = b.add_tensor(net._name("concat"), [1, total, parts[0][2]], np.float32)
+        b.add_operator("CONCATENATION", [p[0] for p in parts], [out], ("ConcatenationOptions", {
+            "axis": 1, "fused_activation_function": Act.NONE}))
+        outputs.append(out)
+    b.set_outputs(outputs)
+    return net.build()
+
+
+def _blaze_block(net: _Net, out_c: int, stride: int) -> None:
+    """5x5 depthwise (stride), 1x1 conv to ``out_c``, + shortcut (2x2 max pool when strided,
+    zero channels PADded when widening), ReLU fused into the ADD."""
+    b = net.b
+    src, (n, _, _, c) = net.cur, list(net.shape)
+    net.depthwise(k=5, stride=stride, act=Act.NONE).conv(out_c, k=1, act=Act.NONE)
+    oh, ow = net.shape[1], net.shape[2]
+    if stride == 2:
+        pooled = b.add_tensor(net._name("maxpool"), [n, oh, ow, c], np.float32)
+        b.add_operator("MAX_POOL_2D", [src], [pooled], ("Pool2DOptions", {
+            "padding": Padding.VALID, "stride_w": 2, "stride_h": 2, "filter_width": 2, "filter_height": 2,
+            "fused_activation_function": Act.NONE}))
+        src = pooled
+    if out_c > c:
+        padded = b.add_tensor(net._name("pad"), [n, oh, ow, out_c], np.float32)
+        pads = b.add_constant(net._name("paddings"), np.array([[0, 0], [0, 0], [0, 0], [0, out_c - c]], np.int32))
+        b.add_operator("PAD", [src, pads], [padded])
+        src = padded
+    out = b.add_tensor(net._name("add"), [n, oh, ow, out_c], np.float32)
+    b.add_operator("ADD", [net.cur, src], [out], ("AddOptions", {"fused_activation_function": Act.RELU}))
+    net.cur = out

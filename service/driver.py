@@ -73,6 +73,9 @@ class OperationPerfRecord:
     executions: int = 0
     total_ns: int = 0
     backend: str = ""
+    #: Operations timed together: a graph backend's partition runs index .. index + count - 1
+    #: (type -1), in one call whose time cannot be split between them.
+    count: int = 1
 
 
 class PerfCounters:
@@ -83,14 +86,15 @@ class PerfCounters:
         self.executions = 0
         self.ops: dict[int, OperationPerfRecord] = {}
         #: Every operation's assigned backend, known before any execution for static models.
-        self._assigned: dict[int, tuple[int, str]] = {}
+        self._assigned: dict[int, tuple[int, str, int]] = {}
         if compiled is not None and compiled.static_plan is not None:
-            self._assigned = {s.index: (s.ctx.op_type, s.backend) for s in compiled.static_plan.steps}
+            self._assigned = {s.index: (s.ctx.op_type, s.backend, len(s.operations))
+                              for s in compiled.static_plan.program}
         self._seed()
 
     def _seed(self) -> None:
-        for k, (t, backend) in self._assigned.items():
-            self.ops[k] = OperationPerfRecord(k, t, backend=backend)
+        for k, (t, backend, count) in self._assigned.items():
+            self.ops[k] = OperationPerfRecord(k, t, backend=backend, count=count)
 
     def record(self, timings: list[OperationTiming]) -> None:
         with self._lock:
@@ -98,8 +102,9 @@ class PerfCounters:
             for t in timings:
                 r = self.ops.get(t.index)
                 if r is None:
-                    r = self.ops[t.index] = OperationPerfRecord(t.index, t.type, backend=t.backend)
-                r.backend = t.backend  # a dynamic model's plan per input shape may assign another one
+                    r = self.ops[t.index] = OperationPerfRecord(t.index, t.type, backend=t.backend, count=t.count)
+                # a dynamic model's plan per input shape may assign another backend or partition
+                r.backend, r.type, r.count = t.backend, t.type, t.count
                 r.executions += 1
                 r.total_ns += t.ns
 
@@ -297,8 +302,9 @@ def _enum(cls, value: int, what: str):
         raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown {what} {value}") from None
 
 
-def perf_name(type_code: int) -> str:
-    return operation_name(type_code)
+def perf_name(type_code: int, count: int = 1) -> str:
+    """An operation's name, or ``PARTITION(n ops)`` for a graph backend's partition (type -1)."""
+    return f"PARTITION({count} ops)" if type_code == -1 else operation_name(type_code)
 
 
 __all__ = ["Driver", "PreparedEntry", "ExecutionResult", "deadline_from_timeout"]

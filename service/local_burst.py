@@ -29,8 +29,10 @@ import time
 
 import numpy as np
 
+from hal.backends import compute_threads
 from hal.errors import HalError
 from hal.executor import OutputShape
+from hal.executor import bind as hal_bind
 from hal.executor import execute as hal_execute
 from hal.model import DataLocation, Request, RequestArgument
 from hal.types import ErrorStatus
@@ -47,9 +49,14 @@ MAX_SLOT_BYTES = 1 << 30
 ACCEPT_TIMEOUT_S = 10.0
 #: Spin-then-block doorbell waits. A blocking wake-up costs ~70 µs on a VM vCPU; polling the
 #: socket first answers in ~6 µs. The service polls briefly after each reply (the next request of a
-#: burst usually follows at once); the client polls while its request runs.
+#: burst usually follows at once). The client polls only while that pays and costs nobody: see
+#: ``WaitStrategy``.
 SERVICE_SPIN_S = 200e-6
-CLIENT_SPIN_S = 2e-3
+#: The client never polls longer than this; executions expected to take longer than SHORT_S are
+#: waited for blocking (a wake-up is then < 7% of the wait, and a polling client would hold a core).
+CLIENT_SPIN_MAX_S = 2e-3
+SHORT_S = 1e-3
+HANDSHAKE = struct.Struct("<QI")  # slot memory size, the service's compute threads per execution
 
 
 def wait_doorbell(sock: socket.socket, spin_s: float) -> bytes:
@@ -137,7 +144,7 @@ class LocalBurstServer:
             os.ftruncate(fd, self.size)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             mem = mmap.mmap(fd, self.size)
-            socket.send_fds(conn, [struct.pack("<Q", self.size)], [fd])
+            socket.send_fds(conn, [HANDSHAKE.pack(self.size, compute_threads())], [fd])
             view = memoryview(mem)
             data = view[DATA_OFFSET:]
             conn.setblocking(False)
@@ -217,12 +224,15 @@ class LocalBurstServer:
             if gate is not None:
                 gate.acquire()
             try:
-                outs = hal_execute(self.entry.compiled, fast.inputs, timings, deadline, _validated=True)
+                if fast.runner is not None:  # one partition bound to the slots: computes in place
+                    fast.runner(timings, deadline)
+                else:
+                    outs = hal_execute(self.entry.compiled, fast.inputs, timings, deadline, _validated=True)
+                    for dst, out in zip(fast.outputs, outs):
+                        np.copyto(dst, out, casting="no")
             finally:
                 if gate is not None:
                     gate.release()
-            for dst, out in zip(fast.outputs, outs):
-                np.copyto(dst, out, casting="no")
             self.entry.perf.record(timings)
             t_dev = sum(t.ns for t in timings) if measure else -1
             t_drv = time.monotonic_ns() - received if measure else -1
@@ -246,8 +256,10 @@ class LocalBurstServer:
 class _FastLayout:
     """Numpy views onto the slots for one validated request layout of a static model."""
 
-    def __init__(self, layout: bytes, inputs: list, outputs: list, shapes: list):
+    def __init__(self, layout: bytes, inputs: list, outputs: list, shapes: list, runner=None):
         self.layout, self.inputs, self.outputs, self.shapes = layout, inputs, outputs, shapes
+        #: ``hal.executor.bind``'s runner over these views, when the model allows one
+        self.runner = runner
 
     @classmethod
     def build(cls, compiled, layout: bytes, in_args, out_args, data: memoryview) -> "_FastLayout | None":
@@ -267,7 +279,7 @@ class _FastLayout:
                 return None
             outs.append(np.frombuffer(data, info.dtype, count, arg.location.offset).reshape(info.shape))
             shapes.append(OutputShape(info.shape, True))
-        return cls(layout, ins, outs, shapes)
+        return cls(layout, ins, outs, shapes, hal_bind(compiled, ins, outs))
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes:
@@ -278,6 +290,36 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
             break
         buf += chunk
     return buf
+
+
+class WaitStrategy:
+    """How long the client polls for the reply before blocking, fitted to the machine and the model.
+
+    Polling answers ~60 µs sooner than a blocking wake-up, but holds a core. So: never when the
+    service's compute threads leave no core free (polling would slow the execution it waits for);
+    not for executions expected to be long (> SHORT_S: the wake-up is then a small share); else for
+    about twice the expected time (a moving average of this session's round trips), so a short
+    execution is caught while polling and a stalled one costs at most CLIENT_SPIN_MAX_S."""
+
+    def __init__(self, service_threads: int, cores: int | None = None):
+        if cores is None:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        # the client's own thread polls; the service's threads compute (0: every core)
+        self.core_free = service_threads > 0 and cores > service_threads
+        self.expected_s: float | None = None
+
+    def spin_s(self) -> float:
+        if not self.core_free:
+            return 0.0
+        if self.expected_s is None:
+            return SHORT_S  # the first execution: no estimate yet
+        if self.expected_s > SHORT_S:
+            return 0.0
+        return min(CLIENT_SPIN_MAX_S, 2 * self.expected_s + 20e-6)
+
+    def observe(self, seconds: float) -> None:
+        e = self.expected_s
+        self.expected_s = seconds if e is None else 0.8 * e + 0.2 * seconds
 
 
 class LocalBurstSession:
@@ -296,12 +338,15 @@ class LocalBurstSession:
         self.sock.settimeout(timeout_s)
         self.sock.connect(socket_path)
         self.sock.sendall(token)
-        msg, fds, _, _ = socket.recv_fds(self.sock, 8, 1)
-        if len(msg) != 8 or len(fds) != 1:
+        msg, fds, _, _ = socket.recv_fds(self.sock, HANDSHAKE.size, 1)
+        if len(msg) != HANDSHAKE.size or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
             self.sock.close()
             raise OSError("local burst: the service did not send its memory")
         self.sock.setblocking(False)
-        (size,) = struct.unpack("<Q", msg)
+        size, service_threads = HANDSHAKE.unpack(msg)
+        self.wait = WaitStrategy(service_threads)
         self.fd = fds[0]
         self.mem = mmap.mmap(self.fd, size)
         self.view = memoryview(self.mem)
@@ -335,9 +380,11 @@ class LocalBurstSession:
                 out_offsets.append(off)
                 pos += OUT_DESC.size
                 off += (cap + 63) // 64 * 64
+            t = time.perf_counter()
             self.sock.send(b"\x01")
-            if not wait_doorbell(self.sock, CLIENT_SPIN_S):
+            if not wait_doorbell(self.sock, self.wait.spin_s()):
                 raise ConnectionError("local burst: the service closed the connection")
+            self.wait.observe(time.perf_counter() - t)
             seq, status, mlen, t_dev, t_drv = REP.unpack_from(view, REPLY_OFFSET)
             message = bytes(view[MSG_OFFSET:MSG_OFFSET + mlen]).decode(errors="replace")
             shapes = []

@@ -279,8 +279,8 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
             entry = self.driver.get(request.prepared_model_id)
             executions, ops = entry.perf.snapshot()
             return pb.PerfInfoReply(status=convert.status(), executions=executions, operations=[
-                pb.OperationPerf(index=r.index, type=r.type, name=perf_name(r.type),
-                                 executions=r.executions, total_ns=r.total_ns, backend=r.backend) for r in ops])
+                pb.OperationPerf(index=r.index, type=r.type, name=perf_name(r.type, r.count), executions=r.executions,
+                                 total_ns=r.total_ns, backend=r.backend, count=r.count) for r in ops])
         return _guard(pb.PerfInfoReply, body)
 
     def ResetPerfInfo(self, request, context):

@@ -4,6 +4,7 @@ CI must be reproducible (a new random failure there would block a submission for
 one can replay); developers' runs keep exploring, and failures they find are replayed from
 .hypothesis/ and fixed with a regression example.
 """
+import logging
 import os
 
 import pytest
@@ -21,3 +22,33 @@ def server(tmp_path):
     s = ServerProcess(tmp_path)
     yield s
     s.stop()
+
+
+class _PartitionFailures(logging.Handler):
+    """Records the compiler's "a graph backend could not compile a partition" warnings."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+_partition_failures = _PartitionFailures()
+logging.getLogger("hal.compiler").addHandler(_partition_failures)
+
+
+@pytest.fixture(autouse=True)
+def no_silent_partition_fallback(request):
+    """A graph backend's lowering that fails makes its partition run operation by operation: the
+    model still works, so only this check notices. Tests provoking it on purpose are marked
+    ``partition_fallback``."""
+    _partition_failures.messages.clear()
+    yield
+    if request.node.get_closest_marker("partition_fallback") is None:
+        assert not _partition_failures.messages, "partition fell back: " + "; ".join(_partition_failures.messages)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "partition_fallback: the test makes a graph backend's compilation fail")

@@ -25,6 +25,14 @@ OP_SETTINGS = settings(max_examples=30, deadline=None,
                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
+def per_operation_order() -> list[str]:
+    """The backend preference without graph backends: every operation planned and run on its own,
+    as a model planned during execution always is (for comparing the two bit for bit)."""
+    from hal import backends
+    from hal.backends.graph import GraphBackend
+    return [n for n in backends.preference() if not isinstance(backends.get(n), GraphBackend)]
+
+
 def tflite_run(model: bytes, inputs: list[np.ndarray], *, reference: bool = True) -> list[np.ndarray]:
     """Run with TFLite: reference kernels by default, else the builtin optimized kernels."""
     kind = OpResolverType.BUILTIN_REF if reference else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES

@@ -29,9 +29,19 @@ def _diamond():
 
 def test_release_points_follow_last_use():
     model, (x, t1, t2, unused, y) = _diamond()
-    plan = compile_model(model).static_plan
+    plan = compile_model(model, backend_order=["reference"]).static_plan  # one step per operation
     assert plan.release == [(), (), (unused,), (t1, t2)]  # x is an input, y an output: never released
-    out = execute(compile_model(model), [np.arange(4, dtype=np.float32)])[0]
+    out = execute(compile_model(model, backend_order=["reference"]), [np.arange(4, dtype=np.float32)])[0]
+    np.testing.assert_array_equal(out, 5 * np.arange(4, dtype=np.float32))
+
+
+def test_a_partition_step_releases_what_it_consumed():
+    """A graph backend's partition is one step of the program: the temporaries inside it never
+    reach the executor, and the ones it reads die after it as after any step."""
+    model, (x, t1, t2, unused, y) = _diamond()
+    plan = compile_model(model, backend_order=["onnxruntime", "reference"]).static_plan
+    assert len(plan.program) == 1 and plan.program[0].outputs == (y,) and plan.release == [()]
+    out = execute(compile_model(model, backend_order=["onnxruntime", "reference"]), [np.arange(4, dtype=np.float32)])[0]
     np.testing.assert_array_equal(out, 5 * np.arange(4, dtype=np.float32))
 
 

@@ -142,7 +142,7 @@ def test_dynamic_shapes_are_planned_per_input_shape():
 
 def test_missed_deadline():
     with pytest.raises(HalError) as e:
-        execute(compile_model(add_model()), [X, X], deadline_ns=0)
+        execute(compile_model(add_model(), backend_order=["reference"]), [X, X], deadline_ns=0)
     assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
     assert "deadline passed before operation 0 (ADD)" in e.value.message
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from hal.compiler import compile_model, support_reasons
+from tests.harness import per_operation_order
 from hal.errors import HalError
 from hal.executor import execute, execute_request
 from hal.model import DataLocation, ModelBuilder, Request, RequestArgument
@@ -46,7 +47,7 @@ def test_axes_given_as_a_model_input(axis):
     compiled = compile_model(_mean())
     assert compiled.static_plan is None and compiled.runtime_values
     got = execute(compiled, [X, np.array([axis], np.int32)])[0]
-    want = execute(compile_model(_mean(axes=[axis])), [X])[0]
+    want = execute(compile_model(_mean(axes=[axis]), backend_order=per_operation_order()), [X])[0]
     np.testing.assert_array_equal(got, want)
 
 
@@ -54,7 +55,7 @@ def test_axes_computed_inside_the_model():
     compiled = compile_model(_mean(computed=True))
     for axis in (2.0, 0.0):
         got = execute(compiled, [X, np.array([axis], np.float32)])[0]
-        np.testing.assert_array_equal(got, execute(compile_model(_mean(axes=[int(axis)])), [X])[0])
+        np.testing.assert_array_equal(got, execute(compile_model(_mean(axes=[int(axis)]), backend_order=per_operation_order()), [X])[0])
 
 
 def test_support_is_claimed_and_steps_are_reused_while_values_repeat():
@@ -74,7 +75,7 @@ def test_a_bad_runtime_value_is_a_clean_error():
         execute(compiled, [X, np.array([5], np.int32)])
     assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "operation 0 (MEAN)" in e.value.message
     np.testing.assert_array_equal(execute(compiled, [X, np.array([0], np.int32)])[0],
-                                  execute(compile_model(_mean(axes=[0])), [X])[0])
+                                  execute(compile_model(_mean(axes=[0]), backend_order=per_operation_order()), [X])[0])
 
 
 def test_request_with_an_unknown_output_size_gets_the_shape_back():
@@ -93,14 +94,14 @@ def test_request_with_an_unknown_output_size_gets_the_shape_back():
     pools[1] = bytearray(2 * 4 * 4)
     request.outputs[0] = RequestArgument(location=DataLocation(1, 0, len(pools[1])))
     execute_request(compiled, request)
-    want = execute(compile_model(_mean(axes=[1])), [X])[0]
+    want = execute(compile_model(_mean(axes=[1]), backend_order=per_operation_order()), [X])[0]
     np.testing.assert_array_equal(np.frombuffer(bytes(pools[1]), np.float32).reshape(2, 4), want)
 
 
 def test_runtime_planned_models_keep_the_memory_plan():
     """Planned per execution, a model still drops each temporary after its last reader: the
     structural release plan equals the one a static compilation makes."""
-    static = compile_model(_mean(axes=[1]))
+    static = compile_model(_mean(axes=[1]), backend_order=per_operation_order())
     assert static.runtime_releases() == static.static_plan.release
     computed = compile_model(_mean(computed=True))
     cast_out = computed.model.main.operations[0].outputs[0]

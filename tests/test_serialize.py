@@ -9,6 +9,7 @@ import pytest
 import hal
 from delegate.mapping import convert_partition
 from delegate.tfl import read_model
+from hal.backends.graph import GraphBackend
 from hal.serialize import FORMAT_VERSION, SerializationError, _Encoder, dump_compiled, load_compiled
 from nnhal.examples import mobilenet_like
 from tests.harness import random_tensor
@@ -26,9 +27,11 @@ def test_round_trip_gives_identical_outputs(dtype):
 
 
 def test_packed_weights_are_stored_once():
-    """Conv filters and FC weights are kept only in their packed form (what execute reads)."""
+    """Conv filters and FC weights are kept only in their packed form (what execute reads), with
+    per-operation backends (graph backends' partitions: tests/backends/test_ort.py)."""
     model = convert_partition(read_model(mobilenet_like(np.float32, input_size=16, width=8))).model
-    compiled = hal.compile_model(model)
+    per_op = [b.name for b in hal.backends.available() if not isinstance(b, GraphBackend)]
+    compiled = hal.compile_model(model, backend_order=per_op)
     payload, arrays = dump_compiled(compiled)
     stored_constants = {int(i) for i, _ in json.loads(payload)["constants"]}
     weights = {s.inputs[p] for s in compiled.static_plan.steps for p in s.kernel.prepacked_inputs}
@@ -61,10 +64,10 @@ def test_a_reference_cannot_walk_into_other_modules():
     a core module's imports (json, numpy, the backends package) are not reachable through it.
     (float32: the reference backend runs every conv, whatever faster backend is installed)"""
     model = convert_partition(read_model(mobilenet_like(np.float32, input_size=16, width=8))).model
-    payload, arrays = dump_compiled(hal.compile_model(model))
+    payload, arrays = dump_compiled(hal.compile_model(model, backend_order=["reference"]))
     for forged in (b'"hal.serialize:json.loads"', b'"hal.types:np.load"',
                    b'"hal.serialize:backends.reference.conv.ConvData"'):
         evil = payload.replace(b'"hal.backends.reference.conv:ConvData"', forged, 1)
         assert evil != payload
         with pytest.raises(SerializationError, match="unknown reference|refused reference"):
-            load_compiled(evil, arrays)
+            load_compiled(evil, arrays, backend_order=["reference"])

@@ -162,6 +162,11 @@ class Backend:
     def kernel(self, op_type: int) -> Kernel | None:
         return self.kernels.get(int(op_type))
 
+    def takes(self, op_type: int, operand_type: int) -> bool:
+        """Whether it runs this operation code for this input-0 type (parameters aside)."""
+        k = self.kernel(op_type)
+        return k is not None and k.runs_type(operand_type)
+
     def owns_module(self, module: str) -> bool:
         return any(module == m or module.startswith(m + ".") for m in self.modules)
 
@@ -224,7 +229,7 @@ _lock = threading.RLock()
 _BACKENDS: dict[str, Backend] = {}
 _preference: tuple[str, ...] | None = None
 #: Backends shipped with nnhal, imported on first use (kernels never load with the specs alone).
-_BUILTIN_MODULES = ("hal.backends.reference", "hal.backends.numba_kernels")
+_BUILTIN_MODULES = ("hal.backends.reference", "hal.backends.numba_kernels", "hal.backends.ort")
 _loaded = False
 
 
@@ -241,11 +246,22 @@ def unregister_backend(name: str) -> None:
         _BACKENDS.pop(name, None)
 
 
+_compute_threads = 0
+
+
+def compute_threads() -> int:
+    """The thread count ``set_compute_threads`` set (0: never set; onnxruntime then uses 1 intra-op
+    thread). Graph backends read it when they compile a partition."""
+    return _compute_threads
+
+
 def set_compute_threads(n: int | None) -> int:
     """Threads a kernel may use (the BLAS GEMMs; numba's parallel regions): ``n``, or every core
     for None / 0. Process-wide, so the service sets it once at start (``nnhal serve --threads``):
     operations run concurrently on the service's worker threads anyway."""
+    global _compute_threads
     n = n or os.cpu_count() or 1
+    _compute_threads = n
     try:
         from threadpoolctl import threadpool_limits
         threadpool_limits(limits=n, user_api="blas")
@@ -340,8 +356,7 @@ def runs(spec, operand_type: int, order: Iterable[Backend] | None = None) -> lis
     input type."""
     found = []
     for b in (available() if order is None else order):
-        k = b.kernel(spec.type)
-        if k is not None and k.runs_type(operand_type):
+        if b.takes(spec.type, operand_type):
             found.append(b.name)
     return found
 

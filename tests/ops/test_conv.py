@@ -22,6 +22,7 @@ from tests.harness import (
     assert_float_close,
     assert_matches_tflite,
     hal_run,
+    per_operation_order,
     random_tensor,
     tflite_run,
 )
@@ -389,7 +390,7 @@ def test_runtime_scalar_parameter():
         return mb.finish()
 
     got = execute(compile_model(model(True)), [x, np.array(2, np.int32)])[0]
-    np.testing.assert_array_equal(got, execute(compile_model(model(False)), [x])[0])
+    np.testing.assert_array_equal(got, execute(compile_model(model(False), backend_order=per_operation_order()), [x])[0])
 
 
 @pytest.mark.parametrize("op, scalars", [

@@ -54,7 +54,7 @@ def test_wrong_token_is_refused(client):
     s.settimeout(10)
     s.connect(reply.socket_path)
     s.sendall(b"x" * 16)
-    msg, fds, _, _ = socket.recv_fds(s, 8, 1)
+    msg, fds, _, _ = socket.recv_fds(s, 16, 1)
     assert msg == b"" and fds == []  # closed without handing out memory
     s.close()
 
@@ -78,3 +78,19 @@ def test_local_burst_after_server_death_is_unavailable(server, client):
     with pytest.raises(ServiceUnavailableError):
         lb.execute([x, x])
     lb.close()
+
+
+def test_the_client_polls_only_when_a_core_is_free_and_the_wait_is_short():
+    from service.local_burst import CLIENT_SPIN_MAX_S, SHORT_S, WaitStrategy
+    assert WaitStrategy(service_threads=2, cores=2).spin_s() == 0  # the service computes on every core
+    assert WaitStrategy(service_threads=0, cores=8).spin_s() == 0  # 0 = every core
+    w = WaitStrategy(service_threads=1, cores=2)
+    assert w.spin_s() == SHORT_S  # no estimate yet
+    w.observe(30e-6)
+    assert w.spin_s() == pytest.approx(80e-6)  # about twice the expected round trip
+    for _ in range(50):
+        w.observe(5e-3)  # the model turned out long: block, leave the core to others
+    assert w.expected_s > SHORT_S and w.spin_s() == 0
+    w = WaitStrategy(service_threads=1, cores=4)
+    w.observe(0.995e-3)
+    assert w.spin_s() == CLIENT_SPIN_MAX_S  # capped

@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 
 import hal
+from hal.compiler import compile_model
 from hal.types import DeviceType, ErrorStatus, ExecutionPreference, OperandType, Priority
 from service import convert
 from service.client import SHM_THRESHOLD, ServiceError
+from service.driver import perf_name
 from service.proto import nnhal_pb2 as pb
 from tests.service.conftest import socket_mode
 from tests.service.models import add_chain, add_model, unsupported_model
@@ -95,7 +97,12 @@ def test_perf_info_counts_operations(client):
         pm.execute([x])
     info = pm.perf_info()
     assert info.executions == 3
-    assert [(o.index, o.name, o.executions) for o in info.operations] == [(i, "ADD", 3) for i in range(5)]
+    # one record per step of the program this process's compiler makes (the service's default
+    # preference): per operation, or one PARTITION(n ops) record for a graph backend's partition
+    program = compile_model(add_chain(5)).static_plan.program
+    assert [(o.index, o.name, o.count, o.executions) for o in info.operations] == [
+        (s.index, perf_name(s.ctx.op_type, len(s.operations)), len(s.operations), 3) for s in program]
+    assert sum(len(s.operations) for s in program) == 5
     assert all(o.total_ns > 0 for o in info.operations)
     pm.reset_perf_info()
     assert pm.perf_info().executions == 0

@@ -70,8 +70,9 @@ def test_scheduler_delivers_exceptions_and_refuses_after_shutdown():
 
 
 def test_deadline_is_checked_during_execution(monkeypatch):
-    """The clock passes the deadline after the 3rd operation: execution stops there."""
-    compiled = hal.compile_model(add_chain(10, (2, 2)))
+    """The clock passes the deadline after the 3rd operation: execution stops there (per-operation
+    backends: the deadline is checked before every step)."""
+    compiled = hal.compile_model(add_chain(10, (2, 2)), backend_order=["reference"])
     import hal.executor as ex
     ticks = iter(range(0, 10**6, 100))
     monkeypatch.setattr(ex.time, "monotonic_ns", lambda: next(ticks))
@@ -79,6 +80,19 @@ def test_deadline_is_checked_during_execution(monkeypatch):
         hal.execute(compiled, [np.ones((2, 2), np.float32)], deadline_ns=250)
     assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
     assert "before operation 3 (ADD)" in e.value.message
+
+
+def test_a_partition_checks_the_deadline_before_it_starts(monkeypatch):
+    """A graph backend's partition is one step: the deadline is checked before it (it runs whole)."""
+    compiled = hal.compile_model(add_chain(10, (2, 2)), backend_order=["onnxruntime", "reference"])
+    assert len(compiled.static_plan.program) == 1
+    import hal.executor as ex
+    monkeypatch.setattr(ex.time, "monotonic_ns", lambda: 1000)
+    with pytest.raises(HalError) as e:
+        hal.execute(compiled, [np.ones((2, 2), np.float32)], deadline_ns=999)
+    assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    assert "before operations 0-9 (onnxruntime partition)" in e.value.message
+    hal.execute(compiled, [np.ones((2, 2), np.float32)], deadline_ns=1001)
 
 
 def test_low_power_preference_serialises_executions():

@@ -1,0 +1,41 @@
+"""CONV_2D, DEPTHWISE_CONV_2D and GROUPED_CONV_2D as ONNX Conv (float32).
+
+NNAPI filters are OHWI (CONV_2D, GROUPED_CONV_2D: [out_c, h, w, in_c / groups]) or [1, h, w, out_c]
+(DEPTHWISE_CONV_2D, out channel o reads input channel o // multiplier: ONNX's grouping with
+group = in_c); ONNX wants OIHW, so constant filters are transposed once here. The tail padding is
+what the windows reach, which gives ONNX's output size NNAPI's exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hal.backends.ort import BACKEND
+from hal.backends.ort.graph import OnnxGraph
+from hal.backends.ort.shape import zero_sized
+from hal.operations.common import F32
+from hal.operations.conv import BIAS, CONV, DW, FILTER, GROUPED, INPUT, ConvParams
+from hal.registry import OperationContext
+
+
+def _filter(g: OnnxGraph, ctx: OperationContext, x, depthwise: bool) -> str:
+    perm = (3, 0, 1, 2) if depthwise else (0, 3, 1, 2)
+    w = ctx.input(FILTER)
+    if w.value is not None:
+        return g.const(np.transpose(np.asarray(w.value, np.float32), perm), "filter")
+    return g.node("Transpose", [x[FILTER]], perm=list(perm))
+
+
+def lower_conv(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
+    p: ConvParams = ctx.params
+    rows, cols = p.rows, p.cols
+    group = p.in_c if p.depthwise else p.groups
+    data = x[INPUT] if p.nchw else g.nchw(x[INPUT])
+    y = g.node("Conv", [data, _filter(g, ctx, x, p.depthwise), x[BIAS]], group=group,
+               kernel_shape=[rows.filter, cols.filter], strides=[rows.stride, cols.stride],
+               dilations=[rows.dilation, cols.dilation],
+               pads=[rows.pad_head, cols.pad_head, rows.reach, cols.reach])
+    y = g.activation(y, p.act)
+    return [y if p.nchw else g.nhwc(y)]
+
+
+BACKEND.lowering([CONV, DW, GROUPED], lower=lower_conv, types=[F32], supports=zero_sized)

@@ -1,0 +1,266 @@
+"""The onnxruntime backend against the reference backend: every CTS case of the operations it
+lowers runs in an onnxruntime partition (nothing silently falls back) and meets CTS's float
+criteria against the reference backend; partitions form as the compiler says; the compilation
+cache stores the optimised model and loads it without lowering again."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+ort_backend = pytest.importorskip("hal.backends.ort")
+
+from hal.compiler import compile_model  # noqa: E402
+from hal.executor import execute  # noqa: E402
+from hal.types import OperandType, OperationType  # noqa: E402
+from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases  # noqa: E402
+from tests.backends.differential import compare  # noqa: E402
+
+BACKEND = ort_backend.BACKEND
+ORDER = ["onnxruntime", "reference"]
+LOWERED = sorted(OperationType(t).name for t in BACKEND.lowerings)
+
+
+@functools.cache
+def _cases(operation: str) -> tuple:
+    return tuple(c for c in load_cases(operations=[operation]) if not c.expect_failure)
+
+
+def _fell_back(compiled) -> list[str]:
+    """Operations the backend claims but that ended on another backend: a partition that failed
+    to compile (the compiler logs it and plans the run operation by operation)."""
+    return [s.ctx.name for s in compiled.static_plan.steps
+            if s.backend != BACKEND.name and BACKEND.claim(s.ctx) is None]
+
+
+@pytest.mark.parametrize("operation", LOWERED)
+def test_cts_cases_run_in_onnxruntime_and_match_the_reference(operation):
+    """Per lowered operation: each CTS case (every operand type) through onnxruntime-first and
+    reference-only planning; the operation must have run in a partition on some float32 case,
+    never fallen back, and every output meets CTS's float criteria against the reference."""
+    if not _cases(operation):
+        pytest.skip(f"the CTS has no {operation} case: checked by test_operations_without_cts_vectors")
+    ran = 0
+    for case in _cases(operation):
+        try:
+            model = build_model(case)
+            compile_model(model, backend_order=["reference"])
+        except (CorpusError, Exception):  # noqa: BLE001 - invalid for hal: the CTS tests judge that
+            continue
+        for n, ex in enumerate(examples(case)):
+            # a parameter given as a model input (SLICE's begin/size, TILE's multiples) is planned
+            # per execution, operation by operation: made a constant, the case is a static model
+            variant, inputs = _constant_params(model, list(ex.inputs))
+            compiled = compile_model(variant, backend_order=ORDER)
+            if compiled.static_plan is None:
+                continue
+            assert not _fell_back(compiled), f"{case.name}: {_fell_back(compiled)} fell back"
+            if not any(s.backend == BACKEND.name and s.ctx.op_type == OperationType[operation]
+                       for s in compiled.static_plan.steps):
+                continue
+            ran += 1
+            got, want = execute(compiled, inputs), execute(compile_model(variant, backend_order=["reference"]), inputs)
+            for k, (g, w) in enumerate(zip(got, want, strict=True)):
+                why = compare(g, w, model.relax_computation_float32_to_float16)
+                assert why is None, f"{case.name} example {n} output {k}: {why}"
+    assert ran, f"no CTS case of {operation} ran in an onnxruntime partition"
+
+
+def _constant_params(model, inputs: list) -> tuple:
+    """``model`` with every INT32 model input read only as an operation's parameter (an input
+    other than 0) made a constant holding this example's value, and the inputs left."""
+    import copy
+
+    from hal.model import DataLocation
+    from hal.types import OperandLifeTime
+    sg = model.main
+    params = {i for op in sg.operations for i in op.inputs[1:]} - {i for op in sg.operations for i in op.inputs[:1]}
+    convert = [k for k, i in enumerate(sg.input_indexes) if i in params and inputs[k] is not None
+               and sg.operands[i].type in (OperandType.TENSOR_INT32, OperandType.INT32)]
+    if not convert:
+        return model, inputs
+    m = copy.deepcopy(model)
+    blob = bytearray(m.operand_values)
+    for k in convert:
+        value = np.ascontiguousarray(inputs[k])
+        blob += b"\0" * (-len(blob) % 8)
+        operand = m.main.operands[sg.input_indexes[k]]
+        operand.lifetime = OperandLifeTime.CONSTANT_COPY
+        operand.location = DataLocation(0, len(blob), value.nbytes)
+        operand.dimensions = tuple(value.shape)
+        blob += value.tobytes()
+    m.operand_values = bytes(blob)
+    m.main.input_indexes = [i for k, i in enumerate(sg.input_indexes) if k not in convert]
+    return m, [x for k, x in enumerate(inputs) if k not in convert]
+
+
+def test_lowerings_take_float32_only_unless_they_say_so():
+    for t, lowering in BACKEND.lowerings.items():
+        assert lowering.types is not None, f"{OperationType(t).name}: lowering must list its input types"
+        assert set(lowering.types) <= {OperandType.TENSOR_FLOAT32, OperandType.TENSOR_INT32,
+                                       OperandType.TENSOR_BOOL8}, OperationType(t).name
+
+
+# ---- partitions, fallback, cache ---------------------------------------------------------------
+F32, QU8 = OperandType.TENSOR_FLOAT32, OperandType.TENSOR_QUANT8_ASYMM
+
+
+def _conv(b, x, rng, channels: int = 2):
+    w = b.add_constant(F32, rng.standard_normal((channels, 1, 1, channels)).astype(np.float32))
+    bias = b.add_constant(F32, rng.standard_normal(channels).astype(np.float32))
+    y = b.add_operand(F32, (1, 4, 4, channels))
+    b.add_operation(OperationType.CONV_2D, [x, w, bias, b.add_int32(1), b.add_int32(1), b.add_int32(1),
+                                            b.add_int32(0)], [y])
+    return y
+
+
+def _split_model():
+    """conv, conv | QUANTIZE, DEQUANTIZE (not lowered) | conv: two partitions; the first conv's
+    output is also a model output, so the first partition has two outputs."""
+    from hal.model import ModelBuilder
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.add_operand(F32, (1, 4, 4, 2))
+    a = _conv(b, x, rng)
+    c = _conv(b, a, rng)
+    q = b.add_operand(QU8, (1, 4, 4, 2), scale=0.05, zero_point=128)
+    b.add_operation(OperationType.QUANTIZE, [c], [q])
+    d = b.add_operand(F32, (1, 4, 4, 2))
+    b.add_operation(OperationType.DEQUANTIZE, [q], [d])
+    e = _conv(b, d, rng)
+    b.identify_inputs_and_outputs([x], [a, e])
+    return b.finish()
+
+
+def _x():
+    return np.random.default_rng(1).standard_normal((1, 4, 4, 2)).astype(np.float32)
+
+
+def test_runs_of_lowered_operations_become_one_partition_each():
+    model = _split_model()
+    plan = compile_model(model, backend_order=ORDER).static_plan
+    assert [s.backend for s in plan.steps] == ["onnxruntime", "onnxruntime", "reference", "reference", "onnxruntime"]
+    assert [(s.backend, s.operations) for s in plan.program] == [
+        ("onnxruntime", (0, 1)), ("reference", (2,)), ("reference", (3,)), ("onnxruntime", (4,))]
+    first = plan.program[0]
+    a = model.main.output_indexes[0]
+    assert first.inputs == tuple(model.main.input_indexes) and a in first.outputs and len(first.outputs) == 2
+    timings = []
+    got = execute(compile_model(model, backend_order=ORDER), [_x()], timings)
+    assert [(t.backend, t.count) for t in timings] == [("onnxruntime", 2), ("reference", 1), ("reference", 1),
+                                                       ("onnxruntime", 1)]
+    want = execute(compile_model(model, backend_order=["reference"]), [_x()])
+    for g, w in zip(got, want, strict=True):
+        assert compare(g, w) is None
+
+
+@pytest.mark.partition_fallback
+def test_a_partition_that_fails_to_compile_runs_operation_by_operation(monkeypatch):
+    def broken(partition):
+        raise RuntimeError("lowering bug")
+    monkeypatch.setattr(BACKEND, "compile", broken)
+    model = _split_model()
+    plan = compile_model(model, backend_order=ORDER).static_plan
+    assert {s.backend for s in plan.program} == {"reference"} and len(plan.program) == 5
+    want = execute(compile_model(model, backend_order=["reference"]), [_x()])
+    for g, w in zip(execute(compile_model(model, backend_order=ORDER), [_x()]), want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_the_cache_keeps_the_optimised_model_and_loads_it_without_lowering(monkeypatch):
+    from hal.serialize import SerializationError, dump_compiled, load_compiled
+    model = _split_model()
+    compiled = compile_model(model, backend_order=ORDER)
+    payload, arrays = dump_compiled(compiled)
+    tree = __import__("json").loads(payload)
+    assert tree["backends"]["onnxruntime"] == BACKEND.identity() and len(tree["partitions"]) == 2
+    # constants only the partitions read (filters, biases) live in the ORT model, not beside it
+    conv_weights = {i for s in compiled.static_plan.steps if s.backend == "onnxruntime" for i in s.inputs[1:3]}
+    assert not conv_weights & {int(i) for i, _ in tree["constants"]}
+
+    def no_lowering(*args):
+        raise AssertionError("a cached partition must not be lowered again")
+    monkeypatch.setattr(ort_backend, "_lower", no_lowering)
+    loaded = load_compiled(payload, [a.copy() for a in arrays], backend_order=ORDER)
+    for g, w in zip(execute(loaded, [_x()]), execute(compiled, [_x()]), strict=True):
+        np.testing.assert_array_equal(g, w)
+    # a damaged model inside the artifact is a failed load (a cache miss), never a crash
+    model_array = next(i for i, a in enumerate(arrays) if a.dtype == np.uint8 and a.size > 100)
+    broken = [a.copy() for a in arrays]
+    broken[model_array][len(broken[model_array]) // 3:] = 7
+    with pytest.raises(SerializationError, match="could not load"):
+        load_compiled(payload, broken, backend_order=ORDER)
+
+
+def test_sessions_use_the_compute_thread_setting(monkeypatch):
+    from hal import backends
+    monkeypatch.setattr(backends, "_compute_threads", 2)
+    assert ort_backend.session_options().intra_op_num_threads == 2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+@pytest.mark.parametrize("adj_x,adj_y", [(False, False), (True, False), (False, True), (True, True)])
+def test_batch_matmul_has_no_cts_vectors_so_it_is_checked_here(dtype, adj_x, adj_y):
+    """BATCH_MATMUL (feature level 6) against the reference: float32 by CTS criteria, int32
+    bit-exact including the accumulator's wrap-around."""
+    from hal.model import ModelBuilder
+    from tests.backends.differential import assert_matches_reference
+    rng = np.random.default_rng(0)
+    t = OperandType.TENSOR_FLOAT32 if dtype == np.float32 else OperandType.TENSOR_INT32
+    lhs_shape, rhs_shape = (2, 3, 4), (2, 4, 5)
+    if adj_x:
+        lhs_shape = (2, 4, 3)
+    if adj_y:
+        rhs_shape = (2, 5, 4)
+    b = ModelBuilder()
+    x = b.add_operand(t, lhs_shape)
+    w = b.add_constant(t, (rng.standard_normal(rhs_shape) if dtype == np.float32
+                           else rng.integers(-2**31, 2**31, rhs_shape)).astype(dtype))
+    y = b.add_operand(t, (2, 3, 5))
+    b.add_operation(OperationType.BATCH_MATMUL, [x, w, b.add_bool(adj_x), b.add_bool(adj_y)], [y])
+    b.identify_inputs_and_outputs([x], [y])
+    xs = (rng.standard_normal(lhs_shape) if dtype == np.float32 else rng.integers(-2**31, 2**31, lhs_shape))
+    result = assert_matches_reference(b.finish(), [xs.astype(dtype)], "onnxruntime")
+    assert result.assigned == [0]
+
+
+def _no_cts_models():
+    """(operation, model, input) for the lowered operations NNAPI's CTS has no vectors for
+    (NNAPI 1.3 and later): edge values included (±0, large, the HARD_SWISH knees ±3)."""
+    from hal.model import ModelBuilder
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((2, 3, 4)) * 4).astype(np.float32)
+    x.flat[:6] = [0.0, -0.0, 3.0, -3.0, 80.0, -80.0]
+
+    def one(op, params, out_shape=(2, 3, 4)):
+        b = ModelBuilder()
+        i = b.add_operand(OperandType.TENSOR_FLOAT32, x.shape)
+        o = b.add_operand(OperandType.TENSOR_FLOAT32, out_shape)
+        b.add_operation(op, [i, *params(b)], [o])
+        b.identify_inputs_and_outputs([i], [o])
+        return b.finish()
+    i32 = OperandType.TENSOR_INT32
+    yield "HARD_SWISH", one(OperationType.HARD_SWISH, lambda b: []), x
+    for alpha in (1.0, 0.3, -0.5):
+        yield f"ELU alpha={alpha}", one(OperationType.ELU, lambda b, alpha=alpha: [b.add_float32(alpha)]), x
+    for axis in range(3):
+        yield f"REVERSE axis={axis}", one(OperationType.REVERSE,
+                                          lambda b, axis=axis: [b.add_constant(i32, np.array([axis], np.int32))]), x
+    pads = np.array([[1, 0], [0, 2], [2, 1]], np.int32)
+    for mode in (0, 1):
+        yield f"MIRROR_PAD mode={mode}", one(OperationType.MIRROR_PAD, lambda b, mode=mode: [
+            b.add_constant(i32, pads), b.add_int32(mode)], (3, 5, 7)), x
+
+
+@pytest.mark.parametrize("label,model,x", list(_no_cts_models()), ids=lambda v: v if isinstance(v, str) else "")
+def test_operations_without_cts_vectors(label, model, x):
+    from tests.backends.differential import assert_matches_reference
+    assert assert_matches_reference(model, [x], "onnxruntime").assigned == [0], label
+
+
+def test_every_lowered_operation_is_checked_somewhere():
+    """Each lowering has CTS cases above or a model of its own here (a new lowering without
+    either would pass unchecked)."""
+    own = {label.split()[0] for label, _, _ in _no_cts_models()} | {"BATCH_MATMUL"}
+    assert not [op for op in LOWERED if not _cases(op) and op not in own]
