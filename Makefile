@@ -31,7 +31,7 @@ test: setup  ## Run the test suite (parallel on all cores)
 run: setup  ## Main job: example models through the delegate; inference_diff + benchmark vs TFLite CPU
 	$(BIN)/nnhal demo
 
-bench: setup  ## Benchmarks (RPC paths, cache, delegated models, quantized 224x224 models) -> bench/results.md
+bench: setup  ## Benchmarks (RPC paths, cache, delegated models, float and quantized 224x224 models vs TFLite) -> bench/results.md
 	$(BIN)/python -m bench.run_all
 
 lint: setup  ## ruff

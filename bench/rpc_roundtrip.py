@@ -44,8 +44,9 @@ def timed(fn, n: int, warmup: int) -> list[float]:
 
 
 def start_server(sock: str, *extra: str) -> subprocess.Popen:
-    """`nnhal serve` on ``sock`` with a cache directory next to it (never the user's cache)."""
-    cache = str(Path(sock).parent / "cache")
+    """`nnhal serve` on ``sock`` with a cache directory of its own next to it (never the user's
+    cache; services with other backend preferences would reject each other's entries)."""
+    cache = str(Path(sock).parent / f"cache-{Path(sock).stem}")
     proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "--socket", sock, "--cache-dir", cache,
                              "--log-level", "warning", *extra], stdout=subprocess.DEVNULL)
     for _ in range(300):

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from bench import cache_bench, quantized_models, rpc_roundtrip
+from bench import cache_bench, float_models, quantized_models, rpc_roundtrip
 from nnhal.benchmark import benchmark
 from nnhal.examples import mobilenet_like, mobilenet_v2
 
@@ -51,6 +51,10 @@ def main() -> int:
         cache_bench.measure(mobilenet_v2())))
     print("delegated models...", file=sys.stderr, flush=True)
     sections.append("## Delegated models vs TFLite CPU (1 thread)\n\n" + delegated_models())
+    print("float models: onnxruntime vs reference backend vs TFLite XNNPACK...", file=sys.stderr, flush=True)
+    sections.append("## Float models: onnxruntime and reference backends vs TFLite's XNNPACK\n\n"
+                    + (float_models.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n"
+                    + float_models.to_markdown(float_models.measure()))
     print("quantized models: numba vs reference backend vs TFLite...", file=sys.stderr, flush=True)
     sections.append("## Quantized models at 224x224: numba and reference backends vs TFLite's int8 kernels\n\n"
                     + (quantized_models.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n"

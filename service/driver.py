@@ -185,8 +185,9 @@ class Driver:
         pref = _enum(ExecutionPreference, preference, "execution preference")
         prio = _enum(Priority, priority, "priority")
         check_deadline(deadline_ns, "before compilation")
-        compiled = compile_model(model, copy_constants=False,  # the service owns model's buffers
-                                 backend_order=self.backend_order)
+        with backends.thread_limit(_threads_for(pref)):
+            compiled = compile_model(model, copy_constants=False,  # the service owns model's buffers
+                                     backend_order=self.backend_order)
         check_deadline(deadline_ns, "during compilation")
         if token and self.cache is not None:
             self._store(token, compiled)
@@ -204,7 +205,8 @@ class Driver:
         check_deadline(deadline_ns, "before loading from cache")
         try:
             payload, arrays = self.cache.get(token)
-            compiled = load_compiled(payload, arrays, self.backend_order)
+            with backends.thread_limit(_threads_for(pref)):
+                compiled = load_compiled(payload, arrays, self.backend_order)
         except CacheError as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"cache entry rejected: {e}") from None
         except SerializationError as e:
@@ -293,6 +295,12 @@ class Driver:
                 gate.release()
         entry.perf.record(timings)
         return ExecutionResult(shapes, sum(t.ns for t in timings), time.monotonic_ns() - received_ns)
+
+
+def _threads_for(pref: ExecutionPreference) -> int | None:
+    """LOW_POWER: one intra-op thread for the model's partitions (the other preferences get
+    ``nnhal serve --threads``)."""
+    return 1 if pref == ExecutionPreference.LOW_POWER else None
 
 
 def _enum(cls, value: int, what: str):

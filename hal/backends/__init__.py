@@ -25,6 +25,7 @@ that uses it: editing one backend invalidates only the entries compiled with it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -249,10 +250,27 @@ def unregister_backend(name: str) -> None:
 _compute_threads = 0
 
 
+_thread_limit = threading.local()
+
+
 def compute_threads() -> int:
     """The thread count ``set_compute_threads`` set (0: never set; onnxruntime then uses 1 intra-op
-    thread). Graph backends read it when they compile a partition."""
-    return _compute_threads
+    thread), within this thread's ``thread_limit``. Graph backends read it when they compile or
+    load a partition."""
+    limit = getattr(_thread_limit, "n", None)
+    return _compute_threads if limit is None else min(_compute_threads or limit, limit)
+
+
+@contextlib.contextmanager
+def thread_limit(n: int | None):
+    """At most ``n`` threads for what graph backends compile in this thread meanwhile (the service:
+    1 for a LOW_POWER model, NNAPI's "prefer a single core"). None: no limit."""
+    previous = getattr(_thread_limit, "n", None)
+    _thread_limit.n = n
+    try:
+        yield
+    finally:
+        _thread_limit.n = previous
 
 
 def set_compute_threads(n: int | None) -> int:

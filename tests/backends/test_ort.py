@@ -264,3 +264,64 @@ def test_every_lowered_operation_is_checked_somewhere():
     either would pass unchecked)."""
     own = {label.split()[0] for label, _, _ in _no_cts_models()} | {"BATCH_MATMUL"}
     assert not [op for op in LOWERED if not _cases(op) and op not in own]
+
+
+def test_a_cached_partition_computes_what_the_compiled_one_does():
+    """The artifact is loaded without optimising again: same graph, bit-identical outputs."""
+    from delegate.mapping import convert_partition
+    from delegate.tfl import read_model
+    from hal.serialize import dump_compiled, load_compiled
+    from nnhal.examples import mobilenet_like
+    model = convert_partition(read_model(mobilenet_like(np.float32, input_size=32, width=8))).model
+    compiled = compile_model(model, backend_order=ORDER)
+    assert [s.backend for s in compiled.static_plan.program] == ["onnxruntime"]
+    loaded = load_compiled(*dump_compiled(compiled), backend_order=ORDER)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 32, 32, 3)).astype(np.float32)
+    np.testing.assert_array_equal(execute(loaded, [x])[0], execute(compiled, [x])[0])
+
+
+def test_layout_transposes_cancel_between_operations():
+    """NHWC is kept in the graph and each NCHW-only ONNX operator is wrapped in transposes: after
+    optimisation only the partition's edges may still transpose (here: none at all, the input
+    and output being 2-D or reordered into NCHWc blocks)."""
+    import onnx
+    import onnxruntime as ort
+
+    from delegate.mapping import convert_partition
+    from delegate.tfl import read_model
+    from hal.compiler import make_partition
+    from nnhal.examples import mobilenet_like
+    model = convert_partition(read_model(mobilenet_like(np.float32, input_size=32, width=8))).model
+    plan = compile_model(model, backend_order=ORDER).static_plan
+    part = make_partition(model, plan.steps, 0, len(plan.steps), plan.infos, plan.keep)
+    graph, _ = ort_backend._lower(BACKEND, part)
+    lowered = graph.model(part.inputs, part.outputs)
+    assert sum(n.op_type == "Transpose" for n in lowered.graph.node) > 10  # per NCHW-only operator
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".onnx") as f:
+        so = ort_backend.session_options()
+        so.optimized_model_filepath = f.name
+        ort.InferenceSession(lowered.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        optimised = onnx.load(f.name)
+    assert sum(n.op_type == "Transpose" for n in optimised.graph.node) <= 2
+
+
+def test_low_power_models_get_one_intra_op_thread(monkeypatch):
+    """nnhal serve --threads N gives partitions N intra-op threads, except LOW_POWER models
+    (NNAPI's "prefer a single core"): 1."""
+    from hal import backends
+    from hal.types import ExecutionPreference, Priority
+    from service.driver import Driver
+    monkeypatch.setattr(backends, "_compute_threads", 2)
+    driver = Driver()
+
+    def threads(pref):
+        entry = driver.prepare(_split_model(), int(pref), int(Priority.MEDIUM), None)
+        sessions = [s.ctx.executable.session for s in entry.compiled.static_plan.program if s.backend == BACKEND.name]
+        return {s.get_session_options().intra_op_num_threads for s in sessions}
+    assert threads(ExecutionPreference.FAST_SINGLE_ANSWER) == {2}
+    assert threads(ExecutionPreference.SUSTAINED_SPEED) == {2}
+    assert threads(ExecutionPreference.LOW_POWER) == {1}
+    with backends.thread_limit(1):
+        assert ort_backend.session_options().intra_op_num_threads == 1
+    assert ort_backend.session_options().intra_op_num_threads == 2
