@@ -50,8 +50,12 @@ def _check_input(k: int, info: OperandInfo, arr: np.ndarray) -> None:
                            f"input {k} has shape {list(arr.shape)}, the model says {list(info.shape)}")
 
 
-def _check_deadline(deadline_ns: int | None, where: str) -> None:
+def _check_deadline(deadline_ns: int | None, where) -> None:
+    """``where``: a string, or a step (named only when the deadline has passed: an execution
+    without a deadline never formats a name)."""
     if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
+        if not isinstance(where, str):
+            where = f"before {where.ctx.name}"
         raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed {where}")
 
 
@@ -103,7 +107,7 @@ def execute(compiled: CompiledModel, inputs: list[np.ndarray],
 
 def _run_step(step: Step, values: dict[int, np.ndarray], infos: list[OperandInfo],
               timings: list[OperationTiming] | None, deadline_ns: int | None) -> None:
-    _check_deadline(deadline_ns, f"before {step.ctx.name}")
+    _check_deadline(deadline_ns, step)
     # .get: a constant the cache did not keep (its op reads the packed form) arrives as None
     args = [values.get(i) if i >= 0 else None for i in step.inputs]
     t0 = time.perf_counter_ns() if timings is not None else 0
@@ -153,7 +157,7 @@ def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.nda
     count = len(step.operations)
 
     def runner(timings: list[OperationTiming] | None = None, deadline_ns: int | None = None) -> None:
-        _check_deadline(deadline_ns, f"before {step.ctx.name}")
+        _check_deadline(deadline_ns, step)
         t0 = time.perf_counter_ns()
         try:
             run()

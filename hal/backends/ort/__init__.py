@@ -67,7 +67,7 @@ class Executable:
             (lambda names, feeds, options: session.run(names, feeds, options))
 
     def __call__(self, arrays: list) -> list:
-        return self._run(self.outputs, {n: np.ascontiguousarray(a) for n, a in zip(self.inputs, arrays)}, None)
+        return self._run(self.outputs, dict(zip(self.inputs, arrays)), None)  # (non-contiguous: copied by ORT)
 
     def bind(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> "BoundRun":
         """A runner over fixed arrays (a local burst's shared-memory slots): inputs read and
