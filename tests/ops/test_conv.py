@@ -390,7 +390,8 @@ def test_runtime_scalar_parameter():
         return mb.finish()
 
     got = execute(compile_model(model(True)), [x, np.array(2, np.int32)])[0]
-    np.testing.assert_array_equal(got, execute(compile_model(model(False), backend_order=per_operation_order()), [x])[0])
+    static = compile_model(model(False), backend_order=per_operation_order())
+    np.testing.assert_array_equal(got, execute(static, [x])[0])
 
 
 @pytest.mark.parametrize("op, scalars", [
