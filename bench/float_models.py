@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.quantized_models import time_interleaved
-from bench.rpc_roundtrip import start_server
+from bench.rpc_roundtrip import start_server, stop_servers
 from delegate import load_delegate
 from delegate.runtime import Interpreter, OpResolverType
 from nnhal.examples import blazeface_like, efficientnet_b0, mobilenet_v2
@@ -93,9 +93,7 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                 warm = statistics.median(_ready_s(path, address["onnxruntime"], x, token) for _ in range(3))
                 rows.append({"model": label, "ready_ms": (1e3 * tflite, 1e3 * cold, 1e3 * warm)})
         finally:
-            for p in servers.values():
-                p.terminate()
-                p.wait(30)
+            stop_servers(servers.values())
     return rows
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.rpc_roundtrip import start_server
+from bench.rpc_roundtrip import start_server, stop_servers
 from delegate import load_delegate
 from delegate.runtime import Interpreter, OpResolverType
 from nnhal.examples import efficientnet_b0, mobilenet_v2
@@ -92,9 +92,7 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                                  "delegated": "" if rep is None else f"{rep.delegated}/{len(rep.nodes)}",
                                  "exact": _exactness(_run(it, x), want, optimized) if rep is not None else ""})
         finally:
-            for p in servers.values():
-                p.terminate()
-                p.wait(30)
+            stop_servers(servers.values())
     return rows
 
 

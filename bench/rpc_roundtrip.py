@@ -59,6 +59,12 @@ def start_server(sock: str, *extra: str) -> subprocess.Popen:
     raise RuntimeError("server did not start")
 
 
+def stop_servers(servers) -> None:
+    for p in servers:
+        p.terminate()
+        p.wait(30)
+
+
 def measure(n_small: int = 2000, n_large: int = 200) -> list[tuple[str, str, float, float]]:
     rows = []
     with tempfile.TemporaryDirectory() as d:

@@ -94,6 +94,9 @@ register(INSTANCE_NORMALIZATION, validate=validate_instance_norm, prepare=prepar
 
 # ---- L2_NORMALIZATION ---------------------------------------------------------------------------
 
+#: TFLite's and AOSP's floor on the float L2 norm (every backend divides by at least this).
+L2_EPSILON = 1e-6
+
 L2_AXIS = 1
 
 

@@ -21,6 +21,7 @@ from hal.backends.ort.graph import OnnxGraph
 from hal.operations.common import F32
 from hal.operations.normalization import (
     INSTANCE_NORMALIZATION,
+    L2_EPSILON,
     L2_NORMALIZATION,
     LOCAL_RESPONSE_NORMALIZATION,
     InstanceNormParams,
@@ -29,7 +30,7 @@ from hal.operations.normalization import (
 )
 from hal.registry import OperationContext
 
-_L2_EPSILON = np.float32(1e-6)  # TFLite's and AOSP's floor on the float L2 norm
+_L2_EPSILON = np.float32(L2_EPSILON)
 
 
 def lower_instance_norm(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:

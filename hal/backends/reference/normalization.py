@@ -25,6 +25,7 @@ from hal.backends.reference import fixedpoint as fp
 from hal.operations.common import QS8, QU8
 from hal.operations.normalization import (
     INSTANCE_NORMALIZATION,
+    L2_EPSILON,
     L2_NORMALIZATION,
     LOCAL_RESPONSE_NORMALIZATION,
     InstanceNormParams,
@@ -33,7 +34,7 @@ from hal.operations.normalization import (
 )
 from hal.registry import OperationContext
 
-_L2_EPSILON = np.float32(1e-6)  # TFLite's and AOSP's floor on the float L2 norm
+_L2_EPSILON = np.float32(L2_EPSILON)
 
 
 # ---- INSTANCE_NORMALIZATION ---------------------------------------------------------------------
