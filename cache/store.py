@@ -14,17 +14,21 @@ opaque bytes plus numpy arrays.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import hmac
 import json
 import logging
 import mmap
 import os
+import re
 import secrets
 import stat
 import struct
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 
 import blake3
@@ -42,10 +46,16 @@ _PREFIX = struct.Struct("<8sII")  # magic, format version, header length
 MAX_HEADER = 1 << 20
 NUM_MODEL_FILES = 1
 NUM_DATA_FILES = 1
+_ENTRY_NAME = re.compile(r"([0-9a-f]{64})\.model")
+_TMP_NAME = re.compile(r"\.tmp-(key-)?[a-z0-9_]{8}")  # tempfile.mkstemp's names, ours only in our directory
 
 
 class CacheError(Exception):
     """Why an entry was rejected (the entry has been removed)."""
+
+
+class CacheKeyError(CacheError):
+    """The cache key is missing, corrupt or not trustworthy: no entry can be authenticated."""
 
 
 @dataclass(frozen=True)
@@ -58,13 +68,20 @@ class EntryInfo:
 
 class CacheStore:
     def __init__(self, directory: str, *, driver_version: str, capabilities_fingerprint: str,
-                 max_bytes: int | None = None):
+                 max_bytes: int | None = None, repair_key: bool = False):
+        """``repair_key``: a corrupt or untrusted ``cache.key`` is moved aside and replaced (the
+        service does this: the key was already useless); otherwise it is a CacheKeyError."""
+        if max_bytes is not None and max_bytes < 0:
+            raise ValueError(f"cache max_bytes must be >= 0, not {max_bytes}")
         self.dir = os.path.abspath(directory)
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        try:
+            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise CacheError(f"cannot use cache directory {self.dir}: {e.strerror}") from None
         self.driver_version = driver_version
         self.fingerprint = capabilities_fingerprint
         self.max_bytes = max_bytes
-        self.key = _load_or_create_key(os.path.join(self.dir, KEY_FILE))
+        self.key = _load_or_create_key(os.path.join(self.dir, KEY_FILE), repair=repair_key)
         self._lock = threading.Lock()
 
     # ---- paths --------------------------------------------------------------
@@ -75,15 +92,24 @@ class CacheStore:
         return os.path.join(self.dir, h + ".model"), os.path.join(self.dir, h + ".data")
 
     # ---- write ----------------------------------------------------------------
-    def put(self, token: bytes, payload: bytes, arrays: list[np.ndarray]) -> None:
-        """Store an entry atomically. Concurrent writers of one token: the last rename wins, and
-        each model file names the data digest it was written with, so a mixed pair is rejected."""
+    def put(self, token: bytes, payload: bytes, arrays: list[np.ndarray]) -> bool:
+        """Store an entry atomically; False (logged) if it alone is larger than ``max_bytes``:
+        storing it would only evict every other entry, then itself. Concurrent writers of one
+        token: the last rename wins, and each model file names the data digest it was written
+        with, so a mixed pair is rejected."""
         model_path, data_path = self._paths(token)
         layout, offset = [], 0
         for a in arrays:
             a = np.asarray(a, order="C")
             layout.append({"offset": offset, "nbytes": a.nbytes, "dtype": a.dtype.str, "shape": list(a.shape)})
             offset += (a.nbytes + ALIGN - 1) // ALIGN * ALIGN
+        if self.max_bytes is not None:
+            data_len = layout[-1]["offset"] + layout[-1]["nbytes"] if layout else 0
+            size = data_len + len(self._model_body(token, payload, data_len, "0" * 64, layout)) + 32
+            if size > self.max_bytes:
+                log.warning("cache entry %s not stored: %d bytes, larger than the cache (max %d bytes)",
+                            token.hex()[:16], size, self.max_bytes)
+                return False
         with _AtomicFile(data_path) as f:
             pos = 0
             for a, entry in zip(arrays, layout):
@@ -95,17 +121,22 @@ class CacheStore:
             data_len = pos
             f.flush()
             data_digest = _file_digest(f.fileno(), data_len)
+        body = self._model_body(token, payload, data_len, data_digest, layout)
+        with _AtomicFile(model_path) as f:
+            f.write(body)
+            f.write(hmac.new(self.key, body, hashlib.sha256).digest())
+        self.evict(keep=token.hex())
+        return True
+
+    def _model_body(self, token: bytes, payload: bytes, data_len: int, data_digest: str, layout: list) -> bytes:
+        """The model file without its HMAC (its size does not depend on the digest's value)."""
         header = json.dumps({
             "driver_version": self.driver_version, "capabilities": self.fingerprint, "token": token.hex(),
             "payload_length": len(payload), "payload_sha256": hashlib.sha256(payload).hexdigest(),
             "data_length": data_len, "data_blake3": data_digest,
             "arrays": layout,
         }, separators=(",", ":")).encode()
-        body = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)) + header + payload
-        with _AtomicFile(model_path) as f:
-            f.write(body)
-            f.write(hmac.new(self.key, body, hashlib.sha256).digest())
-        self.evict()
+        return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)) + header + payload
 
     # ---- read ---------------------------------------------------------------
     def get(self, token: bytes) -> tuple[bytes, list[np.ndarray]]:
@@ -179,12 +210,16 @@ class CacheStore:
                 pass
 
     def entries(self) -> list[EntryInfo]:
+        """The entries nnhal wrote (see clear): eviction, ls and verify never touch other files."""
         out = []
         for name in os.listdir(self.dir):
-            if not name.endswith(".model"):
+            m = _ENTRY_NAME.fullmatch(name)
+            if m is None:
                 continue
-            h = name[:-6]
+            h = m.group(1)
             mp, dp = os.path.join(self.dir, name), os.path.join(self.dir, h + ".data")
+            if _not_our_model(mp, h):
+                continue
             try:
                 st = os.stat(mp)
                 dsize = os.stat(dp).st_size if os.path.exists(dp) else 0
@@ -196,8 +231,9 @@ class CacheStore:
     def total_bytes(self) -> int:
         return sum(e.model_bytes + e.data_bytes for e in self.entries())
 
-    def evict(self) -> list[str]:
-        """Drop least-recently-used entries until the cache fits max_bytes."""
+    def evict(self, keep: str | None = None) -> list[str]:
+        """Drop least-recently-used entries (never ``keep``, the one just written) until the cache
+        fits max_bytes."""
         if self.max_bytes is None:
             return []
         removed = []
@@ -207,6 +243,8 @@ class CacheStore:
             for e in entries:
                 if total <= self.max_bytes:
                     break
+                if e.token_hex == keep:
+                    continue
                 self.remove(bytes.fromhex(e.token_hex))
                 total -= e.model_bytes + e.data_bytes
                 removed.append(e.token_hex)
@@ -220,13 +258,84 @@ class CacheStore:
         except CacheError as e:
             return str(e)
 
-    def clear(self) -> int:
-        n = 0
-        for name in os.listdir(self.dir):
-            if name.endswith((".model", ".data")) or name.startswith(".tmp-"):
-                os.unlink(os.path.join(self.dir, name))
-                n += 1
-        return n
+    def clear(self) -> tuple[int, list[tuple[str, str]]]:
+        """Remove every entry this cache can identify as its own; (files removed, [(name, why
+        kept)]). A folder given as --cache-dir may hold anyone's files: an entry is ours when its
+        model file is a regular file of ours named ``<64 hex>.model`` with nnhal's magic and a
+        header naming that token (not its HMAC: entries of a lost key are ours too); its data
+        file goes with it. ``cache.key`` stays."""
+        removed, skipped, taken = 0, [], {KEY_FILE}
+        names = sorted(os.listdir(self.dir))
+        for name in names:
+            m = _ENTRY_NAME.fullmatch(name)
+            if m is None:
+                continue
+            taken.add(name)
+            why = _not_our_model(os.path.join(self.dir, name), m.group(1))
+            if why:
+                skipped.append((name, why))
+                continue
+            data = m.group(1) + ".data"
+            taken.add(data)
+            removed += _unlink(os.path.join(self.dir, name))
+            if data in names:
+                if _is_ours(os.path.join(self.dir, data)):
+                    removed += _unlink(os.path.join(self.dir, data))
+                else:
+                    skipped.append((data, "not a regular file of this user"))
+        for name in names:
+            if name in taken:
+                continue
+            path = os.path.join(self.dir, name)
+            if _TMP_NAME.fullmatch(name) and _is_ours(path):
+                removed += _unlink(path)  # a temp file of an interrupted write
+            elif name.endswith(".data") and _ENTRY_NAME.fullmatch(name[:-5] + ".model"):
+                skipped.append((name, "no nnhal model file names it"))
+            elif name.startswith(KEY_FILE + ".bad-"):
+                skipped.append((name, "a bad cache key moved aside by nnhal serve, kept for inspection"))
+            else:
+                skipped.append((name, "not an nnhal cache file"))
+        return removed, skipped
+
+
+def _not_our_model(path: str, token_hex: str) -> str | None:
+    """None if ``path`` is a model file nnhal wrote for ``token_hex``, else why not."""
+    try:
+        fd, st = _open_regular(path, "model file")
+    except FileNotFoundError:
+        return "removed meanwhile"
+    except CacheError as e:
+        return str(e)
+    with os.fdopen(fd, "rb") as f:
+        if st.st_uid != os.geteuid():
+            return f"owned by uid {st.st_uid}"
+        prefix = f.read(_PREFIX.size)
+        magic, _, hlen = _PREFIX.unpack(prefix) if len(prefix) == _PREFIX.size else (b"", 0, 0)
+        try:
+            header = json.loads(f.read(hlen)) if magic == MAGIC and hlen <= MAX_HEADER else None
+        except ValueError:
+            header = None
+    if header is None:
+        return "no nnhal cache header"
+    if not isinstance(header, dict) or header.get("token") != token_hex:
+        return "its header does not name this token"
+    return None
+
+
+def _is_ours(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def _unlink(path: str) -> int:
+    try:
+        os.unlink(path)
+        return 1
+    except FileNotFoundError:
+        return 0
 
 
 def _digest(buf) -> str:
@@ -335,24 +444,82 @@ class _AtomicFile:
                 os.unlink(self.tmp)
 
 
-def _load_or_create_key(path: str) -> bytes:
-    """The per-cache HMAC key: 32 random bytes in a 0600 file, published atomically (a temp file
-    hard-linked into place), so concurrent first users agree on one complete key."""
-    if not os.path.exists(path):
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-key-", dir=os.path.dirname(path))  # mode 0600
+def _load_or_create_key(path: str, repair: bool = False) -> bytes:
+    """The per-cache HMAC key. With ``repair``, a bad key is renamed ``cache.key.bad-<time>-<pid>``
+    (kept, never deleted) and a new one made: entries of the old key then fail their HMAC and are
+    recompiled one by one. Under a lock on the directory, so concurrent services repair once."""
+    if not os.path.lexists(path):
+        _create_key(path)
+    try:
+        return _read_key(path)
+    except CacheKeyError:
+        if not repair:
+            raise
+    with locked_directory(os.path.dirname(path)):
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(32))
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                pass  # another process published its key first: use that one
-        finally:
-            os.unlink(tmp)
-    with os.fdopen(_open_regular(path, "cache key")[0], "rb") as f:
+            return _read_key(path)  # another process repaired it meanwhile
+        except CacheKeyError as e:
+            reason = str(e)
+        aside = f"{path}.bad-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            aside = "(it vanished)"
+        except OSError as e:
+            raise CacheKeyError(f"{reason}, and it cannot be moved aside: {e.strerror}") from None
+        _create_key(path)
+        key = _read_key(path)
+    log.warning("%s: moved to %s, a new key was made; entries written with the old key will be recompiled",
+                reason, aside)
+    return key
+
+
+def _create_key(path: str) -> None:
+    """32 random bytes in a 0600 file, published atomically (a temp file hard-linked into place),
+    so concurrent first users agree on one complete key."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-key-", dir=os.path.dirname(path))  # mode 0600
+    except OSError as e:
+        raise CacheKeyError(f"cache key {path} cannot be created: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process published its key first: use that one
+    finally:
+        os.unlink(tmp)
+
+
+def _read_key(path: str) -> bytes:
+    """The key, if it is exactly 32 bytes in a regular file of ours that nobody else can read:
+    anyone who knows it can forge entries."""
+    try:
+        fd, st = _open_regular(path, f"cache key {path}")
+    except FileNotFoundError:
+        raise CacheKeyError(f"cache key {path} is missing") from None
+    except CacheError as e:
+        raise CacheKeyError(str(e)) from None
+    with os.fdopen(fd, "rb") as f:
+        if st.st_uid != os.geteuid():
+            raise CacheKeyError(f"cache key {path} is owned by uid {st.st_uid}, not by this user")
+        if st.st_mode & 0o077:
+            raise CacheKeyError(f"cache key {path} is open to other users (mode {st.st_mode & 0o777:o})")
         key = f.read(33)
     if len(key) != 32:
-        raise CacheError(f"cache key {path} is corrupt ({len(key)} bytes)")
+        raise CacheKeyError(f"cache key {path} is corrupt ({len(key)} bytes, not 32)")
     return key
+
+
+@contextlib.contextmanager
+def locked_directory(directory: str):
+    """An exclusive flock on the directory itself, between processes: no lock file to leave behind."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -53,6 +53,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.listen is None and (args.tls_cert or args.insecure):
         print("nnhal serve: --tls-cert/--insecure only apply with --listen", file=sys.stderr)
         return 2
+    if args.cache_max_bytes is not None and args.cache_max_bytes < 0:
+        print(f"nnhal serve: --cache-max-bytes must be >= 0, not {args.cache_max_bytes}", file=sys.stderr)
+        return 2
     tls = None
     if args.tls_cert:
         with open(args.tls_cert, "rb") as c, open(args.tls_key, "rb") as k:
@@ -82,12 +85,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from cache.store import CacheStore
+    from cache.store import CacheError, CacheKeyError, CacheStore
     from service.driver import Driver, capabilities_fingerprint
     from service.server import default_cache_dir
     d = args.cache_dir or default_cache_dir()
-    store = CacheStore(d, driver_version=Driver.version_string(),
-                       capabilities_fingerprint=capabilities_fingerprint())
+    try:  # a bad key is only reported here: `nnhal serve` is the one that replaces it
+        store = CacheStore(d, driver_version=Driver.version_string(),
+                           capabilities_fingerprint=capabilities_fingerprint())
+    except CacheKeyError as e:
+        print(f"nnhal cache: {e} (nnhal serve moves a bad key aside and makes a new one)", file=sys.stderr)
+        return 2
+    except CacheError as e:
+        print(f"nnhal cache: {e}", file=sys.stderr)
+        return 2
     if args.action == "ls":
         entries = store.entries()
         print(f"{'token':<64}  {'model B':>9}  {'data B':>11}  last used")
@@ -104,8 +114,12 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             print(f"{e.token_hex}  {'ok' if reason is None else 'REJECTED (removed): ' + reason}")
             bad += reason is not None
         return 1 if bad else 0
-    n = store.clear()
+    n, kept = store.clear()
     print(f"removed {n} files from {d}")
+    if kept:
+        print(f"kept {len(kept)} files nnhal cannot identify as its own cache entries:")
+        for name, why in kept:
+            print(f"  {name}: {why}")
     return 0
 
 
@@ -179,8 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=2, help="execution worker threads (default 2)")
     serve.add_argument("--cache-dir", default=None,
                        help="compilation cache directory (default $XDG_CACHE_HOME/nnhal or ~/.cache/nnhal)")
-    serve.add_argument("--cache-max-bytes", type=int, default=None,
-                       help="evict least-recently-used cache entries beyond this size")
+    serve.add_argument("--cache-max-bytes", type=int, default=None, metavar="N",
+                       help="evict least-recently-used cache entries beyond this size (N >= 0); an entry "
+                            "larger than N is not stored")
     serve.add_argument("--no-cache", action="store_true", help="disable compilation caching")
     serve.add_argument("--extension", action="append", metavar="MODULE:ATTR",
                        help="also load this extension object (installed plugins load automatically)")
@@ -201,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cache = sub.add_parser("cache", help="inspect the compilation cache")
     cache.add_argument("action", choices=["ls", "verify", "clear"],
-                       help="ls: list entries; verify: check every entry (bad ones are removed); clear")
+                       help="ls: list entries; verify: check every entry (bad ones are removed); clear: remove "
+                            "the entries (other files in the folder are kept and listed)")
     cache.add_argument("--cache-dir", default=None, help="cache directory (default as for serve)")
     cache.set_defaults(func=_cmd_cache)
 

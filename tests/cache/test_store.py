@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -282,5 +284,142 @@ def test_clear(tmp_path):
     s = make(tmp_path)
     s.put(TOKEN, *sample())
     s.put(OTHER, *sample(1))
-    assert s.clear() == 4
+    removed, skipped = s.clear()
+    assert removed == 4 and skipped == []
     assert s.entries() == []
+
+
+# ---- issue 18, finding 4: never destroy or trust files nnhal did not write ------------------------
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nnhal.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def _plant_foreign_files(d) -> dict[str, bytes]:
+    """Files a user could have in a folder passed as --cache-dir, some with entry-like names."""
+    foreign = {"thesis.model": b"my model", "points.data": b"1,2,3", "notes.txt": b"hi",
+               "ab" * 32 + ".model": b"not nnhal's", "cd" * 32 + ".data": b"orphan, no model names it",
+               ".tmp-notes": b"mine"}
+    for name, content in foreign.items():
+        (d / name).write_bytes(content)
+    return foreign
+
+
+def test_clear_removes_only_its_own_entries(tmp_path):
+    s = make(tmp_path)
+    s.put(TOKEN, *sample())
+    make(tmp_path, driver_version="nnhal-old").put(OTHER, *sample(1))  # still ours: another driver's entry
+    foreign = _plant_foreign_files(tmp_path)
+    removed, skipped = s.clear()
+    assert removed == 4
+    assert sorted(name for name, _ in skipped) == sorted(foreign)
+    for name, content in foreign.items():
+        assert (tmp_path / name).read_bytes() == content
+    assert (tmp_path / "cache.key").exists()
+
+
+def test_entry_under_a_lost_key_is_still_cleared(tmp_path):
+    make(tmp_path).put(TOKEN, *sample())
+    os.unlink(tmp_path / "cache.key")
+    removed, skipped = make(tmp_path).clear()
+    assert removed == 2 and skipped == []
+
+
+def test_cache_clear_command_says_what_it_kept(tmp_path):
+    make(tmp_path).put(TOKEN, *sample())
+    foreign = _plant_foreign_files(tmp_path)
+    r = _cli("cache", "clear", "--cache-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "removed 2 files" in r.stdout and "kept 6" in r.stdout and "thesis.model" in r.stdout
+    assert sorted(os.listdir(tmp_path)) == sorted([*foreign, "cache.key"])
+
+
+def test_ls_verify_and_eviction_ignore_foreign_files(tmp_path):
+    foreign = _plant_foreign_files(tmp_path)
+    s = make(tmp_path, max_bytes=1)
+    assert s.entries() == []
+    r = _cli("cache", "verify", "--cache-dir", str(tmp_path))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    s.max_bytes = 10**9
+    s.put(TOKEN, *sample())
+    s.max_bytes = 1
+    s.evict()
+    for name, content in foreign.items():
+        assert (tmp_path / name).read_bytes() == content
+
+
+def test_entry_larger_than_the_cache_is_not_stored_and_evicts_nothing(tmp_path, caplog):
+    s = make(tmp_path)
+    s.put(TOKEN, *sample(0))
+    s.max_bytes = s.total_bytes() + 100
+    big = (b"{}", [np.zeros(10_000, np.float32)])
+    stored = s.put(OTHER, *big)
+    assert [e.token_hex for e in s.entries()] == [TOKEN.hex()]
+    assert stored is False
+    assert_same(s.get(TOKEN), sample(0))
+    assert "larger than the cache" in caplog.text
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-") or f.startswith(OTHER.hex())]
+
+
+def test_negative_max_bytes_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="max_bytes"):
+        make(tmp_path, max_bytes=-1)
+
+
+@pytest.mark.parametrize("key", [b"short", b"x" * 33, b""], ids=["short", "long", "empty"])
+def test_corrupt_key_is_one_clear_error(tmp_path, key):
+    (tmp_path / "cache.key").write_bytes(key)
+    os.chmod(tmp_path / "cache.key", 0o600)
+    with pytest.raises(CacheError, match="cache key .* is corrupt"):
+        make(tmp_path)
+    for action in ("ls", "verify", "clear"):
+        r = _cli("cache", action, "--cache-dir", str(tmp_path))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith("nnhal cache: cache key") and len(r.stderr.strip().splitlines()) == 1
+    assert (tmp_path / "cache.key").read_bytes() == key  # a cache command repairs nothing
+
+
+@pytest.mark.parametrize("plant", ["directory", "symlink", "readable by others"])
+def test_untrusted_key_is_refused(tmp_path, plant):
+    k = tmp_path / "cache.key"
+    if plant == "directory":
+        k.mkdir()
+    elif plant == "symlink":
+        (tmp_path / "elsewhere").write_bytes(b"k" * 32)
+        k.symlink_to(tmp_path / "elsewhere")
+    else:
+        k.write_bytes(b"k" * 32)
+        os.chmod(k, 0o644)
+    with pytest.raises(CacheError, match="cache key"):
+        make(tmp_path)
+
+
+def test_repair_moves_a_corrupt_key_aside(tmp_path):
+    make(tmp_path).put(TOKEN, *sample())
+    os.replace(tmp_path / "cache.key", tmp_path / "good.key")
+    (tmp_path / "cache.key").write_bytes(b"junk")
+    s = make(tmp_path, repair_key=True)
+    assert len(s.key) == 32
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("cache.key.bad-")]
+    assert len(aside) == 1 and aside[0].read_bytes() == b"junk"
+    rejected(s, match="HMAC")  # entries made with the old key are dropped one by one, and recompiled
+    assert make(tmp_path).key == s.key  # the new key is the one on disk
+
+
+def _repairer(d: str, q) -> None:
+    q.put(make(d, repair_key=True).key)
+
+
+def test_concurrent_services_repair_a_bad_key_once(tmp_path):
+    (tmp_path / "cache.key").write_bytes(b"junk")
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_repairer, args=(str(tmp_path), q)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    keys = {q.get(timeout=120) for _ in procs}
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert keys == {make(tmp_path).key}  # all agree on the key on disk
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith("cache.key.bad-")]) == 1

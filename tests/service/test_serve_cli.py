@@ -1,10 +1,13 @@
 """`nnhal serve` flags: TCP needs TLS or loopback --insecure; health service answers."""
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.client import Client
@@ -64,3 +67,85 @@ def test_unknown_health_service(tmp_path):
                 assert e.code() == grpc.StatusCode.NOT_FOUND
     finally:
         running.stop()
+
+
+# ---- issue 18, finding 4: files the service must never destroy or take over ---------------------
+
+def _private_dir(tmp_path, name="run"):
+    d = tmp_path / name
+    d.mkdir(mode=0o700)
+    return d
+
+
+def test_regular_file_at_socket_path_is_refused_and_kept(tmp_path):
+    f = _private_dir(tmp_path) / "F"
+    f.write_text("important\n")
+    r = _serve("--socket", str(f), "--no-cache")
+    assert r.returncode == 2 and "not a socket" in r.stderr and "Traceback" not in r.stderr
+    assert f.read_text() == "important\n"
+
+
+def test_second_serve_refuses_a_live_socket(server):
+    """A second server must not take the socket over (and later remove it from under the first)."""
+    r = _serve("--socket", server.socket, "--no-cache")
+    assert r.returncode == 2 and "already listening" in r.stderr and "Traceback" not in r.stderr
+    assert os.path.exists(server.socket)
+    with Client.connect(server.address) as c:  # the first server still owns and answers it
+        assert c.get_version_string().startswith("nnhal-")
+
+
+def test_stale_socket_is_replaced(tmp_path):
+    path = str(_private_dir(tmp_path) / "s.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)  # bound, never listening, closed: what a crashed server leaves
+    s.close()
+    running = create_server(path)
+    try:
+        with Client.connect(running.address) as c:
+            assert c.get_version_string().startswith("nnhal-")
+    finally:
+        running.stop()
+    assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770])
+def test_group_or_world_writable_socket_dir_is_refused(tmp_path, mode):
+    d = tmp_path / "shared"
+    d.mkdir()
+    os.chmod(d, mode)
+    r = _serve("--socket", str(d / "s.sock"), "--no-cache")
+    assert r.returncode == 2 and "writable by group or others" in r.stderr and "Traceback" not in r.stderr
+    assert os.listdir(d) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
+def test_socket_dir_owned_by_another_user_is_refused(tmp_path):
+    d = _private_dir(tmp_path, "theirs")
+    os.chown(d, 65534, 65534)
+    r = _serve("--socket", str(d / "s.sock"), "--no-cache")
+    assert r.returncode == 2 and "owned by uid 65534" in r.stderr and "Traceback" not in r.stderr
+    assert os.listdir(d) == []
+
+
+def test_negative_cache_max_bytes_is_refused(tmp_path):
+    r = _serve("--socket", str(_private_dir(tmp_path) / "s.sock"), "--cache-dir", str(tmp_path / "cache"),
+               "--cache-max-bytes", "-1")
+    assert r.returncode == 2 and "--cache-max-bytes" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_serve_moves_a_corrupt_cache_key_aside_and_makes_a_new_one(tmp_path):
+    """The key authenticates every entry: a bad one makes the whole cache unusable, not the service."""
+    from tests.service.conftest import ServerProcess
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    (cache / "cache.key").write_bytes(b"short")
+    s = ServerProcess(tmp_path)
+    try:
+        with Client.connect(s.address) as c:
+            assert c.get_version_string().startswith("nnhal-")
+    finally:
+        s.stop()
+    assert len((cache / "cache.key").read_bytes()) == 32
+    aside = [p for p in cache.iterdir() if p.name.startswith("cache.key.bad-")]
+    assert len(aside) == 1 and aside[0].read_bytes() == b"short"
+    assert "cache key" in s.output() and aside[0].name in s.output()
