@@ -5,7 +5,7 @@ as a JSON tree plus a list of numpy arrays, so the cache can store the arrays
 raw and aligned. Loading builds objects only from an allow-list: dataclasses,
 enums and functions defined in hal's core modules (not its backends) or in the
 (already imported) modules of a backend the payload uses, numpy arrays and
-scalars, and JSON values. Nothing is eval'd or imported on behalf of a payload
+scalars, slices of ints, and JSON values. Nothing is eval'd or imported on behalf of a payload
 outside hal's core; no constructor or ``__setstate__`` of an arbitrary class
 ever runs. A payload names the identity (name, version, source digest) of every
 backend its steps were planned by, and of every extension its model declares
@@ -47,7 +47,7 @@ from hal.registry import (
 from hal.types import OperandLifeTime
 
 #: 2: constants stored per operand, packed-only constants left out; 3: extensions; 4: backends;
-#: 5: graph backends' partitions
+#: 5: graph backends' partitions (slices, added later, are refused by older readers: a cache miss)
 FORMAT_VERSION = 5
 _CORE_PREFIX = "hal."
 _BACKENDS_PREFIX = "hal.backends."
@@ -90,6 +90,11 @@ class _Encoder:
             return {"t": "np", "dtype": v.dtype.str, "v": v.item()}
         if isinstance(v, tuple):
             return {"t": "tuple", "v": [self.value(x) for x in v]}
+        if isinstance(v, slice):  # basic indexing kept in a plan: ints or None only
+            parts = [v.start, v.stop, v.step]
+            if not all(p is None or (isinstance(p, (int, np.integer)) and not isinstance(p, bool)) for p in parts):
+                raise SerializationError(f"cannot serialise a slice of non-integers: {v!r}")
+            return {"t": "slice", "v": [None if p is None else int(p) for p in parts]}
         if isinstance(v, list):
             return {"t": "list", "v": [self.value(x) for x in v]}
         if isinstance(v, dict):
@@ -190,6 +195,12 @@ class _Decoder:
             return np.dtype(v["dtype"]).type(v["v"])
         if t == "tuple":
             return tuple(self.value(x) for x in v["v"])
+        if t == "slice":
+            parts = v["v"]
+            if not (isinstance(parts, list) and len(parts) == 3
+                    and all(p is None or (type(p) is int) for p in parts)):
+                raise SerializationError(f"invalid slice {parts!r}")
+            return slice(*parts)
         if t == "list":
             return [self.value(x) for x in v["v"]]
         if t == "dict":

@@ -130,12 +130,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.model_file):
         print(f"nnhal report: no such file: {args.model_file}", file=sys.stderr)
         return 2
+    from nnhal.inference_diff import model_file_error, one_line
+    error = model_file_error(args.model_file)  # before TFLite, whose loader would crash on a bad file
+    if error:
+        print(f"nnhal report: cannot load {args.model_file}: {error}", file=sys.stderr)
+        return 2
     try:
         r = delegation_report(args.model_file, args.service_address,
                               max_delegated_partitions=args.max_delegated_partitions,
                               min_nodes_per_partition=args.min_nodes_per_partition, partitions=args.partitions)
-    except ValueError as e:
-        print(f"nnhal report: cannot load {args.model_file}: {e}", file=sys.stderr)
+    except (ValueError, RuntimeError) as e:
+        print(f"nnhal report: cannot load {args.model_file}: {one_line(e)}", file=sys.stderr)
         return 2
     print(report_json(r) if args.json else format_report(r))
     return 0

@@ -24,6 +24,21 @@ import numpy as np
 INVOKES_PER_RUN = 3
 
 
+def one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def model_file_error(path: str) -> str | None:
+    """Why the .tflite file cannot be handed to TFLite, or None. TFLite's loader does not verify
+    the flatbuffer: a truncated or corrupted file would crash it (SIGSEGV) instead of failing."""
+    from delegate.tfl.verify import ModelFormatError, verify_model_file
+    try:
+        verify_model_file(path)
+    except ModelFormatError as e:
+        return one_line(e)
+    return None
+
+
 def random_input(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     v = np.clip(rng.normal(0.5, 1.0 / 3.0, size=shape), 0.0, 1.0)
     dtype = np.dtype(dtype)
@@ -134,11 +149,15 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.num_runs < 1:
         print("inference_diff: --num_runs must be >= 1", file=sys.stderr)
         return 2
+    error = model_file_error(args.model_file)
+    if error:
+        print(f"inference_diff: {args.model_file}: {error}", file=sys.stderr)
+        return 2
     try:
         m = evaluate(args.model_file, args.num_runs, args.num_interpreter_threads, args.delegate,
                      args.service_address, args.reference_kernels)
-    except ValueError as e:
-        print(f"inference_diff: {args.model_file}: {e}", file=sys.stderr)
+    except (ValueError, RuntimeError) as e:  # TFLite's load / prepare errors: multi-line, joined
+        print(f"inference_diff: {args.model_file}: {one_line(e)}", file=sys.stderr)
         return 2
     print(format_metrics(m))
     if args.output_file_path:

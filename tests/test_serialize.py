@@ -10,7 +10,7 @@ import hal
 from delegate.mapping import convert_partition
 from delegate.tfl import read_model
 from hal.backends.graph import GraphBackend
-from hal.serialize import FORMAT_VERSION, SerializationError, _Encoder, dump_compiled, load_compiled
+from hal.serialize import FORMAT_VERSION, SerializationError, _Decoder, _Encoder, dump_compiled, load_compiled
 from nnhal.examples import mobilenet_like
 from tests.harness import random_tensor
 
@@ -71,3 +71,53 @@ def test_a_reference_cannot_walk_into_other_modules():
         assert evil != payload
         with pytest.raises(SerializationError, match="unknown reference|refused reference"):
             load_compiled(evil, arrays, backend_order=["reference"])
+
+
+def test_slices_round_trip_and_hold_only_ints():
+    """A plan may keep basic indexing (PAD's window, STRIDED_SLICE's ranges): a slice must not make
+    its model uncacheable, and a payload's slice is built from ints and None only."""
+    enc = _Encoder()
+    tree = enc.value((slice(1, None, 2), slice(np.int64(3), 7), slice(None)))
+    assert _Decoder([]).value(json.loads(json.dumps(tree))) == (slice(1, None, 2), slice(3, 7), slice(None))
+    for bad in (slice(0.5, 2), slice("a", None), slice(True, 2)):
+        with pytest.raises(SerializationError, match="slice"):
+            enc.value(bad)
+    for forged in ([1, "x", None], [1, 2], [1.5, None, None], [{"t": "fn", "ref": "hal.types:X"}, 1, 1]):
+        with pytest.raises(SerializationError, match="slice"):
+            _Decoder([]).value({"t": "slice", "v": forged})
+
+
+@pytest.mark.parametrize("order", [("reference",), ("numba", "reference")], ids=",".join)
+def test_every_operation_family_round_trips_through_the_cache(order):
+    """Every model hal compiles statically is cached: dump_compiled never refuses one (a plan
+    holding an object the serializer cannot write silently disabled caching for PAD and
+    STRIDED_SLICE models), and the loaded copy computes the same outputs bit for bit."""
+    from hal.errors import HalError
+    from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases
+    if any(hal.backends.get(name) is None for name in order):
+        pytest.skip(f"backend order {order} not available here")
+    done = set()  # (operation, its input types, relaxed): one case each, float and quantized
+    for case in load_cases():
+        raw = case.raw
+        key = (case.operation, case.relaxed,
+               tuple(raw["operands"][i]["type"] for i in raw["operations"][-1]["inputs"]))
+        if key in done or case.expect_failure:
+            continue
+        try:
+            compiled = hal.compile_model(build_model(case), backend_order=order)
+        except (CorpusError, HalError):
+            continue  # not supported by these backends (the CTS runner says so)
+        if compiled.static_plan is None:
+            continue  # planned per execution from runtime values: never cached, by design
+        done.add(key)
+        payload, arrays = dump_compiled(compiled)
+        arrays = [np.array(a) for a in arrays]
+        for a in arrays:
+            a.setflags(write=False)  # as the cache maps them
+        loaded = load_compiled(payload, arrays, backend_order=order)
+        inputs = list(next(examples(case)).inputs)
+        for got, want in zip(hal.execute(loaded, inputs), hal.execute(compiled, inputs), strict=True):
+            np.testing.assert_array_equal(got, want, err_msg=case.name)
+    families = {key[0] for key in done}
+    assert {"PAD", "PAD_V2", "STRIDED_SLICE", "CONV_2D", "SOFTMAX", "SPLIT"} <= families
+    assert len(families) > 70

@@ -8,6 +8,7 @@ from delegate.mapping import MappingError, convert_partition, partition_io
 from delegate.tfl import TfLiteModelBuilder, read_model
 from delegate.tfl.reader import ModelFormatError
 from delegate.tfl.schema import BuiltinOperator, Padding, TensorType
+from delegate.tfl.verify import verify_model
 from tests.harness import tflite_run
 
 
@@ -93,6 +94,24 @@ def test_partition_io_orders_by_graph_io_and_finds_escaping_tensors():
     g = read_model(b.build())
     assert partition_io(g, [0, 1]) == ([x, z], [t1, t2])  # t1 is also used by node 2
     assert partition_io(g, [2]) == ([t2, t1], [t3])
+
+
+def test_verifier_accepts_built_models_and_rejects_every_truncation():
+    """The flatbuffer verifier (TFLite's loader has none): every cut of a model is refused with one
+    line, as are offsets pointing outside it; whole models, all builtin-options kinds, pass."""
+    from nnhal.examples import blazeface_like, mobilenet_like
+    for model in (_conv_model(), mobilenet_like(np.int8, input_size=16, width=4),
+                  blazeface_like(np.float32, input_size=32)):
+        verify_model(model)
+    model = _conv_model()
+    for cut in range(len(model)):
+        with pytest.raises(ModelFormatError) as e:
+            verify_model(model[:cut])
+        assert "\n" not in str(e.value)
+    root_far = bytearray(model)
+    root_far[2] ^= 0xFF
+    with pytest.raises(ModelFormatError, match=r"root at byte \d+ .* is outside the file"):
+        read_model(bytes(root_far))
 
 
 def test_not_a_tflite_file():

@@ -8,15 +8,15 @@ import numpy as np
 from delegate.tfl import schema
 from delegate.tfl.graph import DimensionMetadata, Sparsity, TfLiteGraph, TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import TENSOR_DTYPE, module, snake
+from delegate.tfl.verify import ModelFormatError, verify_model
 
-
-class ModelFormatError(ValueError):
-    """The bytes are not a TFLite model we can read."""
+__all__ = ["ModelFormatError", "read_model"]
 
 
 def read_model(data: bytes) -> TfLiteGraph:
-    if len(data) < 8 or data[4:8] != b"TFL3":
-        raise ModelFormatError("not a TFLite model (missing the TFL3 file identifier)")
+    """Subgraph 0 of a verified model (``verify_model`` first: the flatbuffers accessors do not
+    check bounds)."""
+    verify_model(data)
     try:
         model = module("Model").Model.GetRootAs(data, 0)
         graph = _read(model)

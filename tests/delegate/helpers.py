@@ -1,6 +1,9 @@
 """Run a model through TFLite with and without the nnhal delegate."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 
 from delegate.runtime import Interpreter, OpResolverType
@@ -33,3 +36,35 @@ def assert_outputs_equal(got, want) -> None:
             assert_float_close(g, w)
         else:
             np.testing.assert_array_equal(g, w)
+
+
+_LOAD_WITH_DELEGATE = """
+import sys
+from delegate import load_delegate
+from delegate.runtime import Interpreter
+d = load_delegate(sys.argv[2])
+try:
+    it = Interpreter(model_path=sys.argv[1], experimental_delegates=[d])
+    it.allocate_tensors()
+    it.invoke()
+    print("loaded,", len(d.impl.kernels), "delegated:", d.last_error)
+except (RuntimeError, ValueError) as e:
+    print("refused:", d.last_error or str(e).splitlines()[0])
+"""
+
+
+def load_in_subprocess(path, service_address: str) -> subprocess.CompletedProcess:
+    """Load and invoke a model file in TFLite with the nnhal delegate, in a child process (a crash
+    there is a negative return code, not a dead test run); prints "refused: <the delegate's error,
+    else TFLite's>" if TFLite refused it, else how many partitions nnhal took."""
+    return subprocess.run([sys.executable, "-c", _LOAD_WITH_DELEGATE, str(path), service_address],
+                          capture_output=True, text=True, timeout=120)
+
+
+def refused_by_the_delegate(r: subprocess.CompletedProcess, why: str) -> bool:
+    """The delegate refused the model for ``why`` (one line, no traceback); or LiteRT, which runs
+    the flatbuffers verifier when it loads a model, refused the file before the delegate saw it."""
+    from delegate.runtime import RUNTIME
+    if RUNTIME == "ai_edge_litert" and "refused: The model is not a valid Flatbuffer buffer" in r.stdout:
+        return True
+    return f"refused: {why}" in r.stdout and why in r.stderr and "Traceback" not in r.stderr

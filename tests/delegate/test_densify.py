@@ -9,7 +9,14 @@ from delegate.mapping.folding import densify
 from delegate.tfl import TfLiteModelBuilder, read_model
 from delegate.tfl.graph import DimensionMetadata, Sparsity
 from delegate.tfl.schema import ActivationFunctionType as Act
-from tests.delegate.helpers import assert_outputs_equal, interpreter, random_inputs, run
+from tests.delegate.helpers import (
+    assert_outputs_equal,
+    interpreter,
+    load_in_subprocess,
+    random_inputs,
+    refused_by_the_delegate,
+    run,
+)
 
 
 def csr(dense: np.ndarray) -> tuple[np.ndarray, Sparsity]:
@@ -88,3 +95,21 @@ def test_sparse_model_delegates_whole(server, blocked):
         xs = random_inputs(ref, rng)
         assert_outputs_equal(run(it, xs), run(ref, xs))
     assert d.report.delegated == 2 and d.report.partitions == [[0, 1]]
+
+
+
+def test_a_sparse_buffer_past_the_file_fails_delegation(server, tmp_path):
+    """TFLite does not check a sparse constant's size against anything: a corrupted vector length
+    hands the delegate a range past the model's mapping. The delegation fails with one line instead
+    of reading it (which killed the process with SIGBUS)."""
+    model = bytearray(sparse_fc_model(np.random.default_rng(3), False))
+    values = read_model(bytes(model)).tensors[1].data.tobytes()
+    at = bytes(model).index(values) - 4  # the stored values' vector length
+    assert int.from_bytes(model[at:at + 4], "little") == len(values)
+    model[at:at + 4] = (2_000_000_000).to_bytes(4, "little")
+    path = tmp_path / "bad_sparse.tflite"
+    path.write_bytes(bytes(model))
+    r = load_in_subprocess(path, server.address)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    why = "NnhalDelegate: corrupted model: tensor 1 (w_sparse): its 2000000000-byte buffer lies outside"
+    assert refused_by_the_delegate(r, why), r.stdout

@@ -88,6 +88,7 @@ def test_benchmark_json_and_table(server, int8_model):
     res = json.loads(r.stdout)
     assert res["cpu"]["p50_us"] > 0 and res["nnhal"]["p90_us"] >= res["nnhal"]["p50_us"]
     assert res["prepare"]["all_from_cache"] is True and res["prepare"]["compile_ms"] > 0
+    assert res["prepare"]["cache_hits"] == res["prepare"]["partitions"] > 0 and res["prepare"]["from_cache_ms"] > 0
     ops = res["operations"]
     assert {o["op"] for o in ops} >= {"CONV_2D", "DEPTHWISE_CONV_2D", "SOFTMAX"}
     assert all(o["executions"] == 6 for o in ops)  # 1 warm-up + 5 timed runs, counted by the service
@@ -96,6 +97,70 @@ def test_benchmark_json_and_table(server, int8_model):
     assert table.returncode == 0
     for header in ("ratio nnhal/CPU", "run order (service side):", "top 10 by time:", "by operation type:"):
         assert header in table.stdout
+
+
+def test_benchmark_says_when_nothing_came_from_the_cache(tmp_path, int8_model):
+    """A service without a cache compiles the second prepare too: no "from cache" time for it."""
+    from tests.service.conftest import ServerProcess
+    server = ServerProcess(tmp_path, "--no-cache")
+    try:
+        r = _cli("benchmark", "--model_file", str(int8_model), "--runs", "2", "--warmup", "0", "--service_address",
+                 server.address, "--json")
+        table = _cli("benchmark", "--model_file", str(int8_model), "--runs", "2", "--warmup", "0",
+                     "--service_address", server.address)
+    finally:
+        server.stop()
+    assert r.returncode == 0, r.stderr
+    pr = json.loads(r.stdout)["prepare"]
+    assert pr["partitions"] > 0 and pr["cache_hits"] == 0 and pr["all_from_cache"] is False
+    assert pr["from_cache_ms"] is None and pr["interpreter_from_cache_ms"] is None and pr["second_prepare_ms"] > 0
+    assert table.returncode == 0, table.stderr
+    line = next(x for x in table.stdout.splitlines() if x.startswith("prepare:"))
+    assert "NOT from the cache" in line and "0/" in line and not re.search(r"from cache [\d.]+ ms", line)
+
+
+def _bad_copies(data: bytes) -> dict[str, bytes]:
+    """Deterministic corruptions of a model: cut in half, its root offset's third byte flipped,
+    every 97th byte of its first KiB flipped (each made TFLite's loader crash or hang)."""
+    root = bytearray(data)
+    root[2] ^= 0xFF
+    spread = bytearray(data)
+    for i in range(8, 1024, 97):
+        spread[i] ^= 0xFF
+    return {"truncated": data[: len(data) // 2], "root-flipped": bytes(root), "bytes-flipped": bytes(spread)}
+
+
+def _model_writing_a_constant() -> bytes:
+    """Sound flatbuffer, unsound graph: operator 1 writes the constant operator 0 reads (TFLite's
+    own CPU path crashes on it)."""
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [1, 4])
+    c = b.add_constant("c", np.ones((1, 4), np.float32))
+    y, z = b.add_tensor("y", [1, 4]), b.add_tensor("z", [1, 4])
+    add = ("AddOptions", {"fused_activation_function": 0})
+    b.add_operator("ADD", [x, c], [y], add)
+    b.add_operator("ADD", [y, y], [c], add)
+    b.add_operator("ADD", [y, x], [z], add)
+    b.set_outputs([z])
+    return b.build()
+
+
+BAD_FILE_TOOLS = {"report": ("report",), "inference_diff": ("inference-diff", "--num_runs", "1"),
+                  "benchmark": ("benchmark", "--runs", "1", "--warmup", "0")}
+
+
+@pytest.mark.parametrize("tool", sorted(BAD_FILE_TOOLS))
+def test_tools_refuse_corrupted_models_with_one_line(tmp_path, tool):
+    """TFLite's loader does not verify the flatbuffer: the tools do, and say so in one line."""
+    data = mobilenet_like(np.int8, input_size=16, width=4)
+    for name, bad in {**_bad_copies(data), "writes-constant": _model_writing_a_constant()}.items():
+        path = tmp_path / f"{name}.tflite"
+        path.write_bytes(bad)
+        r = _cli(*BAD_FILE_TOOLS[tool], "--model_file", str(path),
+                 "--service_address", f"unix:{tmp_path}/no-service.sock", timeout=60)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2, (name, r.returncode, r.stderr[-2000:])
+        assert len(lines) == 1 and "malformed TFLite model" in lines[0] and str(path) in lines[0], (name, lines)
 
 
 def test_benchmark_missing_model(tmp_path):
