@@ -7,9 +7,11 @@ A node is delegated when a TFLite->NNAPI mapping exists for it AND the
 service's GetSupportedOperations accepts exactly that operation. Each chosen
 partition becomes an NNAPI model, prepared from the compilation cache when its
 token (structure + weights + options) is there. If the service is unreachable
-at prepare time nothing is claimed; if it fails during invoke the partition
-runs in-process on hal (same kernels, same results) and reconnection is tried
-later.
+at prepare time nothing is claimed; if it fails during invoke, or does not
+answer within the bound on every wait (deadline_ms plus a grace, else a default
+scaled by the model's slowest execution: service.client's constants), the
+partition runs in-process on hal (same kernels, same results) and reconnection
+is tried later.
 """
 from __future__ import annotations
 
@@ -284,6 +286,7 @@ class NnhalKernel(SimpleDelegateKernel):
         self.burst = None
         self.local = None  # hal CompiledModel, compiled on first fallback
         self.fallbacks = 0
+        self.slowest_s = 0.0  # the slowest in-process run: a re-prepared remote waits in proportion
         self._retry_at = 0.0
         self.from_cache = False
         self.prepare_s = 0.0
@@ -311,6 +314,9 @@ class NnhalKernel(SimpleDelegateKernel):
 
     def _prepare(self) -> None:
         client = self.owner.client
+        if client is None:  # another partition lost the service meanwhile
+            self.remote = None
+            return
         o = self.owner.options
         kw = dict(preference=o.execution_preference, priority=o.priority)
         t0 = time.perf_counter()
@@ -324,6 +330,7 @@ class NnhalKernel(SimpleDelegateKernel):
                 self.remote = client.prepare_model(self.part.model, token=self.token, **kw)
                 self.from_cache = False
             self.prepare_s = time.perf_counter() - t0
+            self.remote.observe(self.slowest_s)  # in-process runs measured this model too
             self.burst = None
             if o.local_burst:
                 try:
@@ -332,25 +339,27 @@ class NnhalKernel(SimpleDelegateKernel):
                     log.info("local burst unavailable (%s); using gRPC", e)
         except ServiceUnavailableError as e:
             log.warning("nnhal service lost while preparing a partition: %s", e)
-            self.remote = None
+            self._lose(client)
 
     def eval(self, context: DelegateContext) -> None:
         inputs = [context.tensor(t) for t in self.inputs]
         outs = None
+        if self.remote is not None and self.remote.client is not self.owner.client:
+            self._lose(self.remote.client)  # another partition lost this connection: don't wait on it too
         if self.remote is None and time.monotonic() >= self._retry_at:
             self._reconnect()
         if self.remote is not None:
             timeout = self.owner.options.deadline_ms / 1e3 if self.owner.options.deadline_ms else None
             try:
                 runner = self.burst if self.burst is not None else self.remote
+                # Every wait is bounded (service.client: the deadline plus a grace, else a default
+                # scaled by this model's slowest execution): a stopped service times out as lost.
                 outs = runner.execute(inputs, timeout_s=timeout).outputs
             except ServiceError as e:
                 if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
                     raise
                 log.warning("nnhal service failed during invoke (%s); running the partition in-process", e)
-                self.remote = self.burst = None
-                self.owner.client = None
-                self._retry_at = time.monotonic() + RECONNECT_INTERVAL_S
+                self._lose(self.remote.client)
         if outs is None:
             outs = self._run_locally(inputs)
         for t, out in zip(self.outputs, outs):
@@ -362,7 +371,20 @@ class NnhalKernel(SimpleDelegateKernel):
         if self.local is None:
             self.local = hal.compile_model(self.part.model)
         self.fallbacks += 1
-        return hal.execute(self.local, inputs)
+        t0 = time.perf_counter()
+        outs = hal.execute(self.local, inputs)
+        self.slowest_s = max(self.slowest_s, time.perf_counter() - t0)
+        return outs
+
+    def _lose(self, client: Client) -> None:
+        """The service connection is lost for this partition (dead, or silent past the bound): drop
+        the prepared model and its burst (a burst that timed out has closed itself already) and
+        retry after RECONNECT_INTERVAL_S."""
+        self.free()
+        self.remote = self.burst = None
+        if self.owner.client is client:
+            self.owner.client = None
+        self._retry_at = time.monotonic() + RECONNECT_INTERVAL_S
 
     def _reconnect(self) -> None:
         self._retry_at = time.monotonic() + RECONNECT_INTERVAL_S
@@ -373,7 +395,7 @@ class NnhalKernel(SimpleDelegateKernel):
         if self.burst is not None:
             try:
                 self.burst.close()
-            except OSError:
+            except (OSError, BufferError):
                 pass
 
 

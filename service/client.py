@@ -10,36 +10,41 @@ model constants go as a shared-memory CONSTANT_POOL instead of inline bytes.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
+import os
 import queue
 import threading
-import uuid
+import time
 import weakref
 from dataclasses import dataclass
-from multiprocessing import shared_memory
 
 import grpc
 import numpy as np
 
-from hal.model import DataLocation, Model, Operand
-from hal.registry import model_prefixes, operand_dtype
-from hal.types import (
-    SCALAR_TYPES,
-    DeviceType,
-    ErrorStatus,
-    ExecutionPreference,
-    OperandLifeTime,
-    OperandType,
-    Priority,
-)
-from service import convert, local_burst
+from hal.model import Model
+from hal.types import DeviceType, ErrorStatus, ExecutionPreference, OperandType, Priority
+from service import local_burst
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.server import default_address
 from service.servicer import MAX_MESSAGE_BYTES, grpc_options
+from service.transfer import (
+    SHM_THRESHOLD,  # noqa: F401 - re-exported: callers size tensors by it
+    ModelTransfer,
+    RequestBuilder,
+    operand_nbytes,
+)
 
-SHM_THRESHOLD = 64 << 10
+# Every wait for the service is bounded: a stopped or wedged service must not hang its clients.
+#: A control RPC (connect's probe, capabilities, the support query, opening a burst, perf info).
+RPC_TIMEOUT_S = 60.0
+#: PrepareModel / PrepareModelFromCache without a deadline: compiling a large model takes seconds.
+PREPARE_TIMEOUT_S = 300.0
+#: An execution without a deadline waits max(EXECUTE_WAIT_MIN_S, EXECUTE_WAIT_FACTOR x the slowest
+#: execution seen on its prepared model); $NNHAL_EXECUTE_WAIT_MIN_S overrides the minimum (tests).
+EXECUTE_WAIT_MIN_S = 10.0
+EXECUTE_WAIT_FACTOR = 50
+#: With a deadline the service answers MISSED_DEADLINE itself; the client waits this much longer.
+DEADLINE_GRACE_S = 1.0
 
 
 class ServiceError(Exception):
@@ -62,6 +67,11 @@ class ServiceUnavailableError(ServiceError):
         super().__init__(ErrorStatus.DEVICE_UNAVAILABLE, message)
 
 
+class ServiceTimeoutError(ServiceUnavailableError):
+    """The service did not answer within the client's bound (stopped, wedged or overloaded): treat
+    the connection as lost. A request it still holds may complete later, unseen."""
+
+
 @dataclass
 class Timing:
     time_on_device_ns: int
@@ -81,127 +91,30 @@ def _check(reply) -> None:
         raise ServiceError(reply.status.code, reply.status.message, shapes)
 
 
-def _rpc(fn, *args, **kw):
-    """Call a stub; transport faults become ServiceUnavailableError / ServiceError."""
+def _rpc(fn, request, timeout_s: float | None = None):
+    """Call a unary stub, waiting at most timeout_s (default RPC_TIMEOUT_S); transport faults become
+    ServiceUnavailableError / ServiceTimeoutError / ServiceError."""
+    bound = RPC_TIMEOUT_S if timeout_s is None else timeout_s
     try:
-        return fn(*args, **kw)
+        return fn(request, timeout=bound)
     except grpc.RpcError as e:
-        code = e.code() if hasattr(e, "code") else None
-        detail = e.details() if hasattr(e, "details") else str(e)
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            raise ServiceError(ErrorStatus.INVALID_ARGUMENT,
-                               f"message too large for the service ({detail}); the limit is "
-                               f"{MAX_MESSAGE_BYTES} bytes, use shared memory for large tensors") from None
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            raise ServiceError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"RPC deadline exceeded: {detail}") from None
-        raise ServiceUnavailableError(f"nnhal service unavailable ({code}: {detail})") from None
+        raise _rpc_error(e, bound) from None
 
 
-class _ScratchPool:
-    """A client-owned shared-memory segment reused across executions (grown on demand)."""
-
-    def __init__(self) -> None:
-        self.shm: shared_memory.SharedMemory | None = None
-        self.version = 0
-
-    def ensure(self, size: int) -> shared_memory.SharedMemory:
-        if self.shm is None or self.shm.size < size:
-            self.close()
-            self.shm = shared_memory.SharedMemory(name=f"nnhal-{uuid.uuid4().hex[:16]}", create=True,
-                                                  size=max(size, 1 << 16))
-            self.version += 1
-        return self.shm
-
-    def ref(self) -> pb.Memory:
-        return pb.Memory(shared=pb.SharedMemoryRef(name=self.shm.name, size=self.shm.size))
-
-    def close(self) -> None:
-        if self.shm is not None:
-            shm, self.shm = self.shm, None
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
-            try:
-                shm.close()
-            except BufferError:
-                pass  # an exported view is still alive; the mapping goes with it
+def _rpc_error(e: grpc.RpcError, bound: float) -> ServiceError:
+    code = e.code() if hasattr(e, "code") else None
+    detail = e.details() if hasattr(e, "details") else str(e)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return ServiceError(ErrorStatus.INVALID_ARGUMENT,
+                            f"message too large for the service ({detail}); the limit is "
+                            f"{MAX_MESSAGE_BYTES} bytes, use shared memory for large tensors")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:  # our bound: the service's own deadline is a status
+        return ServiceTimeoutError(f"the nnhal service did not answer within {bound:g} s")
+    return ServiceUnavailableError(f"nnhal service unavailable ({code}: {detail})")
 
 
-def _operand_nbytes(op: Operand, dims, prefixes: dict[int, str] | None = None) -> int | None:
-    itemsize = operand_dtype(op.type, prefixes or {}).itemsize  # extension types: via the model's prefixes
-    if op.type in SCALAR_TYPES:
-        return itemsize
-    if not dims or 0 in dims:
-        return None
-    return itemsize * math.prod(dims)
-
-
-class _RequestBuilder:
-    """Lays out inputs/outputs inline or in a scratch pool; decodes the reply."""
-
-    def __init__(self, model: Model):
-        sg = model.main
-        self.in_ops = [sg.operands[i] for i in sg.input_indexes]
-        self.out_ops = [sg.operands[i] for i in sg.output_indexes]
-        self.prefixes = model_prefixes(model)
-        self.out_dtypes = [operand_dtype(op.type, self.prefixes) for op in self.out_ops]
-        self.scratch = _ScratchPool()
-        self.lock = threading.Lock()
-
-    def build(self, inputs: list[np.ndarray], pool: pb.Memory | None = None, burst_pool_id: int | None = None):
-        if len(inputs) != len(self.in_ops):
-            raise ValueError(f"model has {len(self.in_ops)} inputs, got {len(inputs)}")
-        # None: an omitted (optional) input, sent as has_no_value
-        arrays = [None if x is None else np.ascontiguousarray(x) for x in inputs]
-        out_sizes = [_operand_nbytes(op, op.dimensions, self.prefixes) for op in self.out_ops]
-        big_in = [a is not None and a.nbytes > SHM_THRESHOLD for a in arrays]
-        big_out = [s is not None and s > SHM_THRESHOLD for s in out_sizes]
-        layout, offset = [], 0
-        for a, big in zip(arrays, big_in):
-            layout.append(offset if big else None)
-            offset += (a.nbytes + 63) // 64 * 64 if big else 0
-        out_layout = []
-        for s, big in zip(out_sizes, big_out):
-            out_layout.append(offset if big else None)
-            offset += (s + 63) // 64 * 64 if big else 0
-        req = pb.Request()
-        if offset:
-            shm = self.scratch.ensure(offset)
-            if burst_pool_id is not None:
-                req.pools.append(pb.Memory(burst_pool=burst_pool_id))
-            else:
-                req.pools.append(self.scratch.ref())
-            for a, off in zip(arrays, layout):
-                if off is not None:
-                    np.frombuffer(shm.buf, np.uint8, a.nbytes, off)[:] = a.view(np.uint8).reshape(-1)
-        for a, off in zip(arrays, layout):
-            if a is None:
-                req.inputs.add(has_no_value=True)
-                continue
-            arg = req.inputs.add(dimensions=list(a.shape))
-            if off is None:
-                arg.data = a.tobytes()
-            else:
-                arg.location.CopyFrom(pb.DataLocation(pool_index=0, offset=off, length=a.nbytes))
-        for s, off in zip(out_sizes, out_layout):
-            arg = req.outputs.add()
-            if off is None:
-                arg.inline_capacity = s or 0
-            else:
-                arg.location.CopyFrom(pb.DataLocation(pool_index=0, offset=off, length=s))
-        return req, out_layout
-
-    def decode(self, reply: pb.ExecuteReply, out_layout) -> list[np.ndarray]:
-        outs = []
-        for k, (dtype, off) in enumerate(zip(self.out_dtypes, out_layout)):
-            dims = tuple(reply.output_shapes[k].dimensions)
-            if off is None:
-                outs.append(np.frombuffer(reply.outputs[k], dtype=dtype).reshape(dims).copy())
-            else:
-                n = math.prod(dims)
-                outs.append(np.frombuffer(self.scratch.shm.buf, dtype, n, off).reshape(dims).copy())
-        return outs
+def _timeout_ns(timeout_s: float | None) -> int:
+    return int(timeout_s * 1e9) if timeout_s else 0
 
 
 def _timing(reply: pb.ExecuteReply, measure: bool) -> Timing | None:
@@ -216,25 +129,47 @@ class RemotePreparedModel:
     def __init__(self, client: "Client", prepared_id: str, model: Model):
         self.client = client
         self.id = prepared_id
-        self._rb = _RequestBuilder(model)
+        self._rb = RequestBuilder(model)
         weakref.finalize(self, self._rb.scratch.close)
+        self.slowest_s = 0.0  # the slowest execution seen: scales the default wait
+        self._wait_min_s = float(os.environ.get("NNHAL_EXECUTE_WAIT_MIN_S") or EXECUTE_WAIT_MIN_S)
+
+    def observe(self, seconds: float) -> None:
+        """An execution of this model took ``seconds`` (here or elsewhere, e.g. in-process)."""
+        self.slowest_s = max(self.slowest_s, seconds)
+
+    def wait_s(self, timeout_s: float | None) -> float:
+        """How long a client waits for one execution before giving the service up."""
+        if timeout_s:
+            return timeout_s + DEADLINE_GRACE_S
+        return max(self._wait_min_s, EXECUTE_WAIT_FACTOR * self.slowest_s)
+
+    def _abandon_scratch(self) -> None:
+        """After a timeout the service may still write into the scratch pool: never reuse it."""
+        self._rb.scratch.close()
 
     def execute(self, inputs: list[np.ndarray], *, measure_timing: bool = False,
                 timeout_s: float | None = None) -> ExecutionOutput:
         with self._rb.lock:
             req, layout = self._rb.build(inputs)
             ex = pb.ExecuteRequest(prepared_model_id=self.id, request=req, measure_timing=measure_timing,
-                                   timeout_ns=int(timeout_s * 1e9) if timeout_s else 0)
-            reply = _rpc(self.client.prepared.Execute, ex)
-            if reply.status.code == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and any(
-                    s.dimensions for s in reply.output_shapes):
-                # Outputs of unknown size: retry once with the sizes the driver reported.
-                for k, s in enumerate(reply.output_shapes):
-                    n = _operand_nbytes(self._rb.out_ops[k], tuple(s.dimensions), self._rb.prefixes) or 0
-                    if req.outputs[k].WhichOneof("where") != "location":
-                        req.outputs[k].inline_capacity = n
-                reply = _rpc(self.client.prepared.Execute, ex)
+                                   timeout_ns=_timeout_ns(timeout_s))
+            t0 = time.perf_counter()
+            try:
+                reply = _rpc(self.client.prepared.Execute, ex, self.wait_s(timeout_s))
+                if reply.status.code == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and any(
+                        s.dimensions for s in reply.output_shapes):
+                    # Outputs of unknown size: retry once with the sizes the driver reported.
+                    for k, s in enumerate(reply.output_shapes):
+                        n = operand_nbytes(self._rb.out_ops[k], tuple(s.dimensions), self._rb.prefixes) or 0
+                        if req.outputs[k].WhichOneof("where") != "location":
+                            req.outputs[k].inline_capacity = n
+                    reply = _rpc(self.client.prepared.Execute, ex, self.wait_s(timeout_s))
+            except ServiceTimeoutError:
+                self._abandon_scratch()
+                raise
             _check(reply)
+            self.observe(time.perf_counter() - t0)
             return ExecutionOutput(self._rb.decode(reply, layout),
                                    [tuple(s.dimensions) for s in reply.output_shapes], _timing(reply, measure_timing))
 
@@ -261,7 +196,9 @@ class RemotePreparedModel:
 
 
 class BurstSession:
-    """ExecuteBurst: one bidirectional stream; the scratch pool is registered once per version."""
+    """ExecuteBurst: one bidirectional stream; the scratch pool is registered once per version.
+    A thread reads the replies so that each wait is bounded (a stream has no per-message timeout);
+    after a timeout the stream is cancelled and the session refuses further executions."""
 
     _POOL_ID = 1
 
@@ -271,10 +208,34 @@ class BurstSession:
         self._send: queue.Queue = queue.Queue()
         self._serial = 0
         self._registered_version = -1
-        self._responses = pm.client.prepared.ExecuteBurst(iter(self._send.get, None))
+        self._broken: str | None = None
+        self._call = pm.client.prepared.ExecuteBurst(iter(self._send.get, None))
+        self._replies: queue.Queue = queue.Queue()
+        threading.Thread(target=_read_stream, args=(self._call, self._replies), daemon=True,
+                         name="nnhal-burst-replies").start()
+        weakref.finalize(self, self._send.put, None)  # ends the stream if never closed
+
+    def _next_reply(self, bound: float) -> pb.BurstReply:
+        try:
+            reply = self._replies.get(timeout=bound)
+        except queue.Empty:
+            self._broken = f"the burst was abandoned after the service did not answer within {bound:g} s"
+            self._call.cancel()
+            self._send.put(None)  # releases the thread feeding the stream
+            self.pm._abandon_scratch()
+            raise ServiceTimeoutError(f"the nnhal service did not answer within {bound:g} s") from None
+        if isinstance(reply, grpc.RpcError):
+            self._broken = "the burst stream failed"
+            raise _rpc_error(reply, bound)
+        if reply is None:
+            self._broken = "the service ended the burst stream"
+            raise ServiceUnavailableError(self._broken)
+        return reply
 
     def execute(self, inputs: list[np.ndarray], *, measure_timing: bool = False,
                 timeout_s: float | None = None) -> ExecutionOutput:
+        if self._broken:
+            raise ServiceUnavailableError(self._broken)
         with self._rb.lock:
             req, layout = self._rb.build(inputs, burst_pool_id=self._POOL_ID)
             msg = pb.BurstRequest(serial=self._serial)
@@ -284,10 +245,12 @@ class BurstSession:
                 self._registered_version = self._rb.scratch.version
             msg.execute.CopyFrom(pb.ExecuteRequest(prepared_model_id=self.pm.id, request=req,
                                                    measure_timing=measure_timing,
-                                                   timeout_ns=int(timeout_s * 1e9) if timeout_s else 0))
+                                                   timeout_ns=_timeout_ns(timeout_s)))
+            t0 = time.perf_counter()
             self._send.put(msg)
-            reply = _rpc(next, self._responses).result
+            reply = self._next_reply(self.pm.wait_s(timeout_s)).result
             _check(reply)
+            self.pm.observe(time.perf_counter() - t0)
             return ExecutionOutput(self._rb.decode(reply, layout),
                                    [tuple(s.dimensions) for s in reply.output_shapes], _timing(reply, measure_timing))
 
@@ -301,17 +264,28 @@ class BurstSession:
         self.close()
 
 
+def _read_stream(call, replies: queue.Queue) -> None:
+    """A burst's replies into ``replies``, then None (stream ended) or the RpcError that ended it."""
+    try:
+        for reply in call:
+            replies.put(reply)
+    except grpc.RpcError as e:
+        replies.put(e)
+    else:
+        replies.put(None)
+
+
 class LocalBurst:
     """NNAPI FMQ-style burst: shared-memory slots + socket doorbell; gRPC only to open it."""
 
     def __init__(self, pm: RemotePreparedModel, extra_slot_bytes: int = 0):
         self.pm = pm
         rb = pm._rb
-        sizes = [_operand_nbytes(op, op.dimensions, rb.prefixes) for op in rb.in_ops + rb.out_ops]
+        sizes = [operand_nbytes(op, op.dimensions, rb.prefixes) for op in rb.in_ops + rb.out_ops]
         if any(s is None for s in sizes):
             raise ServiceError(ErrorStatus.INVALID_ARGUMENT,
                                "local bursts need fully specified input and output dimensions")
-        self.out_sizes = [_operand_nbytes(op, op.dimensions, rb.prefixes) for op in rb.out_ops]
+        self.out_sizes = [operand_nbytes(op, op.dimensions, rb.prefixes) for op in rb.out_ops]
         slot = sum((s + 63) // 64 * 64 for s in sizes) + extra_slot_bytes
         reply = _rpc(pm.client.prepared.OpenLocalBurst,
                      pb.LocalBurstRequest(prepared_model_id=pm.id, slot_bytes=slot))
@@ -325,13 +299,19 @@ class LocalBurst:
     def execute(self, inputs: list[np.ndarray], *, measure_timing: bool = False,
                 timeout_s: float | None = None) -> ExecutionOutput:
         arrays = [np.ascontiguousarray(x) for x in inputs]
+        bound = self.pm.wait_s(timeout_s)
+        t0 = time.perf_counter()
         try:
             status, message, shapes, outs, (t_dev, t_drv) = self.session.execute(
-                arrays, self.out_sizes, measure_timing, int(timeout_s * 1e9) if timeout_s else 0)
+                arrays, self.out_sizes, measure_timing, _timeout_ns(timeout_s), bound)
+        except TimeoutError:  # the session closed itself: the service may still write its slots
+            raise ServiceTimeoutError(f"the nnhal service did not answer the local burst within {bound:g} s; "
+                                      f"the burst is closed") from None
         except (OSError, ConnectionError) as e:
             raise ServiceUnavailableError(f"local burst broken: {e}") from None
         if status != ErrorStatus.NONE:
             raise ServiceError(status, message, shapes)
+        self.pm.observe(time.perf_counter() - t0)
         return ExecutionOutput(outs, shapes, Timing(t_dev, t_drv) if measure_timing else None)
 
     def close(self) -> None:
@@ -363,14 +343,18 @@ class Client:
                                           options=grpc_options())
         else:
             channel = grpc.insecure_channel(address, options=grpc_options())
+        deadline = time.monotonic() + timeout_s
+        client = cls(channel, address)
         try:
             grpc.channel_ready_future(channel).result(timeout=timeout_s)
-        except grpc.FutureTimeoutError:
+            # A ready channel only means the socket accepted: a stopped service must answer too.
+            client.get_version_string(max(deadline - time.monotonic(), 0.05))
+        except (grpc.FutureTimeoutError, ServiceUnavailableError):
             channel.close()
             raise ServiceUnavailableError(
                 f"no nnhal service answers at {address} within {timeout_s:g} s "
                 f"(start one with `nnhal serve`)") from None
-        return cls(channel, address)
+        return client
 
     def close(self) -> None:
         self.channel.close()
@@ -392,8 +376,8 @@ class Client:
         _check(reply)
         return DeviceType(reply.device_type)
 
-    def get_version_string(self) -> str:
-        reply = _rpc(self.device.GetVersionString, pb.Empty())
+    def get_version_string(self, timeout_s: float | None = None) -> str:
+        reply = _rpc(self.device.GetVersionString, pb.Empty(), timeout_s)
         _check(reply)
         return reply.version
 
@@ -413,7 +397,7 @@ class Client:
     def get_support_reasons(self, model: Model) -> list[str | None]:
         """getSupportedOperations with the service's reasons: None per supported operation, else
         hal's message (a service that sends no reasons gets a generic one)."""
-        with _ModelTransfer(model) as proto:
+        with ModelTransfer(model) as proto:
             reply = _rpc(self.device.GetSupportedOperations, pb.SupportedOperationsRequest(model=proto))
         _check(reply)
         reasons = list(reply.reasons) if len(reply.reasons) == len(reply.supported) else [""] * len(reply.supported)
@@ -423,10 +407,10 @@ class Client:
     def prepare_model(self, model: Model, *, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                       priority: Priority = Priority.MEDIUM, timeout_s: float | None = None,
                       token: bytes = b"") -> RemotePreparedModel:
-        with _ModelTransfer(model) as proto:
+        with ModelTransfer(model) as proto:
             reply = _rpc(self.device.PrepareModel, pb.PrepareModelRequest(
                 model=proto, preference=int(preference), priority=int(priority),
-                timeout_ns=int(timeout_s * 1e9) if timeout_s else 0, token=token))
+                timeout_ns=_timeout_ns(timeout_s), token=token), _prepare_wait_s(timeout_s))
         _check(reply)
         return RemotePreparedModel(self, reply.prepared_model_id, model)
 
@@ -436,7 +420,7 @@ class Client:
                                  timeout_s: float | None = None) -> RemotePreparedModel:
         reply = _rpc(self.device.PrepareModelFromCache, pb.PrepareModelFromCacheRequest(
             token=token, preference=int(preference), priority=int(priority),
-            timeout_ns=int(timeout_s * 1e9) if timeout_s else 0))
+            timeout_ns=_timeout_ns(timeout_s)), _prepare_wait_s(timeout_s))
         _check(reply)
         return RemotePreparedModel(self, reply.prepared_model_id, model)
 
@@ -449,32 +433,5 @@ class Client:
         return reply.buffer_token
 
 
-class _ModelTransfer:
-    """Model -> proto; when constants are large, they travel in a shared-memory CONSTANT_POOL."""
-
-    def __init__(self, model: Model):
-        self.model = model
-        self.shm: shared_memory.SharedMemory | None = None
-
-    def __enter__(self) -> pb.Model:
-        m = self.model
-        if len(m.operand_values) <= SHM_THRESHOLD or m.pools:
-            return convert.model_to_proto(m)
-        data = bytes(m.operand_values)
-        self.shm = shared_memory.SharedMemory(name=f"nnhal-{uuid.uuid4().hex[:16]}", create=True, size=len(data))
-        self.shm.buf[: len(data)] = data
-        operands = []
-        for op in m.main.operands:
-            if op.lifetime == OperandLifeTime.CONSTANT_COPY:
-                loc = op.location
-                op = dataclasses.replace(op, lifetime=OperandLifeTime.CONSTANT_POOL,
-                                         location=DataLocation(0, loc.offset, loc.length))
-            operands.append(op)
-        moved = dataclasses.replace(m, main=dataclasses.replace(m.main, operands=operands), operand_values=b"")
-        return convert.model_to_proto(moved, pools=[pb.Memory(shared=pb.SharedMemoryRef(
-            name=self.shm.name, size=self.shm.size))])
-
-    def __exit__(self, *exc) -> None:
-        if self.shm is not None:
-            self.shm.close()
-            self.shm.unlink()
+def _prepare_wait_s(timeout_s: float | None) -> float:
+    return timeout_s + DEADLINE_GRACE_S if timeout_s else PREPARE_TIMEOUT_S

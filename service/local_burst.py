@@ -59,16 +59,17 @@ SHORT_S = 1e-3
 HANDSHAKE = struct.Struct("<QI")  # slot memory size, the service's compute threads per execution
 
 
-def wait_doorbell(sock: socket.socket, spin_s: float) -> bytes:
-    """One byte from a non-blocking socket: poll for ``spin_s``, then block."""
-    deadline = time.perf_counter() + spin_s
+def wait_doorbell(sock: socket.socket, spin_s: float, timeout_s: float | None = None) -> bytes:
+    """One byte from a non-blocking socket: poll for ``spin_s``, then block, in all at most
+    ``timeout_s`` (TimeoutError after it; None: no bound, the service waiting for its client)."""
+    start = time.perf_counter()
     while True:
         try:
             return sock.recv(1)
         except BlockingIOError:
-            if time.perf_counter() >= deadline:
+            if time.perf_counter() - start >= spin_s:
                 break
-    sock.setblocking(True)
+    sock.settimeout(None if timeout_s is None else max(timeout_s - (time.perf_counter() - start), 1e-3))
     try:
         return sock.recv(1)
     finally:
@@ -353,12 +354,18 @@ class LocalBurstSession:
         self.size = size
         self.seq = 0
         self.lock = threading.Lock()
+        self.closed = False
 
-    def execute(self, inputs, out_sizes, measure_timing: bool = False, timeout_ns: int = 0):
-        """Returns (status, message, output shapes, outputs, (t_dev, t_drv))."""
+    def execute(self, inputs, out_sizes, measure_timing: bool = False, timeout_ns: int = 0,
+                wait_s: float | None = None):
+        """Returns (status, message, output shapes, outputs, (t_dev, t_drv)). Waits for the reply at
+        most ``wait_s``; after that the session is closed (TimeoutError): the service may still
+        answer and write the slots later, so they must never be read or written again."""
         import numpy as np
 
         with self.lock:
+            if self.closed:
+                raise ConnectionError("local burst: the session is closed")
             view = self.view
             self.seq += 1
             pos, off = REQ.size, 0
@@ -382,7 +389,12 @@ class LocalBurstSession:
                 off += (cap + 63) // 64 * 64
             t = time.perf_counter()
             self.sock.send(b"\x01")
-            if not wait_doorbell(self.sock, self.wait.spin_s()):
+            try:
+                rang = wait_doorbell(self.sock, self.wait.spin_s(), wait_s)
+            except TimeoutError:
+                self._close()
+                raise
+            if not rang:
                 raise ConnectionError("local burst: the service closed the connection")
             self.wait.observe(time.perf_counter() - t)
             seq, status, mlen, t_dev, t_drv = REP.unpack_from(view, REPLY_OFFSET)
@@ -401,6 +413,12 @@ class LocalBurstSession:
             return status, message, shapes, outs, (t_dev, t_drv)
 
     def close(self) -> None:
+        self._close()  # not under the lock: close never waits for an execution in progress
+
+    def _close(self) -> None:
+        if self.closed:
+            return  # the fd number may belong to someone else by now
+        self.closed = True
         try:
             self.sock.close()
         finally:

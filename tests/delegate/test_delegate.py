@@ -8,7 +8,15 @@ import pytest
 
 from delegate import load_delegate
 from delegate.simple import PythonDelegate, SimpleDelegateInterface, SimpleDelegateKernel
-from tests.delegate.helpers import assert_outputs_equal, interpreter, random_inputs, run
+from delegate.tfl import TfLiteModelBuilder
+from tests.delegate.helpers import (
+    assert_outputs_equal,
+    interpreter,
+    load_in_subprocess,
+    random_inputs,
+    refused_by_the_delegate,
+    run,
+)
 from tests.delegate.models import add_runs, head_model
 
 
@@ -137,6 +145,44 @@ def test_damaged_cache_entry_is_recompiled_transparently(server, damage):
     assert d_again.impl.kernels[0].from_cache is True
 
 
+def test_a_tensor_name_past_the_file_fails_delegation(server, tmp_path):
+    """TFLite keeps a pointer to each tensor's name in the (unverified) flatbuffer and never reads
+    it: in a corrupted file it points past the mapping. The delegate checks before reading it."""
+    from tflite.Model import Model
+
+    from nnhal.examples import mobilenet_like
+    model = bytearray(mobilenet_like(np.int8, input_size=16, width=4))
+    tensor = Model.GetRootAs(bytes(model), 0).Subgraphs(0).Tensors(3)
+    name_field = tensor._tab.Pos + tensor._tab.Offset(10)  # Tensor.name: an offset to the string
+    model[name_field:name_field + 4] = (0x40000000).to_bytes(4, "little")
+    path = tmp_path / "bad_name.tflite"
+    path.write_bytes(bytes(model))
+    r = load_in_subprocess(path, server.address)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    why = "NnhalDelegate: corrupted model: tensor 3: its name lies outside the model's memory"
+    assert refused_by_the_delegate(r, why), r.stdout
+
+
+def test_a_node_writing_a_constant_fails_delegation(server, tmp_path):
+    """A node writing into a constant that an earlier node reads (a corrupted file's graph, which
+    TFLite does not check): the delegation fails with one line, before TFLite's node replacement
+    or kernels crash on it."""
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [1, 4])
+    c = b.add_constant("c", np.ones((1, 4), np.float32))
+    y, z = b.add_tensor("y", [1, 4]), b.add_tensor("z", [1, 4])
+    add = ("AddOptions", {"fused_activation_function": 0})
+    b.add_operator("ADD", [x, c], [y], add)
+    b.add_operator("ADD", [y, y], [c], add)
+    b.add_operator("ADD", [y, x], [z], add)
+    b.set_outputs([z])
+    path = tmp_path / "writes_constant.tflite"
+    path.write_bytes(b.build())
+    r = load_in_subprocess(path, server.address)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert refused_by_the_delegate(r, "NnhalDelegate: corrupted model: node 1 writes constant tensor 1"), r.stdout
+
+
 def test_options_are_checked():
     with pytest.raises(TypeError, match="unknown nnhal delegate option"):
         load_delegate(bogus=1)
@@ -231,3 +277,42 @@ def test_embedded_service_when_nothing_listens(tmp_path):
     service, delegated = r.stdout.split()
     assert "nnhal-embedded-" in service and delegated == "5"
     assert not (tmp_path / "nnhal" / "nnhal.sock").exists()
+
+
+@pytest.mark.parametrize("local_burst", [True, False], ids=["local-burst", "grpc"])
+@pytest.mark.parametrize("bound", ["deadline_ms", "default"])
+def test_stopped_service_does_not_hang_invoke(tmp_path, monkeypatch, caplog, local_burst, bound):
+    """A service stopped (SIGSTOP) mid-session: invoke gives up after its bound (the deadline plus a
+    grace, or the per-execution default, here shortened by $NNHAL_EXECUTE_WAIT_MIN_S), runs the
+    partition in-process and treats the connection as lost; once the service resumes, the partition
+    goes back to it."""
+    from tests.service.conftest import ServerProcess, returns, stopped
+    options = {"local_burst": local_burst}
+    if bound == "deadline_ms":
+        options["deadline_ms"] = 2000
+    else:
+        monkeypatch.setenv("NNHAL_EXECUTE_WAIT_MIN_S", "2")
+    server = ServerProcess(tmp_path)
+    try:
+        model = head_model(np.float32)
+        d = load_delegate(server.address, **options)
+        it, ref = interpreter(model, d), interpreter(model)
+        kernel = d.impl.kernels[0]
+        assert (kernel.burst is not None) == local_burst
+        rng = np.random.default_rng(13)
+        xs = random_inputs(ref, rng)
+        assert_outputs_equal(run(it, xs), run(ref, xs))
+        assert kernel.fallbacks == 0
+        caplog.set_level("WARNING", logger="nnhal.delegate")
+        with stopped(server):
+            for _ in range(2):  # the first gives up waiting, the second does not try the lost service
+                xs = random_inputs(ref, rng)
+                assert_outputs_equal(returns(run, it, xs), run(ref, xs))
+            assert kernel.remote is None and kernel.fallbacks == 2
+            assert any("did not answer" in r.getMessage() and "in-process" in r.getMessage()
+                       for r in caplog.records), [r.getMessage() for r in caplog.records]
+        kernel._retry_at = 0.0  # don't wait RECONNECT_INTERVAL_S in a test
+        assert_outputs_equal(returns(run, it, xs), run(ref, xs))
+        assert kernel.remote is not None and kernel.fallbacks == 2  # back on the service
+    finally:
+        server.stop()

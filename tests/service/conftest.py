@@ -1,9 +1,12 @@
 """A real `nnhal serve` subprocess on a temporary unix socket."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -55,3 +58,56 @@ def client(server):
 
 def socket_mode(path: str) -> int:
     return os.stat(path).st_mode & 0o777
+
+
+#: How long a test waits for a call on a stopped service before calling it hung: far above the
+#: bounds under test (about a second), so no claim about speed, only that the call returns at all.
+HANG_LIMIT_S = 120
+
+
+@contextlib.contextmanager
+def stopped(server: ServerProcess):
+    """The service process stopped (SIGSTOP, as a wedged service): it holds its sockets but never
+    answers. Resumed on exit, so its fixture can stop it normally."""
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        # kill() returns before the stop takes effect, and a spinning burst thread could still
+        # answer: wait until every thread of the process is stopped.
+        deadline = time.monotonic() + HANG_LIMIT_S
+        while not _all_threads_stopped(server.proc.pid):
+            assert time.monotonic() < deadline, "SIGSTOP did not stop the service"
+            time.sleep(0.01)
+        yield
+    finally:
+        if server.proc.poll() is None:
+            os.kill(server.proc.pid, signal.SIGCONT)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:
+            pass  # the thread ended
+    return all(st in "tT" for st in states)
+
+
+def returns(fn, *args, **kw):
+    """fn(*args, **kw) on a thread: a hang fails the test (after HANG_LIMIT_S) instead of blocking
+    the suite. Returns its result or raises its exception."""
+    done: dict = {}
+
+    def target():
+        try:
+            done["value"] = fn(*args, **kw)
+        except BaseException as e:  # noqa: BLE001 - re-raised on the test's thread
+            done["error"] = e
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(HANG_LIMIT_S)
+    assert not t.is_alive(), f"still blocked after {HANG_LIMIT_S} s on a stopped service"
+    if "error" in done:
+        raise done["error"]
+    return done["value"]

@@ -94,3 +94,26 @@ def test_the_client_polls_only_when_a_core_is_free_and_the_wait_is_short():
     w = WaitStrategy(service_threads=1, cores=4)
     w.observe(0.995e-3)
     assert w.spin_s() == CLIENT_SPIN_MAX_S  # capped
+
+
+def test_stopped_service_local_burst_times_out_and_closes(server, client, monkeypatch):
+    """A stopped service never rings the doorbell: the wait ends at its bound (the deadline plus a
+    grace; else the default, shortened here), and the session closes for good, since the service may
+    still write its slots when it resumes."""
+    from service.client import ServiceTimeoutError
+    from tests.service.conftest import returns, stopped
+    monkeypatch.setenv("NNHAL_EXECUTE_WAIT_MIN_S", "0.5")
+    pm = client.prepare_model(add_model((2, 3)))
+    x = np.ones((2, 3), np.float32)
+    for kw in ({"timeout_s": 0.2}, {}):
+        lb = pm.local_burst()
+        np.testing.assert_array_equal(lb.execute([x, x], timeout_s=30).outputs[0], x + x)
+        with stopped(server):
+            with pytest.raises(ServiceTimeoutError, match="did not answer the local burst"):
+                returns(lb.execute, [x, x], **kw)
+            assert lb.session.closed
+            with pytest.raises(ServiceUnavailableError, match="closed"):
+                lb.execute([x, x])  # never reused
+        lb.close()
+    with pm.local_burst() as lb:  # the service resumed: a new session works
+        np.testing.assert_array_equal(lb.execute([x, 2 * x]).outputs[0], 3 * x)

@@ -186,3 +186,41 @@ def test_model_round_trips_through_proto():
     m = add_model((2, 2), constant=np.eye(2))
     back = convert.model_from_proto(convert.model_to_proto(m), lambda mem: mem.inline_data)
     assert back == m
+
+
+def test_stopped_service_every_call_is_bounded(server, client, monkeypatch):
+    """A stopped service holds its socket but never answers: executions (unary and burst), prepares,
+    the support query and connect all give up at their bound with ServiceTimeoutError (a
+    DEVICE_UNAVAILABLE), not MISSED_DEADLINE, which is the service's own answer."""
+    import service.client as sc
+    from service.client import Client, ServiceTimeoutError, ServiceUnavailableError
+    from tests.service.conftest import returns, stopped
+    monkeypatch.setenv("NNHAL_EXECUTE_WAIT_MIN_S", "0.5")
+    pm = client.prepare_model(add_model((300, 300)))  # tensors in the shared scratch pool
+    a, b = (np.full((300, 300), v, np.float32) for v in (1, 2))
+    burst = pm.burst()
+    np.testing.assert_array_equal(burst.execute([a, b], timeout_s=30).outputs[0], a + b)
+    version = pm._rb.scratch.version
+    with stopped(server):
+        for call, kw in ((pm.execute, {"timeout_s": 0.2}), (pm.execute, {}), (burst.execute, {"timeout_s": 0.2})):
+            with pytest.raises(ServiceTimeoutError) as e:
+                returns(call, [a, b], **kw)
+            assert e.value.status == ErrorStatus.DEVICE_UNAVAILABLE
+        with pytest.raises(ServiceUnavailableError):
+            burst.execute([a, b])  # the stream was cancelled: never reused
+        with pytest.raises(ServiceTimeoutError):
+            returns(client.prepare_model, add_model(), timeout_s=0.2)
+        monkeypatch.setattr(sc, "PREPARE_TIMEOUT_S", 0.5)
+        monkeypatch.setattr(sc, "RPC_TIMEOUT_S", 0.5)
+        with pytest.raises(ServiceTimeoutError):
+            returns(client.prepare_model_from_cache, add_model(), b"t" * 32)
+        with pytest.raises(ServiceTimeoutError):
+            returns(client.get_support_reasons, add_model())
+        with pytest.raises(ServiceUnavailableError, match="no nnhal service answers"):
+            returns(Client.connect, server.address, timeout_s=0.5)
+    # Resumed: the same client and prepared model work again (with a fresh scratch pool: the
+    # abandoned one may have been written by the late executions).
+    np.testing.assert_array_equal(pm.execute([b, b]).outputs[0], b + b)
+    assert pm._rb.scratch.version > version
+    with pm.burst() as burst2:
+        np.testing.assert_array_equal(burst2.execute([a, a]).outputs[0], a + a)
