@@ -68,3 +68,11 @@ def refused_by_the_delegate(r: subprocess.CompletedProcess, why: str) -> bool:
     if RUNTIME == "ai_edge_litert" and "refused: The model is not a valid Flatbuffer buffer" in r.stdout:
         return True
     return f"refused: {why}" in r.stdout and why in r.stderr and "Traceback" not in r.stderr
+
+
+def assert_delegation_refused(path, service_address: str, why: str) -> None:
+    """Loading ``path`` with the delegate, in a child process, neither crashes nor hangs: the
+    delegate (or LiteRT's own verifier) refuses it for ``why``."""
+    r = load_in_subprocess(path, service_address)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert refused_by_the_delegate(r, why), r.stdout

@@ -66,3 +66,18 @@ def add_runs(n_runs: int, run_length: int = 2) -> bytes:
             cur = f
     b.set_outputs([cur])
     return b.build()
+
+
+def model_writing_a_constant() -> bytes:
+    """Sound flatbuffer, unsound graph: operator 1 writes the constant operator 0 reads (TFLite's
+    own CPU path crashes on it)."""
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [1, 4])
+    c = b.add_constant("c", np.ones((1, 4), np.float32))
+    y, z = b.add_tensor("y", [1, 4]), b.add_tensor("z", [1, 4])
+    add = ("AddOptions", {"fused_activation_function": 0})
+    b.add_operator("ADD", [x, c], [y], add)
+    b.add_operator("ADD", [y, y], [c], add)
+    b.add_operator("ADD", [y, x], [z], add)
+    b.set_outputs([z])
+    return b.build()

@@ -8,16 +8,14 @@ import pytest
 
 from delegate import load_delegate
 from delegate.simple import PythonDelegate, SimpleDelegateInterface, SimpleDelegateKernel
-from delegate.tfl import TfLiteModelBuilder
 from tests.delegate.helpers import (
+    assert_delegation_refused,
     assert_outputs_equal,
     interpreter,
-    load_in_subprocess,
     random_inputs,
-    refused_by_the_delegate,
     run,
 )
-from tests.delegate.models import add_runs, head_model
+from tests.delegate.models import add_runs, head_model, model_writing_a_constant
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int8])
@@ -157,30 +155,17 @@ def test_a_tensor_name_past_the_file_fails_delegation(server, tmp_path):
     model[name_field:name_field + 4] = (0x40000000).to_bytes(4, "little")
     path = tmp_path / "bad_name.tflite"
     path.write_bytes(bytes(model))
-    r = load_in_subprocess(path, server.address)
-    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
-    why = "NnhalDelegate: corrupted model: tensor 3: its name lies outside the model's memory"
-    assert refused_by_the_delegate(r, why), r.stdout
+    assert_delegation_refused(path, server.address,
+                              "NnhalDelegate: corrupted model: tensor 3: its name lies outside the model's memory")
 
 
 def test_a_node_writing_a_constant_fails_delegation(server, tmp_path):
     """A node writing into a constant that an earlier node reads (a corrupted file's graph, which
     TFLite does not check): the delegation fails with one line, before TFLite's node replacement
     or kernels crash on it."""
-    b = TfLiteModelBuilder()
-    x = b.add_input("x", [1, 4])
-    c = b.add_constant("c", np.ones((1, 4), np.float32))
-    y, z = b.add_tensor("y", [1, 4]), b.add_tensor("z", [1, 4])
-    add = ("AddOptions", {"fused_activation_function": 0})
-    b.add_operator("ADD", [x, c], [y], add)
-    b.add_operator("ADD", [y, y], [c], add)
-    b.add_operator("ADD", [y, x], [z], add)
-    b.set_outputs([z])
     path = tmp_path / "writes_constant.tflite"
-    path.write_bytes(b.build())
-    r = load_in_subprocess(path, server.address)
-    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
-    assert refused_by_the_delegate(r, "NnhalDelegate: corrupted model: node 1 writes constant tensor 1"), r.stdout
+    path.write_bytes(model_writing_a_constant())
+    assert_delegation_refused(path, server.address, "NnhalDelegate: corrupted model: node 1 writes constant tensor 1")
 
 
 def test_options_are_checked():

@@ -10,11 +10,10 @@ from delegate.tfl import TfLiteModelBuilder, read_model
 from delegate.tfl.graph import DimensionMetadata, Sparsity
 from delegate.tfl.schema import ActivationFunctionType as Act
 from tests.delegate.helpers import (
+    assert_delegation_refused,
     assert_outputs_equal,
     interpreter,
-    load_in_subprocess,
     random_inputs,
-    refused_by_the_delegate,
     run,
 )
 
@@ -109,7 +108,5 @@ def test_a_sparse_buffer_past_the_file_fails_delegation(server, tmp_path):
     model[at:at + 4] = (2_000_000_000).to_bytes(4, "little")
     path = tmp_path / "bad_sparse.tflite"
     path.write_bytes(bytes(model))
-    r = load_in_subprocess(path, server.address)
-    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
-    why = "NnhalDelegate: corrupted model: tensor 1 (w_sparse): its 2000000000-byte buffer lies outside"
-    assert refused_by_the_delegate(r, why), r.stdout
+    assert_delegation_refused(path, server.address, "NnhalDelegate: corrupted model: tensor 1 (w_sparse): its "
+                                                    "2000000000-byte buffer lies outside")

@@ -11,6 +11,7 @@ import pytest
 
 from delegate.tfl import TfLiteModelBuilder
 from nnhal.examples import mobilenet_like
+from tests.delegate.models import model_writing_a_constant
 
 DIFF_FORMAT = [
     r"^Num evaluation runs: (\d+)$",
@@ -130,21 +131,6 @@ def _bad_copies(data: bytes) -> dict[str, bytes]:
     return {"truncated": data[: len(data) // 2], "root-flipped": bytes(root), "bytes-flipped": bytes(spread)}
 
 
-def _model_writing_a_constant() -> bytes:
-    """Sound flatbuffer, unsound graph: operator 1 writes the constant operator 0 reads (TFLite's
-    own CPU path crashes on it)."""
-    b = TfLiteModelBuilder()
-    x = b.add_input("x", [1, 4])
-    c = b.add_constant("c", np.ones((1, 4), np.float32))
-    y, z = b.add_tensor("y", [1, 4]), b.add_tensor("z", [1, 4])
-    add = ("AddOptions", {"fused_activation_function": 0})
-    b.add_operator("ADD", [x, c], [y], add)
-    b.add_operator("ADD", [y, y], [c], add)
-    b.add_operator("ADD", [y, x], [z], add)
-    b.set_outputs([z])
-    return b.build()
-
-
 BAD_FILE_TOOLS = {"report": ("report",), "inference_diff": ("inference-diff", "--num_runs", "1"),
                   "benchmark": ("benchmark", "--runs", "1", "--warmup", "0")}
 
@@ -153,7 +139,7 @@ BAD_FILE_TOOLS = {"report": ("report",), "inference_diff": ("inference-diff", "-
 def test_tools_refuse_corrupted_models_with_one_line(tmp_path, tool):
     """TFLite's loader does not verify the flatbuffer: the tools do, and say so in one line."""
     data = mobilenet_like(np.int8, input_size=16, width=4)
-    for name, bad in {**_bad_copies(data), "writes-constant": _model_writing_a_constant()}.items():
+    for name, bad in {**_bad_copies(data), "writes-constant": model_writing_a_constant()}.items():
         path = tmp_path / f"{name}.tflite"
         path.write_bytes(bad)
         r = _cli(*BAD_FILE_TOOLS[tool], "--model_file", str(path),
