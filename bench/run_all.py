@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -39,6 +40,20 @@ def delegated_models(runs: int = 100) -> str:
     return "\n".join(lines)
 
 
+#: Sections of results.md other targets write (`make soak`, `make fuzz`): `make bench` keeps them.
+OTHER_TARGETS = ("## Soak", "## Fuzz")
+
+
+def kept_sections(path: str) -> list[str]:
+    """The sections of ``path`` written by other make targets, each up to the next "## " heading."""
+    try:
+        text = open(path).read()
+    except FileNotFoundError:
+        return []
+    chunks = re.split(r"(?m)^(?=## )", text)
+    return [c.rstrip("\n") + "\n" for c in chunks if c.startswith(OTHER_TARGETS)]
+
+
 def main() -> int:
     t0 = time.time()
     sections = [f"# nnhal benchmarks\n\nMeasured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()}, "
@@ -61,6 +76,7 @@ def main() -> int:
                     + quantized_models.to_markdown(quantized_models.measure()))
     text = "\n\n".join(sections) + f"\n\n(total benchmark time {time.time() - t0:.0f} s)\n"
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.md")
+    text += "".join("\n" + s for s in kept_sections(out))
     with open(out, "w") as f:
         f.write(text)
     print(text)

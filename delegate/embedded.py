@@ -2,13 +2,15 @@
 
 With no ``service_address``, the delegate first tries the default socket; if
 nothing answers there it starts ``nnhal serve`` as a child process on a private
-socket and stops it when this Python process exits.
+socket and stops it when this Python process exits (the child also watches this process and
+stops when it dies, even by SIGKILL).
 """
 from __future__ import annotations
 
 import atexit
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,15 +22,19 @@ from service.server import default_address
 
 log = logging.getLogger("nnhal.delegate")
 
+#: Longest AF_UNIX socket path Linux accepts (sun_path is 108 bytes with its NUL).
+MAX_UNIX_PATH = 107
+
 _lock = threading.Lock()
 _child: subprocess.Popen | None = None
 _child_address: str | None = None
 
 
-def connect(address: str | None, timeout_s: float = 2.0) -> Client:
-    """Client for ``address``; with None, the default socket or an embedded child service."""
+def connect(address: str | None, timeout_s: float = 2.0, **tls) -> Client:
+    """Client for ``address``; with None, the default socket or an embedded child service.
+    ``tls``: Client.connect's TLS arguments, for an address given (the local ones are unix sockets)."""
     if address is not None:
-        return Client.connect(address, timeout_s=timeout_s)
+        return Client.connect(address, timeout_s=timeout_s, **tls)
     try:
         return Client.connect(default_address(), timeout_s=min(timeout_s, 0.3))
     except ServiceUnavailableError:
@@ -41,10 +47,19 @@ def _embedded_address() -> str:
     with _lock:
         if _child is not None and _child.poll() is None:
             return _child_address
+        if _child_address is not None:  # a previous child died: its directory may be left
+            shutil.rmtree(os.path.dirname(_child_address[len("unix:"):]), ignore_errors=True)
         d = tempfile.mkdtemp(prefix="nnhal-embedded-")
         sock = os.path.join(d, "nnhal.sock")
+        if len(os.fsencode(sock)) > MAX_UNIX_PATH:  # a deep $TMPDIR: AF_UNIX paths are short
+            os.rmdir(d)
+            d = tempfile.mkdtemp(prefix="nnhal-embedded-", dir="/tmp")
+            sock = os.path.join(d, "nnhal.sock")
+        # --parent-pid: the child stops when this process exits however it exits (even SIGKILL,
+        # when atexit never runs) and removes the directory.
         _child = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "--socket", sock,
-                                   "--log-level", "error"], stdout=subprocess.DEVNULL)
+                                   "--log-level", "error", "--parent-pid", str(os.getpid())],
+                                  stdout=subprocess.DEVNULL)
         _child_address = "unix:" + sock
         # Generous: a service's first start on a machine compiles the numba kernels (~12 s on 2
         # cores; `make setup` does it ahead), after which it starts in about a second.
@@ -71,4 +86,7 @@ def stop_embedded() -> None:
                 _child.wait(10)
             except subprocess.TimeoutExpired:
                 _child.kill()
+                _child.wait()
+        if _child_address is not None:  # the child removes it too; not if it was killed
+            shutil.rmtree(os.path.dirname(_child_address[len("unix:"):]), ignore_errors=True)
         _child = None

@@ -19,7 +19,7 @@ import logging
 import re
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -46,15 +46,22 @@ from delegate.simple import (
 from delegate.tfl.schema import builtin_name
 from hal.types import ErrorStatus, ExecutionPreference, Priority
 from service.client import Client, ServiceError, ServiceUnavailableError
+from service.server import check_socket_path
+from service.tls import ClientTls, check_tls_address, client_tls
 from service.token import model_token
 
 log = logging.getLogger("nnhal.delegate")
 
 RECONNECT_INTERVAL_S = 2.0
+#: A kernel freed while the service is stopped must not hold up the Interpreter's destruction.
+RELEASE_TIMEOUT_S = 5.0
 
 
-def _enum(cls, v):
-    return cls[v.upper()] if isinstance(v, str) else cls(v)
+def _enum(cls, v, option: str):
+    try:
+        return cls[v.upper()] if isinstance(v, str) else cls(v)
+    except (KeyError, ValueError):
+        raise ValueError(f"unknown {option} {v!r} (one of: {', '.join(m.name.lower() for m in cls)})") from None
 
 
 @dataclass
@@ -69,20 +76,33 @@ class NnhalOptions:
     allow_fp16: bool = False
     deadline_ms: float | None = None
     local_burst: bool = True
+    #: TLS to a TCP service_address (PEM files): the CA to trust, and a client certificate and
+    #: its key for a service that requires one (`nnhal serve --tls-client-ca`).
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls: ClientTls | None = field(default=None, init=False, repr=False)  # the files' bytes, read once
 
     @classmethod
     def from_kwargs(cls, **kw) -> "NnhalOptions":
-        unknown = set(kw) - set(cls.__dataclass_fields__)
+        unknown = set(kw) - {f.name for f in fields(cls) if f.init}
         if unknown:
             raise TypeError(f"unknown nnhal delegate option(s): {', '.join(sorted(unknown))}")
         o = cls(**kw)
         if isinstance(o.cache_token, str):
             o.cache_token = o.cache_token.encode()
-        o.execution_preference = _enum(ExecutionPreference, o.execution_preference)
-        o.priority = _enum(Priority, o.priority)
+        o.execution_preference = _enum(ExecutionPreference, o.execution_preference, "execution_preference")
+        o.priority = _enum(Priority, o.priority, "priority")
         if o.max_delegated_partitions < 0 or o.min_nodes_per_partition < 1:
             raise ValueError("max_delegated_partitions must be >= 0 and min_nodes_per_partition >= 1")
+        if o.deadline_ms is not None and not o.deadline_ms > 0:
+            raise ValueError(f"deadline_ms must be > 0, not {o.deadline_ms}")
         parse_node_ranges(o.partitions)  # validate early
+        if o.service_address and o.service_address.startswith("unix:"):
+            check_socket_path(o.service_address.removeprefix("unix:").removeprefix("//"))
+        o.tls = client_tls(o.tls_ca_file, o.tls_cert_file, o.tls_key_file)  # a bad file: ValueError now
+        if o.tls is not None:
+            check_tls_address(o.service_address, "tls_ca_file/tls_cert_file/tls_key_file")
         return o
 
     def token_options(self) -> dict:
@@ -142,7 +162,8 @@ class NnhalDelegate(SimpleDelegateInterface):
             return self.client
         from delegate.embedded import connect
         try:
-            self.client = connect(self.options.service_address)
+            tls = self.options.tls
+            self.client = connect(self.options.service_address, **(tls.connect_kwargs() if tls else {}))
             self.report.service = self.client.address
         except ServiceUnavailableError as e:
             self.report.error = str(e)
@@ -380,10 +401,13 @@ class NnhalKernel(SimpleDelegateKernel):
         """The service connection is lost for this partition (dead, or silent past the bound): drop
         the prepared model and its burst (a burst that timed out has closed itself already) and
         retry after RECONNECT_INTERVAL_S."""
-        self.free()
+        self._close_burst()
         self.remote = self.burst = None
         if self.owner.client is client:
             self.owner.client = None
+            # Closing the connection ends its session: a service that was only stopped or slow
+            # releases this client's models when it resumes, instead of holding them forever.
+            client.close()
         self._retry_at = time.monotonic() + RECONNECT_INTERVAL_S
 
     def _reconnect(self) -> None:
@@ -392,6 +416,17 @@ class NnhalKernel(SimpleDelegateKernel):
             self._prepare()
 
     def free(self) -> None:
+        """TFLite frees the kernel (the Interpreter is gone): release the prepared model on the
+        service now, not when the whole client goes."""
+        self._close_burst()
+        remote, self.remote, self.burst = self.remote, None, None
+        if remote is not None:
+            try:
+                remote.release(timeout_s=RELEASE_TIMEOUT_S)
+            except ServiceError as e:  # a lost service released it already, or will with the session
+                log.info("releasing a prepared model failed: %s", e)
+
+    def _close_burst(self) -> None:
         if self.burst is not None:
             try:
                 self.burst.close()
@@ -404,7 +439,8 @@ def load_delegate(service_address: str | None = None, **options) -> PythonDelega
 
     Options: max_delegated_partitions (3; 0 = unlimited), min_nodes_per_partition (1),
     partitions ("0-11,177-215"), cache_token, execution_preference, priority, allow_fp16,
-    deadline_ms, local_burst. ``.report`` on the returned object tells what went where.
+    deadline_ms, local_burst, tls_ca_file / tls_cert_file / tls_key_file (TLS to a HOST:PORT
+    service_address, with a client certificate for mTLS). ``.report`` tells what went where.
     """
     impl = NnhalDelegate(NnhalOptions.from_kwargs(service_address=service_address, **options))
     return PythonDelegate(impl)

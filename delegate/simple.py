@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import ctypes as C
 import logging
+import sys
 import traceback
 from dataclasses import dataclass
 
@@ -242,6 +243,8 @@ def _read_tensor(ctx: TfLiteContext, i: int, memory: ReadableMemory) -> GraphTen
     t = capi.tensor_at(ctx, i)
     name = memory.c_string(_pointer(t, capi.TfLiteTensor.name), f"tensor {i}")
     shape = tuple(int_array(t.dims))
+    if any(d < 0 for d in shape):  # TFLite's loader lets one through when another dimension is 0
+        raise CorruptModelError(f"tensor {i} ({name}): negative dimension in its shape {list(shape)}")
     sig = tuple(int_array(t.dims_signature)) if t.dims_signature else None
     scales: tuple[float, ...] = ()
     zps: tuple[int, ...] = ()
@@ -295,7 +298,14 @@ class PythonDelegate:
         return getattr(self.impl, "report", None)
 
     def _fail(self, where: str) -> int:
-        self.last_error = f"{self.impl.name} {where}: {traceback.format_exc(limit=8)}"
+        """Record and log the exception being handled. Errors that describe the model or its use
+        (ValueError: a corrupted file, a resized input, a node nnhal cannot map) are one line; any
+        other exception is a bug in nnhal and keeps its traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ValueError) or type(exc).__name__ in ("MappingError", "InvalidNnapiOperation"):
+            self.last_error = f"{self.impl.name} {where}: {exc}"
+        else:
+            self.last_error = f"{self.impl.name} {where}: {traceback.format_exc(limit=8)}"
         log.error("%s", self.last_error)
         return kTfLiteError
 

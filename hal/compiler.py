@@ -388,6 +388,13 @@ def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order:
         while end < len(steps) and steps[end].backend == backend.name:
             end += 1
         part = make_partition(model, steps, k, end, infos, keep)
+        if not part.outputs:  # nothing reads what the run computes (valid NNAPI): a graph needs outputs
+            fallback = [b for b in order if b is not backend]
+            for m in range(k, end):
+                steps[m] = prepare_operation(steps[m].index, model, infos, order=fallback)
+                program.append(steps[m])
+            k = end
+            continue
         try:
             artifact, executable = backend.compile(part)
         except Exception as e:  # noqa: BLE001 - a lowering's bug costs speed, never the model

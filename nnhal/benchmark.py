@@ -16,7 +16,15 @@ import numpy as np
 
 from hal.model import Model
 from hal.types import OperationType
-from nnhal.inference_diff import model_file_error, one_line, random_input
+from nnhal.inference_diff import model_file_error, random_input
+from nnhal.tool_support import (
+    add_service_arguments,
+    delegate_options,
+    interrupted,
+    interrupts_after_tflite_calls,
+    tflite_call,
+    tflite_error,
+)
 
 
 def operation_macs(model: Model, k: int) -> int:
@@ -40,13 +48,15 @@ def _latency(it, inputs, runs: int, warmup: int, progress=None, label="") -> lis
     for d, x in zip(it.get_input_details(), inputs):
         it.set_tensor(d["index"], x)
     for _ in range(warmup):
-        it.invoke()
+        with tflite_call():
+            it.invoke()
     out = []
     for r in range(runs):
-        t = time.perf_counter_ns()
-        it.invoke()
-        out.append((time.perf_counter_ns() - t) / 1e3)
-        if progress and (r + 1) % max(1, runs // 10) == 0:
+        with tflite_call():
+            t = time.perf_counter_ns()
+            it.invoke()
+            out.append((time.perf_counter_ns() - t) / 1e3)
+        if progress and (r == 0 or (r + 1) % max(1, runs // 10) == 0):
             progress(f"{label}: {r + 1}/{runs}")
     return out
 
@@ -58,11 +68,14 @@ def _summary(xs: list[float]) -> dict:
 
 
 def benchmark(model_file: str, runs: int = 50, warmup: int = 5, threads: int = 1,
-              service_address: str | None = None, progress=None) -> dict:
+              service_address: str | None = None, progress=None, options: dict | None = None) -> dict:
+    """``options``: more load_delegate options (TLS files, execution_preference, priority)."""
     from delegate import load_delegate
     from delegate.runtime import Interpreter
-    cpu = Interpreter(model_path=model_file, num_threads=threads)
-    cpu.allocate_tensors()
+    options = options or {}
+    with tflite_call():
+        cpu = Interpreter(model_path=model_file, num_threads=threads)
+        cpu.allocate_tensors()
     rng = np.random.default_rng(0)
     inputs = [random_input(rng, d["shape"], d["dtype"]) for d in cpu.get_input_details()]
     result: dict = {"model": os.path.basename(model_file), "runs": runs, "threads": threads}
@@ -70,13 +83,15 @@ def benchmark(model_file: str, runs: int = 50, warmup: int = 5, threads: int = 1
     # Compile with a fresh token, then prepare the same partitions from the cache.
     token = os.urandom(16)
     t0 = time.perf_counter()
-    d1 = load_delegate(service_address, cache_token=token)
-    Interpreter(model_path=model_file, experimental_delegates=[d1]).allocate_tensors()
+    d1 = load_delegate(service_address, cache_token=token, **options)
+    with tflite_call():
+        Interpreter(model_path=model_file, experimental_delegates=[d1]).allocate_tensors()
     compile_wall = time.perf_counter() - t0
     t0 = time.perf_counter()
-    d = load_delegate(service_address, cache_token=token)
-    it = Interpreter(model_path=model_file, num_threads=threads, experimental_delegates=[d])
-    it.allocate_tensors()
+    d = load_delegate(service_address, cache_token=token, **options)
+    with tflite_call():
+        it = Interpreter(model_path=model_file, num_threads=threads, experimental_delegates=[d])
+        it.allocate_tensors()
     cache_wall = time.perf_counter() - t0
     kernels = d.impl.kernels
     result["prepare"] = _prepare_times(d1.impl.kernels, kernels, compile_wall, cache_wall)
@@ -178,29 +193,45 @@ def format_result(r: dict) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model_file", required=True)
-    p.add_argument("--runs", type=int, default=50)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--service_address", default=None)
+    p.add_argument("--runs", type=int, default=50, help="timed runs (>= 1)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed runs first (>= 0)")
+    p.add_argument("--threads", type=int, default=1, help="TFLite's threads (>= 1)")
+    add_service_arguments(p)
     p.add_argument("--json", action="store_true")
 
 
-def run_cli(args: argparse.Namespace) -> int:
+def _usage_error(args: argparse.Namespace) -> str | None:
+    """A bad flag value, found before anything runs."""
+    for flag, value, least in (("--runs", args.runs, 1), ("--warmup", args.warmup, 0), ("--threads", args.threads, 1)):
+        if value < least:
+            return f"{flag} must be >= {least}, not {value}"
     if not os.path.isfile(args.model_file):
-        print(f"nnhal benchmark: cannot read model file {args.model_file!r}", file=sys.stderr)
-        return 2
+        return f"cannot read model file {args.model_file!r}"
     error = model_file_error(args.model_file)
+    return f"{args.model_file}: {error}" if error else None
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    error = _usage_error(args)
     if error:
-        print(f"nnhal benchmark: {args.model_file}: {error}", file=sys.stderr)
+        print(f"nnhal benchmark: {error}", file=sys.stderr)
+        return 2
+    try:
+        options = delegate_options(args)
+    except ValueError as e:
+        print(f"nnhal benchmark: {e}", file=sys.stderr)
         return 2
 
     def progress(msg):
         print(msg, file=sys.stderr, flush=True)
     try:
-        r = benchmark(args.model_file, args.runs, args.warmup, args.threads, args.service_address,
-                      progress if args.runs >= 200 else None)
+        with interrupts_after_tflite_calls("nnhal benchmark"):
+            r = benchmark(args.model_file, args.runs, args.warmup, args.threads, args.service_address,
+                          progress if args.runs >= 200 else None, options)
+    except KeyboardInterrupt:
+        return interrupted("nnhal benchmark")
     except (ValueError, RuntimeError) as e:  # TFLite's load / prepare errors: multi-line, joined
-        print(f"nnhal benchmark: {args.model_file}: {one_line(e)}", file=sys.stderr)
+        print(f"nnhal benchmark: {args.model_file}: {tflite_error(e, args.model_file)}", file=sys.stderr)
         return 2
     print(json.dumps(r, indent=1) if args.json else format_result(r))
     return 0

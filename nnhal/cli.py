@@ -56,10 +56,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.cache_max_bytes is not None and args.cache_max_bytes < 0:
         print(f"nnhal serve: --cache-max-bytes must be >= 0, not {args.cache_max_bytes}", file=sys.stderr)
         return 2
+    if args.tls_client_ca and not args.tls_cert:
+        print("nnhal serve: --tls-client-ca needs --tls-cert/--tls-key (the service's own certificate)",
+              file=sys.stderr)
+        return 2
     tls = None
     if args.tls_cert:
-        with open(args.tls_cert, "rb") as c, open(args.tls_key, "rb") as k:
-            tls = (c.read(), k.read())
+        from service.tls import server_tls
+        try:
+            tls = server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
+        except ValueError as e:
+            print(f"nnhal serve: {e}", file=sys.stderr)
+            return 2
     from extensions.registry import load_object, load_plugins
     for r in load_plugins():
         if r.error:
@@ -77,8 +85,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     hal_backends.set_compute_threads(args.threads)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     try:
+        if args.max_clients < 1 or args.client_max_bytes < 1:
+            raise ValueError("--max-clients and --client-max-bytes must be >= 1")
         return serve(args.socket, args.listen, args.workers, tls, args.insecure, cache_dir, args.cache_max_bytes,
-                     backends=args.backend)
+                     backends=args.backend, parent_pid=args.parent_pid, max_clients=args.max_clients,
+                     client_max_bytes=args.client_max_bytes)
     except ValueError as e:
         print(f"nnhal serve: {e}", file=sys.stderr)
         return 2
@@ -130,17 +141,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.model_file):
         print(f"nnhal report: no such file: {args.model_file}", file=sys.stderr)
         return 2
-    from nnhal.inference_diff import model_file_error, one_line
+    from nnhal.inference_diff import model_file_error
+    from nnhal.tool_support import delegate_options, interrupts_after_tflite_calls, tflite_call, tflite_error
     error = model_file_error(args.model_file)  # before TFLite, whose loader would crash on a bad file
     if error:
         print(f"nnhal report: cannot load {args.model_file}: {error}", file=sys.stderr)
         return 2
+    try:  # bad flag values and TLS files: before TFLite loads anything
+        options = delegate_options(args, max_delegated_partitions=args.max_delegated_partitions,
+                                   min_nodes_per_partition=args.min_nodes_per_partition, partitions=args.partitions)
+    except ValueError as e:
+        print(f"nnhal report: {e}", file=sys.stderr)
+        return 2
     try:
-        r = delegation_report(args.model_file, args.service_address,
-                              max_delegated_partitions=args.max_delegated_partitions,
-                              min_nodes_per_partition=args.min_nodes_per_partition, partitions=args.partitions)
+        with interrupts_after_tflite_calls("nnhal report"), tflite_call():
+            r = delegation_report(args.model_file, args.service_address, **options)
     except (ValueError, RuntimeError) as e:
-        print(f"nnhal report: cannot load {args.model_file}: {one_line(e)}", file=sys.stderr)
+        print(f"nnhal report: cannot load {args.model_file}: {tflite_error(e, args.model_file)}", file=sys.stderr)
         return 2
     print(report_json(r) if args.json else format_report(r))
     return 0
@@ -194,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="listen on TCP instead; needs --tls-cert/--tls-key, or --insecure on loopback")
     serve.add_argument("--tls-cert", metavar="PEM", default=None)
     serve.add_argument("--tls-key", metavar="PEM", default=None)
+    serve.add_argument("--tls-client-ca", metavar="PEM", default=None,
+                       help="require client certificates signed by this CA (mTLS); with --tls-cert/--tls-key")
     serve.add_argument("--insecure", action="store_true", help="plaintext TCP (loopback addresses only)")
     serve.add_argument("--workers", type=int, default=2, help="execution worker threads (default 2)")
     serve.add_argument("--cache-dir", default=None,
@@ -212,6 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="threads each operation or partition may use (onnxruntime's intra-op threads, the "
                             "BLAS GEMMs of the numba and reference backends; default 1, as TFLite's default; "
                             "0 = every core)")
+    from service.sessions import DEFAULT_CLIENT_MAX_BYTES, DEFAULT_MAX_CLIENTS
+    serve.add_argument("--max-clients", type=int, default=DEFAULT_MAX_CLIENTS, metavar="N",
+                       help="clients connected at once (default %(default)s); more are refused")
+    serve.add_argument("--client-max-bytes", type=int, default=DEFAULT_CLIENT_MAX_BYTES, metavar="N",
+                       help="memory one client's prepared models and buffers may hold, estimated "
+                            "(default %(default)s); beyond it: RESOURCE_EXHAUSTED")
+    serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # embedded: die with it
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_cmd_serve)
 
@@ -228,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="which nodes of a .tflite model the delegate runs, and why not")
     report.add_argument("--model_file", required=True)
-    report.add_argument("--service_address", default=None, help="default: the per-user socket / embedded")
+    from nnhal.tool_support import add_service_arguments
+    add_service_arguments(report, preference=False)
     report.add_argument("--max_delegated_partitions", type=int, default=3)
     report.add_argument("--min_nodes_per_partition", type=int, default=1)
     report.add_argument("--partitions", default=None, help='manual node ranges, e.g. "0-11,177-215"')
@@ -252,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     cts = sub.add_parser("cts", help="run NNAPI's CTS cases (cts/) and print a table per operation")
     cts.add_argument("--service", nargs="?", const="", default=None, metavar="ADDRESS",
                      help="through a real service: ADDRESS, or (no value) a private one started for the run")
+    cts.add_argument("--tls-ca-file", metavar="PEM", help="TLS to a HOST:PORT --service: the CA to trust")
+    cts.add_argument("--tls-cert-file", metavar="PEM", help="client certificate, for a service that requires one")
+    cts.add_argument("--tls-key-file", metavar="PEM", help="the client certificate's private key")
     cts.add_argument("--op", action="append", metavar="OPERATION",
                      help="only cases testing this operation (NNAPI name, e.g. CONV_2D; repeatable)")
     cts.add_argument("--name", metavar="TEXT", help="only cases whose name contains TEXT")
@@ -278,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT, no traceback
+        from nnhal.tool_support import interrupted
+        return interrupted(f"nnhal {args.command}")
 
 
 if __name__ == "__main__":

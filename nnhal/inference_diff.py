@@ -76,17 +76,20 @@ def _stats(xs: list[float]) -> tuple[float, float]:
 
 def evaluate(model_file: str, num_runs: int = 50, threads: int = 1, delegate: str = "nnhal",
              service_address: str | None = None, reference_kernels: bool = False, seed: int = 0,
-             progress=None) -> dict:
-    """Run the evaluation; returns the metrics (also what --output_file_path writes)."""
+             progress=None, options: dict | None = None) -> dict:
+    """Run the evaluation; returns the metrics (also what --output_file_path writes). ``options``:
+    more load_delegate options (TLS files, execution_preference, priority)."""
+    from nnhal.tool_support import tflite_call
     delegates, report = None, None
     if delegate == "nnhal":
         from delegate import load_delegate
-        d = load_delegate(service_address)
+        d = load_delegate(service_address, **(options or {}))
         delegates = [d]
     elif delegate not in ("", "none"):
         raise ValueError(f"unknown delegate {delegate!r} (use 'nnhal' or 'none')")
-    ref = _interpreter(model_file, 1, None, reference_kernels)
-    test = _interpreter(model_file, threads, delegates, reference_kernels)
+    with tflite_call():
+        ref = _interpreter(model_file, 1, None, reference_kernels)
+        test = _interpreter(model_file, threads, delegates, reference_kernels)
     if delegates:
         report = delegates[0].report
     rng = np.random.default_rng(seed)
@@ -94,8 +97,9 @@ def evaluate(model_file: str, num_runs: int = 50, threads: int = 1, delegate: st
     errors: list[list[float]] = [[] for _ in ref.get_output_details()]
     for run in range(num_runs):
         inputs = [random_input(rng, d["shape"], d["dtype"]) for d in ref.get_input_details()]
-        t_ref, out_ref = _timed_invokes(ref, inputs)
-        t_test, out_test = _timed_invokes(test, inputs)
+        with tflite_call():
+            t_ref, out_ref = _timed_invokes(ref, inputs)
+            t_test, out_test = _timed_invokes(test, inputs)
         ref_lat += t_ref
         test_lat += t_test
         for k, (a, b) in enumerate(zip(out_test, out_ref)):
@@ -132,37 +136,69 @@ def format_metrics(m: dict) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model_file", required=True)
-    p.add_argument("--num_runs", type=int, default=50)
-    p.add_argument("--num_interpreter_threads", type=int, default=1)
+    from nnhal.tool_support import add_service_arguments
+    p.add_argument("--num_runs", type=int, default=50, help="evaluation runs (>= 1)")
+    p.add_argument("--num_interpreter_threads", type=int, default=1, help="the test interpreter's threads (>= 1)")
     p.add_argument("--output_file_path", default=None, help="write the metrics as JSON here")
     p.add_argument("--delegate", default="nnhal", help="'nnhal' (default) or 'none'")
-    p.add_argument("--service_address", default=None)
+    add_service_arguments(p)
     p.add_argument("--reference_kernels", action="store_true",
                    help="use TFLite's reference kernels on both sides (the bit-exactness oracle)")
 
 
-def run_cli(args: argparse.Namespace) -> int:
+def _usage_error(args: argparse.Namespace) -> str | None:
+    """A bad flag value or file, found before anything runs (the output file too: not after the run)."""
     import os
+
+    from nnhal.tool_support import check_output_file
     if not os.path.isfile(args.model_file):
-        print(f"inference_diff: cannot read model file {args.model_file!r}", file=sys.stderr)
-        return 2
+        return f"cannot read model file {args.model_file!r}"
     if args.num_runs < 1:
-        print("inference_diff: --num_runs must be >= 1", file=sys.stderr)
-        return 2
-    error = model_file_error(args.model_file)
+        return "--num_runs must be >= 1"
+    if args.num_interpreter_threads < 1:
+        return "--num_interpreter_threads must be >= 1"
+    if args.delegate not in ("nnhal", "none", ""):
+        return f"unknown --delegate {args.delegate!r} (use 'nnhal' or 'none')"
+    error = check_output_file(args.output_file_path)
     if error:
-        print(f"inference_diff: {args.model_file}: {error}", file=sys.stderr)
+        return f"--output_file_path: {error}"
+    error = model_file_error(args.model_file)
+    return f"{args.model_file}: {error}" if error else None
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    from nnhal.tool_support import delegate_options, interrupted, interrupts_after_tflite_calls, tflite_error
+    error = _usage_error(args)
+    if error:
+        print(f"inference_diff: {error}", file=sys.stderr)
         return 2
     try:
-        m = evaluate(args.model_file, args.num_runs, args.num_interpreter_threads, args.delegate,
-                     args.service_address, args.reference_kernels)
+        options = delegate_options(args) if args.delegate == "nnhal" else {}
+    except ValueError as e:
+        print(f"inference_diff: {e}", file=sys.stderr)
+        return 2
+
+    def progress(done: int, total: int) -> None:
+        if done == 1 or done % max(1, total // 10) == 0:
+            print(f"run {done}/{total}", file=sys.stderr, flush=True)
+    try:
+        with interrupts_after_tflite_calls("inference_diff"):
+            m = evaluate(args.model_file, args.num_runs, args.num_interpreter_threads, args.delegate,
+                         args.service_address, args.reference_kernels, options=options,
+                         progress=progress if args.num_runs >= 200 else None)
+    except KeyboardInterrupt:
+        return interrupted("inference_diff")
     except (ValueError, RuntimeError) as e:  # TFLite's load / prepare errors: multi-line, joined
-        print(f"inference_diff: {args.model_file}: {one_line(e)}", file=sys.stderr)
+        print(f"inference_diff: {args.model_file}: {tflite_error(e, args.model_file)}", file=sys.stderr)
         return 2
     print(format_metrics(m))
     if args.output_file_path:
-        with open(args.output_file_path, "w") as f:
-            json.dump(m, f, indent=1)
+        try:
+            with open(args.output_file_path, "w") as f:
+                json.dump(m, f, indent=1)
+        except OSError as e:  # checked before the run; the disk can still fill up
+            print(f"inference_diff: cannot write {args.output_file_path}: {e.strerror or e}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -26,7 +26,7 @@ from service import local_burst
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.server import default_address
-from service.servicer import MAX_MESSAGE_BYTES, grpc_options
+from service.servicer import MAX_MESSAGE_BYTES, SESSION_KEY, grpc_options
 from service.transfer import (
     SHM_THRESHOLD,  # noqa: F401 - re-exported: callers size tensors by it
     ModelTransfer,
@@ -91,14 +91,18 @@ def _check(reply) -> None:
         raise ServiceError(reply.status.code, reply.status.message, shapes)
 
 
-def _rpc(fn, request, timeout_s: float | None = None):
+def _rpc(fn, request, timeout_s: float | None = None, metadata=None):
     """Call a unary stub, waiting at most timeout_s (default RPC_TIMEOUT_S); transport faults become
     ServiceUnavailableError / ServiceTimeoutError / ServiceError."""
     bound = RPC_TIMEOUT_S if timeout_s is None else timeout_s
     try:
-        return fn(request, timeout=bound)
+        return fn(request, timeout=bound, metadata=metadata)
     except grpc.RpcError as e:
         raise _rpc_error(e, bound) from None
+    except ValueError as e:  # grpcio: "Cannot invoke RPC on closed channel!" (the client was closed)
+        if "closed channel" not in str(e):
+            raise
+        raise ServiceUnavailableError("the connection to the nnhal service was closed") from None
 
 
 def _rpc_error(e: grpc.RpcError, bound: float) -> ServiceError:
@@ -111,6 +115,18 @@ def _rpc_error(e: grpc.RpcError, bound: float) -> ServiceError:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:  # our bound: the service's own deadline is a status
         return ServiceTimeoutError(f"the nnhal service did not answer within {bound:g} s")
     return ServiceUnavailableError(f"nnhal service unavailable ({code}: {detail})")
+
+
+def _tls_failure(channel: grpc.Channel) -> str:
+    """Why a TLS channel is not ready, in the transport's words: a refused certificate must not
+    look like a service that is down."""
+    try:
+        pb_grpc.DeviceStub(channel).GetVersionString(pb.Empty(), timeout=1.0)
+        return "over TLS"
+    except grpc.RpcError as e:
+        detail = e.details() if hasattr(e, "details") else str(e)
+    return (f"over TLS ({detail}); check the CA file (tls_ca_file), and the client certificate "
+            f"(tls_cert_file, tls_key_file) if the service requires one")
 
 
 def _timeout_ns(timeout_s: float | None) -> int:
@@ -188,9 +204,9 @@ class RemotePreparedModel:
     def reset_perf_info(self) -> None:
         _check(_rpc(self.client.prepared.ResetPerfInfo, pb.PreparedModelId(prepared_model_id=self.id)))
 
-    def release(self) -> None:
+    def release(self, timeout_s: float | None = None) -> None:
         try:
-            _check(_rpc(self.client.prepared.Release, pb.PreparedModelId(prepared_model_id=self.id)))
+            _check(_rpc(self.client.prepared.Release, pb.PreparedModelId(prepared_model_id=self.id), timeout_s))
         finally:
             self._rb.scratch.close()
 
@@ -332,15 +348,43 @@ class Client:
         self.address = address
         self.device = pb_grpc.DeviceStub(channel)
         self.prepared = pb_grpc.PreparedModelStub(channel)
+        #: Metadata naming this client's session on calls that create resources (see _open_session).
+        self.session: list[tuple[str, str]] = []
+        self._end_session = weakref.finalize(self, channel.close)
+
+    def _open_session(self, timeout_s: float) -> None:
+        """Open the session every prepared model and buffer of this client belongs to: the service
+        releases them all when the stream ends (close(), garbage collection, or this process dying)."""
+        send: queue.Queue = queue.Queue()
+        call = self.device.OpenSession(iter(send.get, None))
+        first: queue.Queue = queue.Queue()
+        # The reader holds only the call and a queue (not self): an unused Client is still collected.
+        threading.Thread(target=_read_stream, args=(call, first), daemon=True, name="nnhal-session").start()
+        self._end_session.detach()
+        self._end_session = weakref.finalize(self, _close_session, send, call, self.channel)
+        try:
+            reply = first.get(timeout=timeout_s)
+        except queue.Empty:
+            raise ServiceTimeoutError(f"the nnhal service did not open a session within {timeout_s:g} s") from None
+        if isinstance(reply, grpc.RpcError):
+            raise _rpc_error(reply, timeout_s)
+        if reply is None:
+            raise ServiceUnavailableError("the service ended the session stream at once")
+        _check(reply)
+        self.session = [(SESSION_KEY, reply.session_id)]
 
     @classmethod
     def connect(cls, address: str | None = None, timeout_s: float = 5.0,
-                root_certificates: bytes | None = None) -> "Client":
-        """Connect and wait until the service answers; ServiceUnavailableError otherwise."""
+                root_certificates: bytes | None = None, private_key: bytes | None = None,
+                certificate_chain: bytes | None = None) -> "Client":
+        """Connect and wait until the service answers; ServiceUnavailableError otherwise. TLS when
+        root_certificates (PEM of the CA to trust) or a client certificate (mTLS: private_key and
+        certificate_chain, PEM) is given; service.tls.client_tls reads them from files."""
         address = address or default_address()
-        if root_certificates is not None:
-            channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates),
-                                          options=grpc_options())
+        tls = root_certificates is not None or certificate_chain is not None
+        if tls:
+            channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(
+                root_certificates, private_key, certificate_chain), options=grpc_options())
         else:
             channel = grpc.insecure_channel(address, options=grpc_options())
         deadline = time.monotonic() + timeout_s
@@ -349,15 +393,20 @@ class Client:
             grpc.channel_ready_future(channel).result(timeout=timeout_s)
             # A ready channel only means the socket accepted: a stopped service must answer too.
             client.get_version_string(max(deadline - time.monotonic(), 0.05))
+            client._open_session(max(deadline - time.monotonic(), 0.05))
         except (grpc.FutureTimeoutError, ServiceUnavailableError):
+            why = _tls_failure(channel) if tls else "(start one with `nnhal serve`)"
             channel.close()
             raise ServiceUnavailableError(
-                f"no nnhal service answers at {address} within {timeout_s:g} s "
-                f"(start one with `nnhal serve`)") from None
+                f"no nnhal service answers at {address} within {timeout_s:g} s {why}") from None
+        except ServiceError:  # it answered, and refused (e.g. too many clients)
+            client.close()
+            raise
         return client
 
     def close(self) -> None:
-        self.channel.close()
+        """Ends the session (the service releases this client's models and buffers) and the channel."""
+        self._end_session()
 
     def __enter__(self) -> "Client":
         return self
@@ -410,7 +459,7 @@ class Client:
         with ModelTransfer(model) as proto:
             reply = _rpc(self.device.PrepareModel, pb.PrepareModelRequest(
                 model=proto, preference=int(preference), priority=int(priority),
-                timeout_ns=_timeout_ns(timeout_s), token=token), _prepare_wait_s(timeout_s))
+                timeout_ns=_timeout_ns(timeout_s), token=token), _prepare_wait_s(timeout_s), self.session)
         _check(reply)
         return RemotePreparedModel(self, reply.prepared_model_id, model)
 
@@ -420,7 +469,7 @@ class Client:
                                  timeout_s: float | None = None) -> RemotePreparedModel:
         reply = _rpc(self.device.PrepareModelFromCache, pb.PrepareModelFromCacheRequest(
             token=token, preference=int(preference), priority=int(priority),
-            timeout_ns=_timeout_ns(timeout_s)), _prepare_wait_s(timeout_s))
+            timeout_ns=_timeout_ns(timeout_s)), _prepare_wait_s(timeout_s), self.session)
         _check(reply)
         return RemotePreparedModel(self, reply.prepared_model_id, model)
 
@@ -428,9 +477,19 @@ class Client:
         reply = _rpc(self.device.Allocate, pb.AllocateRequest(
             operand_type=int(operand_type), dimensions=list(dimensions),
             input_roles=[pb.BufferRole(prepared_model_id=m.id, io_index=i, probability=1.0) for m, i in input_roles],
-            output_roles=[pb.BufferRole(prepared_model_id=m.id, io_index=i, probability=1.0) for m, i in output_roles]))
+            output_roles=[pb.BufferRole(prepared_model_id=m.id, io_index=i, probability=1.0) for m, i in output_roles]),
+            metadata=self.session)
         _check(reply)
         return reply.buffer_token
+
+    def release_buffer(self, token: int) -> None:
+        _check(_rpc(self.device.ReleaseBuffer, pb.BufferToken(buffer_token=token)))
+
+
+def _close_session(send: queue.Queue, call, channel: grpc.Channel) -> None:
+    send.put(None)  # ends the stream: the service releases the session's resources
+    call.cancel()
+    channel.close()
 
 
 def _prepare_wait_s(timeout_s: float | None) -> float:

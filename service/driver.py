@@ -8,6 +8,8 @@ import hashlib
 import json
 import logging
 import math
+import mmap
+import secrets
 import threading
 import time
 import uuid
@@ -30,6 +32,7 @@ from hal.types import (
     Priority,
     operation_name,
 )
+from service.sessions import Session, Sessions, return_memory
 
 VERSION = "nnhal-0.1.0"
 
@@ -152,15 +155,21 @@ log = logging.getLogger("nnhal.service")
 class Driver:
     """IDevice's state: prepared models by id, driver-allocated buffers by token, the cache."""
 
-    def __init__(self, cache: CacheStore | None = None, backend_order: str | list[str] | None = None) -> None:
+    def __init__(self, cache: CacheStore | None = None, backend_order: str | list[str] | None = None,
+                 sessions: Sessions | None = None) -> None:
         self.cache = cache
+        #: Who owns what: every prepared model and buffer belongs to a client session.
+        self.sessions = sessions or Sessions()
+        #: Set when the service stops: open session streams end.
+        self.sessions_closing = threading.Event()
+        #: Called with a prepared model's id when it is released (its local bursts stop).
+        self.release_hooks: list = []
         #: Backend preference for every compilation (``nnhal serve --backend``); raises on unknown names.
         self.backend_order = (backends.parse_preference(backend_order) if backend_order is not None
                               else backends.preference())
         self._lock = threading.Lock()
         self._prepared: dict[str, PreparedEntry] = {}
-        self._buffers: dict[int, bytearray] = {}
-        self._next_buffer = 1
+        self._buffers: dict[int, mmap.mmap] = {}
 
     # ---- IDevice ------------------------------------------------------------
     @staticmethod
@@ -181,9 +190,13 @@ class Driver:
         return support_reasons(model, self.backend_order)
 
     def prepare(self, model: Model, preference: int, priority: int, deadline_ns: int | None,
-                token: bytes = b"") -> PreparedEntry:
+                token: bytes = b"", *, session: Session | None = None) -> PreparedEntry:
+        """Compile ``model``; the entry belongs to ``session`` (None: an in-process caller)."""
         pref = _enum(ExecutionPreference, preference, "execution preference")
         prio = _enum(Priority, priority, "priority")
+        nbytes = footprint(model)
+        if session is not None:
+            self.sessions.charge(session, nbytes, "this model")
         check_deadline(deadline_ns, "before compilation")
         with backends.thread_limit(_threads_for(pref)):
             compiled = compile_model(model, copy_constants=False,  # the service owns model's buffers
@@ -191,10 +204,10 @@ class Driver:
         check_deadline(deadline_ns, "during compilation")
         if token and self.cache is not None:
             self._store(token, compiled)
-        return self._register(compiled, pref, prio)
+        return self._register(session, compiled, pref, prio, nbytes)
 
     def prepare_from_cache(self, token: bytes, preference: int, priority: int,
-                           deadline_ns: int | None) -> PreparedEntry:
+                           deadline_ns: int | None, *, session: Session | None = None) -> PreparedEntry:
         """Load a verified cache entry; any doubt is GENERAL_FAILURE (the client recompiles)."""
         pref = _enum(ExecutionPreference, preference, "execution preference")
         prio = _enum(Priority, priority, "priority")
@@ -214,7 +227,10 @@ class Driver:
             log.warning("cache entry %s rejected: %s", token.hex()[:16], e)
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"cache entry rejected: {e}") from None
         check_deadline(deadline_ns, "while loading from cache")
-        return self._register(compiled, pref, prio)
+        nbytes = footprint(compiled.model)
+        if session is not None:
+            self.sessions.charge(session, nbytes, "this model")
+        return self._register(session, compiled, pref, prio, nbytes)
 
     def _store(self, token: bytes, compiled: CompiledModel) -> None:
         try:
@@ -227,11 +243,15 @@ class Driver:
         except Exception:  # a bug in writing must not fail a compilation that succeeded
             log.exception("cache write failed unexpectedly; the model is prepared, not cached")
 
-    def _register(self, compiled: CompiledModel, pref: ExecutionPreference, prio: Priority) -> PreparedEntry:
+    def _register(self, session: Session | None, compiled: CompiledModel, pref: ExecutionPreference, prio: Priority,
+                  nbytes: int) -> PreparedEntry:
         entry = PreparedEntry(uuid.uuid4().hex, compiled, pref, prio, perf=PerfCounters(compiled),
                               gate=threading.Semaphore(1) if pref == ExecutionPreference.LOW_POWER else None)
         with self._lock:
             self._prepared[entry.id] = entry
+        if session is not None and not self.sessions.record_prepared(session, entry.id, nbytes):
+            self.release(entry.id)
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "the client's session closed during preparation")
         return entry
 
     def get(self, prepared_id: str) -> PreparedEntry:
@@ -245,8 +265,38 @@ class Driver:
         with self._lock:
             if self._prepared.pop(prepared_id, None) is None:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown prepared model id {prepared_id!r}")
+        self.sessions.forget_prepared(prepared_id)
+        self._released([prepared_id])
 
-    def allocate(self, operand_type: int, dimensions: tuple[int, ...], roles: list[tuple[str, int, bool]]) -> int:
+    def _released(self, prepared_ids: list[str]) -> None:
+        for hook in self.release_hooks:
+            for pid in prepared_ids:
+                hook(pid)
+        return_memory()
+
+    def open_session(self, peer: str) -> Session:
+        return self.sessions.open(peer)
+
+    def close_session(self, session_id: str) -> None:
+        """The client is gone (or said goodbye): drop everything it owned. Not while the service
+        stops: its executions in flight finish, and everything goes with the process anyway."""
+        if self.sessions_closing.is_set():
+            return
+        session = self.sessions.close(session_id)
+        if session is None:
+            return
+        with self._lock:
+            for pid in session.prepared:
+                self._prepared.pop(pid, None)
+            for token in session.buffers:
+                self._buffers.pop(token, None)  # in-flight executions keep their reference
+        if session.prepared or session.buffers:
+            log.info("client %s gone: released %d prepared model(s), %d buffer(s)", session.peer,
+                     len(session.prepared), len(session.buffers))
+        self._released(list(session.prepared))
+
+    def allocate(self, operand_type: int, dimensions: tuple[int, ...], roles: list[tuple[str, int, bool]], *,
+                 session: Session | None = None) -> int:
         """A driver-managed buffer usable as a request memory pool; roles are (model id, io index, is_input)."""
         try:
             t = OperandType(operand_type)
@@ -266,13 +316,25 @@ class Driver:
         size = dtype.itemsize * math.prod(dimensions)
         if size > hal.validation.MAX_OPERAND_BYTES:
             raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT, f"buffer of {size} bytes is too large")
+        if session is not None:
+            self.sessions.charge(session, size, "this buffer")
+        # Anonymous memory: zero pages are committed only when written (a bytearray commits at once).
+        buf = mmap.mmap(-1, size)
         with self._lock:
-            token = self._next_buffer
-            self._next_buffer += 1
-            self._buffers[token] = bytearray(size)
+            token = secrets.randbits(63) or 1  # unguessable: a token is a capability, like an id
+            self._buffers[token] = buf
+        if session is not None and not self.sessions.record_buffer(session, token, size):
+            self.release_buffer(token)
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "the client's session closed during allocation")
         return token
 
-    def buffer(self, token: int) -> bytearray:
+    def release_buffer(self, token: int) -> None:
+        with self._lock:
+            if self._buffers.pop(token, None) is None:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown driver buffer {token}")
+        self.sessions.forget_buffer(token)
+
+    def buffer(self, token: int) -> mmap.mmap:
         with self._lock:
             buf = self._buffers.get(token)
         if buf is None:
@@ -295,6 +357,13 @@ class Driver:
                 gate.release()
         entry.perf.record(timings)
         return ExecutionResult(shapes, sum(t.ns for t in timings), time.monotonic_ns() - received_ns)
+
+
+def footprint(model: Model) -> int:
+    """What a prepared model is charged to its client: an estimate of 3x its weights (the model's
+    copy, the kernels' prepared copies, a graph backend's own) plus 1 MiB of working memory."""
+    weights = len(model.operand_values) + sum(len(p) for p in model.pools)
+    return 3 * weights + (1 << 20)
 
 
 def _threads_for(pref: ExecutionPreference) -> int | None:

@@ -132,7 +132,7 @@ class LocalBurstServer:
                     pass
 
     def _run(self) -> None:
-        fd, mem = -1, None
+        fd, mem, view, data = -1, None, None, None
         try:
             conn, _ = self.listener.accept()
             self.conn = conn
@@ -154,18 +154,22 @@ class LocalBurstServer:
                     break  # the client closed (or died)
                 self._serve_one(view, data)
                 conn.send(b"\x01")
-            self._fast = None  # drop views into the mapping before releasing it
-            data.release()
-            view.release()
-        except (OSError, socket.timeout, BufferError) as e:
+        except (OSError, socket.timeout) as e:  # e.g. a client that gave up while we were stopped
             if not self.closed.is_set():
                 log.info("local burst ended: %s", e)
         finally:
+            self._fast = None  # drop views into the mapping before releasing it, however the loop ended
+            for v in (data, view):
+                if v is not None:
+                    v.release()
             for s in (self.conn, self.listener):
                 if s is not None:
                     s.close()
             if mem is not None:
-                mem.close()
+                try:
+                    mem.close()
+                except BufferError:  # a view still lives (an execution's array): unmapped with it
+                    log.info("local burst: mapping still referenced; released later")
             if fd >= 0:
                 os.close(fd)
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,74 +1,90 @@
 """Memory pools shared between client and service (NNAPI's memory pools).
 
-Clients create ``multiprocessing.shared_memory`` segments and send their names;
-the service maps them. Python 3.11's resource tracker would unlink a segment
-merely *attached* by the service when the service exits, so attachments are
-unregistered from it: the creator owns the segment's life.
+Clients create POSIX shared-memory segments (``multiprocessing.shared_memory``)
+and send their names. The service never maps them: a client can shrink its
+segment at any moment (ftruncate), and a mapped page past the new end faults
+the whole service with SIGBUS. So the service opens the segment and moves bytes
+with ``pread``/``pwrite`` on the descriptor, which return short or grow the
+file instead of faulting: one copy per tensor, and no client can take the
+service down through its memory. (The local-burst path, where copies would
+matter, uses a memfd the service creates and seals against shrinking:
+``service.local_burst``.)
 """
 from __future__ import annotations
 
 import os
 import re
-from multiprocessing import resource_tracker, shared_memory
+import stat
 
 from hal.errors import HalError
 from hal.types import ErrorStatus
 
 _NAME = re.compile(r"^/?[A-Za-z0-9_.\-]{1,200}$")
+SHM_DIR = "/dev/shm"
 
 
-class SharedPool:
-    """A shared-memory segment mapped into this process, checked against the size the client claims."""
+def _invalid(message: str) -> HalError:
+    return HalError(ErrorStatus.INVALID_ARGUMENT, message)
 
-    def __init__(self, name: str, size: int, *, create: bool = False):
-        self.buf: memoryview | None = None
-        self.owner = create
+
+class ClientPool:
+    """A client's shared-memory segment, opened (not mapped) by the service.
+
+    ``size`` is what the client claims; it is checked against the segment when
+    opened, and every read checks it again (the segment may shrink later)."""
+
+    def __init__(self, name: str, size: int):
+        self.fd = -1
         if not _NAME.match(name or ""):
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid shared memory name {name!r}")
-        if size <= 0 and not create:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"shared memory {name!r}: size must be > 0")
-        try:
-            self.shm = shared_memory.SharedMemory(name=name, create=create, size=size if create else 0)
+            raise _invalid(f"invalid shared memory name {name!r}")
+        if size <= 0:
+            raise _invalid(f"shared memory {name!r}: size must be > 0")
+        self.name = name.lstrip("/")
+        try:  # O_NOFOLLOW/O_NONBLOCK: never follow a link, never block on a FIFO someone put there
+            self.fd = os.open(os.path.join(SHM_DIR, self.name),
+                              os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"shared memory {name!r} does not exist") from None
-        except (OSError, ValueError) as e:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"cannot map shared memory {name!r}: {e}") from None
-        if not create:
-            _untrack(self.shm)
-        if self.shm.size < size:
-            self.close()
-            raise HalError(ErrorStatus.INVALID_ARGUMENT,
-                           f"shared memory {name!r} has {self.shm.size} bytes, the client claims {size}")
-        self.size = size
-        self.name = self.shm.name
-        self.buf = self.shm.buf[:size]
-
-    def check_alive(self) -> None:
-        """Refuse to touch a segment that was shrunk under us (access would SIGBUS the process)."""
-        try:
-            st = os.fstat(self.shm._fd)  # noqa: SLF001 (no public accessor)
+            raise _invalid(f"shared memory {name!r} does not exist") from None
         except OSError as e:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"shared memory {self.name!r} is gone: {e}") from None
-        if st.st_size < self.size:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT,
-                           f"shared memory {self.name!r} shrank to {st.st_size} bytes (< {self.size})")
+            raise _invalid(f"cannot open shared memory {name!r}: {e.strerror}") from None
+        st = os.fstat(self.fd)
+        if not stat.S_ISREG(st.st_mode):
+            self.close()
+            raise _invalid(f"shared memory {name!r} is not a memory segment")
+        if st.st_size < size:
+            self.close()
+            raise _invalid(f"shared memory {name!r} has {st.st_size} bytes, the client claims {size}")
+        self.size = size
+
+    def check_range(self, offset: int, length: int, what: str) -> None:
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise _invalid(f"{what}: bytes [{offset}, {offset + length}) are outside shared memory "
+                           f"{self.name!r} of {self.size} bytes")
+
+    def read(self, offset: int, length: int, what: str = "read") -> bytes:
+        """A private copy of [offset, offset + length); INVALID_ARGUMENT if the segment shrank."""
+        self.check_range(offset, length, what)
+        chunks, done = [], 0
+        while done < length:  # one pread moves at most ~2 GiB
+            chunk = os.pread(self.fd, min(length - done, 1 << 30), offset + done)
+            if not chunk:
+                raise _invalid(f"{what}: shared memory {self.name!r} shrank to {offset + done} bytes "
+                               f"while being read (< {offset + length})")
+            chunks.append(chunk)
+            done += len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # b"" for length 0
+
+    def write(self, offset: int, data, what: str = "write") -> None:
+        """Copy ``data`` to [offset, ...). A segment that shrank is refused, not regrown."""
+        view = memoryview(data).cast("B")
+        self.check_range(offset, len(view), what)
+        if os.fstat(self.fd).st_size < offset + len(view):
+            raise _invalid(f"{what}: shared memory {self.name!r} shrank below {offset + len(view)} bytes")
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self.fd, view[done:], offset + done)
 
     def close(self) -> None:
-        try:
-            if self.buf is not None:
-                self.buf.release()
-            self.shm.close()
-        except BufferError:
-            pass  # a view still references it; the mapping goes away with the last view
-        if self.owner:
-            try:
-                self.shm.unlink()
-            except FileNotFoundError:
-                pass
-
-
-def _untrack(shm: shared_memory.SharedMemory) -> None:
-    try:
-        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
-    except Exception:
-        pass
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

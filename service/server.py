@@ -20,10 +20,17 @@ from service.driver import Driver, capabilities_fingerprint
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.scheduler import Scheduler
 from service.servicer import DeviceServicer, PreparedModelServicer, grpc_options
+from service.sessions import DEFAULT_CLIENT_MAX_BYTES, DEFAULT_MAX_CLIENTS, Sessions
+from service.tls import ServerTls
 
 log = logging.getLogger("nnhal.service")
 
 SERVICE_NAMES = ("nnhal.v1.Device", "nnhal.v1.PreparedModel")
+
+
+#: Ping idle connections: a client whose machine vanished (TCP) is detected within ~80 s and its
+#: session ends; on a unix socket a dead client's socket closes at once.
+KEEPALIVE = [("grpc.keepalive_time_ms", 60_000), ("grpc.keepalive_timeout_ms", 20_000)]
 
 
 def default_socket_path() -> str:
@@ -52,6 +59,7 @@ class RunningServer:
         """Graceful stop: refuse new RPCs, let in-flight ones finish, remove the socket."""
         for name in ("",) + SERVICE_NAMES:
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.driver.sessions_closing.set()  # session streams end now instead of holding the grace period
         self.server.stop(grace).wait()
         self.prepared_servicer.close_local_bursts()
         self.scheduler.shutdown()
@@ -64,6 +72,36 @@ class RunningServer:
                 pass
 
 
+#: sockaddr_un's sun_path is 108 bytes on Linux, with the terminating NUL.
+MAX_SOCKET_PATH_BYTES = 107
+
+
+def check_socket_path(path: str) -> None:
+    """A path longer than AF_UNIX allows: one clear error, before grpc fails obscurely on it."""
+    if not path:
+        raise ValueError("empty socket path")
+    n = len(os.fsencode(path))
+    if n > MAX_SOCKET_PATH_BYTES:
+        raise ValueError(f"socket path {path} is {n} bytes long; a unix socket path may have at most "
+                         f"{MAX_SOCKET_PATH_BYTES}: use a shorter one")
+
+
+class _MalformedMessageLog(logging.Filter):
+    """grpc logs a request it cannot parse with a full traceback, once per message: a client sending
+    garbage would flood the log. One line instead, with the parser's reason."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "Exception deserializing message!" and record.exc_info:
+            reason = " ".join(str(record.exc_info[1]).split()) or type(record.exc_info[1]).__name__
+            record.msg, record.args = "dropped a malformed request: %s", (reason,)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+_MALFORMED_MESSAGE_LOG = _MalformedMessageLog()
+
+
 def _check_socket_dir(d: str) -> None:
     """Refuse a socket directory others can write or own (as ssh and X11 do): they could replace
     our socket with theirs, and clients (and local bursts, whose sockets live there too) would
@@ -71,6 +109,8 @@ def _check_socket_dir(d: str) -> None:
     try:
         os.makedirs(d, mode=0o700, exist_ok=True)
         st = os.stat(d)
+    except (FileExistsError, NotADirectoryError):
+        raise ValueError(f"socket directory {d} is not a directory (or a path component is not)") from None
     except OSError as e:
         raise ValueError(f"socket directory {d}: {e.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
@@ -115,9 +155,10 @@ def default_cache_dir() -> str:
 
 
 def create_server(socket_path: str | None = None, listen: str | None = None, *, workers: int = 2,
-                  tls: tuple[bytes, bytes] | None = None, insecure: bool = False,
+                  tls: ServerTls | tuple[bytes, bytes] | None = None, insecure: bool = False,
                   cache_dir: str | None = None, cache_max_bytes: int | None = None,
-                  backends: str | None = None) -> RunningServer:
+                  backends: str | None = None, max_clients: int = DEFAULT_MAX_CLIENTS,
+                  client_max_bytes: int = DEFAULT_CLIENT_MAX_BYTES) -> RunningServer:
     """Start a server on a unix socket (default) or on HOST:PORT (TLS, or insecure loopback only).
 
     ``cache_dir=None`` disables compilation caching. ``backends`` is the compute backend
@@ -126,11 +167,12 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
     if listen is None and socket_path is None:
         socket_path = default_socket_path()
     if listen is None:  # refuse early, before the backends load; checked again under the lock
+        check_socket_path(socket_path)
         socket_dir = os.path.dirname(os.path.abspath(socket_path))
         _check_socket_dir(socket_dir)
         _claim_socket_path(socket_path)
     try:
-        driver = Driver(None, backends)
+        driver = Driver(None, backends, Sessions(max_clients, client_max_bytes))
     except HalError as e:
         raise ValueError(e.message) from None
     cache = None
@@ -142,24 +184,34 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
             raise ValueError(f"compilation cache: {e}") from None
     driver.cache = cache
     scheduler = Scheduler(workers)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max(8, 4 * workers), thread_name_prefix="nnhal-rpc"),
-                         options=grpc_options())
+    # Each connected client's session stream holds a thread, each gRPC burst another: room for
+    # both on top of the threads that serve unary calls.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2 * max_clients + max(8, 4 * workers),
+                                                    thread_name_prefix="nnhal-rpc"),
+                         options=grpc_options() + KEEPALIVE)
     pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver), server)
     prepared_servicer = PreparedModelServicer(
         driver, scheduler, os.path.dirname(socket_path) if listen is None else None)
     pb_grpc.add_PreparedModelServicer_to_server(prepared_servicer, server)
     hs = health.HealthServicer()
+    logging.getLogger("grpc._common").addFilter(_MALFORMED_MESSAGE_LOG)  # once: a filter is added only once
     health_pb2_grpc.add_HealthServicer_to_server(hs, server)
     if listen is not None:
         host = listen.rsplit(":", 1)[0].strip("[]")
-        if tls is not None:
-            port = server.add_secure_port(listen, grpc.ssl_server_credentials([(tls[1], tls[0])]))
-        elif insecure:
-            if not _is_loopback(host):
-                raise ValueError(f"--insecure is only allowed on loopback addresses, not {host!r}")
-            port = server.add_insecure_port(listen)
-        else:
+        if tls is None and not insecure:
             raise ValueError("--listen needs --tls-cert/--tls-key, or --insecure on a loopback address")
+        if tls is None and not _is_loopback(host):
+            raise ValueError(f"--insecure is only allowed on loopback addresses, not {host!r}")
+        try:
+            if tls is not None:
+                port = server.add_secure_port(listen, (tls if isinstance(tls, ServerTls) else ServerTls(*tls))
+                                              .credentials())
+            else:
+                port = server.add_insecure_port(listen)
+        except RuntimeError:  # grpc says only "Failed to bind"; its C log line has the detail
+            why = "the address is in use or not this machine's" + (
+                ", or the --tls-key does not match the --tls-cert" if tls is not None else "")
+            raise ValueError(f"cannot listen on {listen}: {why}") from None
         address = f"{listen.rsplit(':', 1)[0]}:{port}"
         server.start()
         socket_id = None
@@ -185,6 +237,31 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
                          socket_path if listen is None else None, socket_id)
 
 
+def _stop_with_parent(pid: int, stop: threading.Event) -> None:
+    """Set ``stop`` when process ``pid`` exits (a pidfd becomes readable; no polling)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError) as e:  # gone already, or a kernel without pidfds
+        log.info("parent %d not watchable (%s): stopping", pid, e)
+        stop.set()
+        return
+    if os.getppid() != pid:  # it died before the pidfd was opened (and the pid may be reused)
+        os.close(fd)
+        log.info("parent process %d is gone: stopping", pid)
+        stop.set()
+        return
+
+    def watch():
+        import select
+        try:
+            select.select([fd], [], [])
+            log.info("parent process %d exited: shutting down", pid)
+        finally:
+            os.close(fd)
+            stop.set()
+    threading.Thread(target=watch, name="nnhal-parent-watch", daemon=True).start()
+
+
 def _is_loopback(host: str) -> bool:
     if host in ("localhost",):
         return True
@@ -194,13 +271,18 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def serve(socket_path: str | None, listen: str | None, workers: int, tls: tuple[bytes, bytes] | None,
+def serve(socket_path: str | None, listen: str | None, workers: int, tls: ServerTls | None,
           insecure: bool, cache_dir: str | None = None, cache_max_bytes: int | None = None,
-          ready: threading.Event | None = None, backends: str | None = None) -> int:
-    """Run until SIGTERM/SIGINT; then stop gracefully (in-flight executions finish)."""
+          ready: threading.Event | None = None, backends: str | None = None, *,
+          parent_pid: int | None = None, **limits) -> int:
+    """Run until SIGTERM/SIGINT (or, with ``parent_pid``, until that process exits: an embedded
+    service must not outlive the program that started it); then stop gracefully (in-flight
+    executions finish). ``limits``: max_clients, client_max_bytes (create_server)."""
     running = create_server(socket_path, listen, workers=workers, tls=tls, insecure=insecure,
-                            cache_dir=cache_dir, cache_max_bytes=cache_max_bytes, backends=backends)
+                            cache_dir=cache_dir, cache_max_bytes=cache_max_bytes, backends=backends, **limits)
     stop = threading.Event()
+    if parent_pid is not None:
+        _stop_with_parent(parent_pid, stop)
 
     def on_signal(signum, frame):
         log.info("signal %d: shutting down", signum)
@@ -215,4 +297,9 @@ def serve(socket_path: str | None, listen: str | None, workers: int, tls: tuple[
         ready.set()
     stop.wait()
     running.stop(grace=10.0)
+    if parent_pid is not None and running.socket_path:
+        try:  # the private directory its parent made for it: gone with the service, if empty
+            os.rmdir(os.path.dirname(running.socket_path))
+        except OSError:
+            pass
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from contextlib import ExitStack
 from typing import Callable, Iterator
@@ -18,7 +19,7 @@ from hal.types import ErrorStatus, OperandType
 from service import convert
 from service.driver import Driver, PreparedEntry, deadline_from_timeout, perf_name
 from service.local_burst import LocalBurstServer
-from service.memory import SharedPool
+from service.memory import ClientPool
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.scheduler import Scheduler
@@ -27,6 +28,8 @@ log = logging.getLogger("nnhal.service")
 
 #: Largest message either side accepts. Larger tensors and weights go through shared memory.
 MAX_MESSAGE_BYTES = 64 << 20
+#: Pools one burst stream may hold registered (each is an open descriptor).
+MAX_BURST_POOLS = 64
 
 
 def _guard(reply_cls, fn: Callable[[], object]):
@@ -41,21 +44,26 @@ def _guard(reply_cls, fn: Callable[[], object]):
 
 
 class PoolResolver:
-    """Maps proto Memory descriptors to buffers for one request; owns attachments it made."""
+    """Maps proto Memory descriptors to pools for one request or model; owns what it opened.
 
-    def __init__(self, driver: Driver, stack: ExitStack, burst_pools: dict[int, SharedPool] | None = None,
-                 allow_inline: bool = True):
+    A client's shared memory is never mapped (see ``service.memory``): for a model it is read
+    whole into a private copy; for a request it stays a ``ClientPool`` until ``privatize``
+    copies the argument ranges in and out."""
+
+    def __init__(self, driver: Driver, stack: ExitStack, burst_pools: dict[int, ClientPool] | None = None,
+                 allow_inline: bool = True, copy_shared: bool = True):
         self.driver = driver
         self.stack = stack
         self.burst_pools = burst_pools
         self.allow_inline = allow_inline
+        self.copy_shared = copy_shared
 
-    def __call__(self, m: pb.Memory) -> memoryview | bytearray | bytes:
+    def __call__(self, m: pb.Memory):
         kind = m.WhichOneof("kind")
         if kind == "shared":
-            pool = SharedPool(m.shared.name, m.shared.size)
+            pool = ClientPool(m.shared.name, m.shared.size)
             self.stack.callback(pool.close)
-            return pool.buf
+            return pool.read(0, pool.size, "model pool") if self.copy_shared else pool
         if kind == "driver_buffer":
             return self.driver.buffer(m.driver_buffer)
         if kind == "burst_pool":
@@ -64,17 +72,48 @@ class PoolResolver:
             pool = self.burst_pools.get(m.burst_pool)
             if pool is None:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"burst pool {m.burst_pool} is not registered")
-            pool.check_alive()
-            return pool.buf
+            return pool
         if kind == "inline_data" and self.allow_inline:
             return m.inline_data
         raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unsupported memory kind {kind!r}")
+
+
+def privatize(request: Request) -> list[tuple[int, ClientPool, int]]:
+    """Copy every input held in a client's shared memory into a private pool and give every such
+    output a private pool; returns the outputs to copy back: (output index, pool, offset)."""
+    pools = list(request.pools)
+    shared = {i for i, p in enumerate(pools) if isinstance(p, ClientPool)}
+    if not shared:
+        return []
+    for k, arg in enumerate(request.inputs):
+        loc = arg.location
+        if not arg.has_no_value and loc is not None and loc.pool_index in shared:
+            pools.append(pools[loc.pool_index].read(loc.offset, loc.length, f"input {k}"))
+            arg.location = DataLocation(len(pools) - 1, 0, loc.length)
+    write_back = []
+    for k, arg in enumerate(request.outputs):
+        loc = arg.location
+        if not arg.has_no_value and loc is not None and loc.pool_index in shared:
+            pool = pools[loc.pool_index]
+            pool.check_range(loc.offset, loc.length, f"output {k}")
+            pools.append(bytearray(loc.length))
+            write_back.append((k, pool, loc.offset))
+            arg.location = DataLocation(len(pools) - 1, 0, loc.length)
+    for i in shared:
+        pools[i] = b""  # no argument refers to it any more
+    request.pools = pools
+    return write_back
 
 
 def request_from_proto(req: pb.Request, resolve: PoolResolver) -> tuple[Request, list[tuple[int, int]]]:
     """Build a hal Request; inline arguments become extra pools. Returns (request, inline outputs)
     where each inline output is (output index, pool index)."""
     pools = [resolve(m) for m in req.pools]
+    for kind, args in (("input", req.inputs), ("output", req.outputs)):
+        for k, a in enumerate(args):  # before inline data joins the list as pools of its own
+            if a.WhichOneof("where") == "location" and a.location.pool_index >= len(req.pools):
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{kind} {k}: pool {a.location.pool_index} does not "
+                                                             f"exist (the request has {len(req.pools)} pools)")
     inputs, outputs, inline_outputs = [], [], []
     for a in req.inputs:
         where = a.WhichOneof("where")
@@ -103,9 +142,47 @@ def request_from_proto(req: pb.Request, resolve: PoolResolver) -> tuple[Request,
     return Request(inputs=inputs, outputs=outputs, pools=pools), inline_outputs
 
 
+#: How often a session's thread checks that its client is still there.
+SESSION_POLL_S = 1.0
+#: The metadata key carrying the caller's session id (see OpenSession).
+SESSION_KEY = "nnhal-session"
+
+
+def _session(driver: Driver, context):
+    """The caller's session, from its metadata; INVALID_ARGUMENT without one."""
+    for key, value in context.invocation_metadata() or ():
+        if key == SESSION_KEY:
+            return driver.sessions.get(value)
+    return driver.sessions.get(None)
+
+
 class DeviceServicer(pb_grpc.DeviceServicer):
     def __init__(self, driver: Driver):
         self.driver = driver
+
+    def OpenSession(self, request_iterator, context):
+        """Held open by each client; its end (client close, disconnect, death) releases what the
+        client owned. Costs one server thread per connected client while it lasts."""
+        try:
+            session = self.driver.open_session(context.peer())
+        except HalError as e:
+            yield pb.SessionReply(status=convert.hal_error_status(e))
+            return
+        context.add_callback(lambda: self.driver.close_session(session.id))  # also if never resumed
+        try:
+            yield pb.SessionReply(status=convert.status(), session_id=session.id)
+            # The client sends nothing: wait for its end (the callback above releases at once; this
+            # thread notices within a second) or for the service to stop.
+            while context.is_active() and not self.driver.sessions_closing.wait(SESSION_POLL_S):
+                pass
+        finally:
+            self.driver.close_session(session.id)
+
+    def ReleaseBuffer(self, request, context):
+        def body():
+            self.driver.release_buffer(request.buffer_token)
+            return pb.ReleaseReply(status=convert.status())
+        return _guard(pb.ReleaseReply, body)
 
     def GetCapabilities(self, request, context):
         def body():
@@ -155,15 +232,17 @@ class DeviceServicer(pb_grpc.DeviceServicer):
             with ExitStack() as stack:
                 model = convert.model_from_proto(request.model, PoolResolver(self.driver, stack))
                 # One private copy of each pool: the client may reuse or unmap its memory.
-                model.pools = [bytes(p) for p in model.pools]
-            entry = self.driver.prepare(model, request.preference, request.priority, deadline, request.token)
+                model.pools = [p if isinstance(p, bytes) else bytes(p) for p in model.pools]
+            entry = self.driver.prepare(model, request.preference, request.priority, deadline, request.token,
+                                        session=_session(self.driver, context))
             return pb.PrepareModelReply(status=convert.status(), prepared_model_id=entry.id)
         return _guard(pb.PrepareModelReply, body)
 
     def PrepareModelFromCache(self, request, context):
         def body():
             entry = self.driver.prepare_from_cache(request.token, request.preference, request.priority,
-                                                   deadline_from_timeout(request.timeout_ns))
+                                                   deadline_from_timeout(request.timeout_ns),
+                                                   session=_session(self.driver, context))
             return pb.PrepareModelReply(status=convert.status(), prepared_model_id=entry.id, from_cache=True)
         return _guard(pb.PrepareModelReply, body)
 
@@ -171,7 +250,8 @@ class DeviceServicer(pb_grpc.DeviceServicer):
         def body():
             roles = [(r.prepared_model_id, r.io_index, True) for r in request.input_roles] + \
                     [(r.prepared_model_id, r.io_index, False) for r in request.output_roles]
-            token = self.driver.allocate(request.operand_type, tuple(request.dimensions), roles)
+            token = self.driver.allocate(request.operand_type, tuple(request.dimensions), roles,
+                                         session=_session(self.driver, context))
             return pb.AllocateReply(status=convert.status(), buffer_token=token)
         return _guard(pb.AllocateReply, body)
 
@@ -182,12 +262,27 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
         self.scheduler = scheduler
         self.runtime_dir = runtime_dir  # where local-burst sockets go (the service socket's private dir)
         self.local_bursts: list[LocalBurstServer] = []
+        self.max_local_bursts = 4 * driver.sessions.max_clients
+        self._grpc_bursts = 0
+        self._lock = threading.Lock()
+        driver.release_hooks.append(self._close_bursts_of)
+
+    def _close_bursts_of(self, prepared_id: str) -> None:
+        """A released prepared model's local bursts stop (their threads hold the model)."""
+        for b in self.local_bursts:
+            if b.entry.id == prepared_id:
+                b.close()
 
     def OpenLocalBurst(self, request, context):
         def body():
             entry = self.driver.get(request.prepared_model_id)
-            burst = LocalBurstServer(self.driver, entry, request.slot_bytes, self.runtime_dir)
-            self.local_bursts = [b for b in self.local_bursts if not b.closed.is_set()] + [burst]
+            with self._lock:
+                self.local_bursts = [b for b in self.local_bursts if not b.closed.is_set()]
+                if len(self.local_bursts) >= self.max_local_bursts:  # each is a thread and a memfd
+                    raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                                   f"{len(self.local_bursts)} local bursts are open, the service's limit")
+                burst = LocalBurstServer(self.driver, entry, request.slot_bytes, self.runtime_dir)
+                self.local_bursts.append(burst)
             return pb.LocalBurstReply(status=convert.status(), socket_path=burst.path, auth_token=burst.token)
         return _guard(pb.LocalBurstReply, body)
 
@@ -198,7 +293,7 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
         for b in self.local_bursts:
             b.thread.join(timeout_s)
 
-    def run(self, ex: pb.ExecuteRequest, burst_pools: dict[int, SharedPool] | None = None) -> pb.ExecuteReply:
+    def run(self, ex: pb.ExecuteRequest, burst_pools: dict[int, ClientPool] | None = None) -> pb.ExecuteReply:
         """Execute one request (unary or burst). Kernels run on the priority scheduler."""
         received = time.monotonic_ns()
 
@@ -207,8 +302,14 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
             entry = self.driver.get(ex.prepared_model_id)
             with ExitStack() as stack:
                 request, inline = request_from_proto(
-                    ex.request, PoolResolver(self.driver, stack, burst_pools, allow_inline=False))
+                    ex.request, PoolResolver(self.driver, stack, burst_pools, allow_inline=False, copy_shared=False))
+                write_back = privatize(request)
                 reply = self.scheduler.run(entry.priority, lambda: self._execute(entry, request, deadline, received))
+                if reply.status.code == ErrorStatus.NONE:
+                    for k, pool, offset in write_back:
+                        nbytes = _nbytes(entry, k, reply.output_shapes[k].dimensions)
+                        pool.write(offset, memoryview(request.pools[request.outputs[k].location.pool_index])[:nbytes],
+                                   f"output {k}")
                 if reply.status.code == ErrorStatus.NONE and inline:
                     outs = [b""] * len(request.outputs)
                     for k, pool_index in inline:
@@ -241,7 +342,14 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
         return self.run(request)
 
     def ExecuteBurst(self, request_iterator: Iterator[pb.BurstRequest], context):
-        pools: dict[int, SharedPool] = {}
+        with self._lock:
+            full = self._grpc_bursts >= self.driver.sessions.max_clients  # each holds a server thread
+            self._grpc_bursts += not full
+        if full:
+            yield pb.BurstReply(result=pb.ExecuteReply(status=convert.status(
+                ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, "too many bursts are open on the service")))
+            return
+        pools: dict[int, ClientPool] = {}
         try:
             for msg in request_iterator:
                 reply = _guard(pb.ExecuteReply, lambda msg=msg: self._burst_step(msg, pools))
@@ -250,8 +358,10 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
         finally:
             for p in pools.values():
                 p.close()
+            with self._lock:
+                self._grpc_bursts -= 1
 
-    def _burst_step(self, msg: pb.BurstRequest, pools: dict[int, SharedPool]) -> pb.ExecuteReply:
+    def _burst_step(self, msg: pb.BurstRequest, pools: dict[int, ClientPool]) -> pb.ExecuteReply:
         for pid in msg.release_pools:
             p = pools.pop(pid, None)
             if p is not None:
@@ -259,7 +369,9 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
         for reg in msg.register_pools:
             if reg.memory.WhichOneof("kind") != "shared":
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, "burst pools must be shared memory")
-            new = SharedPool(reg.memory.shared.name, reg.memory.shared.size)
+            if reg.pool_id not in pools and len(pools) >= MAX_BURST_POOLS:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"a burst may register at most {MAX_BURST_POOLS} pools")
+            new = ClientPool(reg.memory.shared.name, reg.memory.shared.size)
             old = pools.pop(reg.pool_id, None)
             if old is not None:
                 old.close()

@@ -13,10 +13,17 @@ FAILING = (Outcome.WRONG, Outcome.REJECTED, Outcome.CRASH)
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.service is None:
-        target = InProcessTarget()
-    else:
-        target = ServiceTarget(args.service or None)
+    from service.client import ServiceUnavailableError
+    from service.tls import check_tls_address, client_tls
+    try:
+        tls = client_tls(args.tls_ca_file, args.tls_cert_file, args.tls_key_file,
+                         ("--tls-ca-file", "--tls-cert-file", "--tls-key-file"))
+        if tls is not None:
+            check_tls_address(args.service or None, "--tls-ca-file/--tls-cert-file/--tls-key-file")
+        target = InProcessTarget() if args.service is None else ServiceTarget(args.service or None, tls=tls)
+    except (ValueError, ServiceUnavailableError) as e:
+        print(f"nnhal cts: {e}", file=sys.stderr)
+        return 2
     cases = list(load_cases(args.corpus or None, args.op, args.name))
     done = [0]
     tty = sys.stderr.isatty() and not args.json

@@ -86,15 +86,17 @@ class ServiceTarget:
     """A real nnhal service over gRPC: the address given, or a private one this target starts
     (and restarts after a crash, so one bad case does not fail the rest)."""
 
-    def __init__(self, address: str | None = None, serve_args: Iterable[str] = ()):
+    def __init__(self, address: str | None = None, serve_args: Iterable[str] = (), tls=None):
+        """``tls``: a service.tls.ClientTls for a TLS address."""
         from service.client import Client
         self._client_cls = Client
+        self._tls = tls.connect_kwargs() if tls is not None else {}
         self._own = address is None
         self._serve_args = list(serve_args)
         self._proc: subprocess.Popen | None = None
         self._dir: tempfile.TemporaryDirectory | None = None
         self.address = address or self._start()
-        self.client = Client.connect(self.address)
+        self.client = Client.connect(self.address, **self._tls)
         self.name = f"service ({self.address})"
 
     def _start(self) -> str:

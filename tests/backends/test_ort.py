@@ -155,6 +155,27 @@ def test_runs_of_lowered_operations_become_one_partition_each():
         assert compare(g, w) is None
 
 
+def test_a_run_whose_results_nothing_reads_still_executes():
+    """NNAPI allows an operation whose output nobody reads; a graph needs an output, so such a run
+    is planned operation by operation (make fuzz found GENERAL_FAILURE here), also from the cache."""
+    from hal.model import ModelBuilder
+    from hal.serialize import dump_compiled, load_compiled
+    b = ModelBuilder()
+    x = b.add_operand(F32, (2, 1))
+    dead = b.add_operand(F32, (2, 1))
+    b.add_operation(OperationType.ADD, [x, x, b.add_int32(0)], [dead])
+    idx = b.add_operand(OperandType.TENSOR_INT32, (1,))
+    y = b.add_operand(F32, (1, 1))
+    b.add_operation(OperationType.EMBEDDING_LOOKUP, [idx, x], [y])
+    b.identify_inputs_and_outputs([idx, x], [y])
+    model = b.finish()
+    inputs = [np.array([1], np.int32), np.array([[3.0], [4.0]], np.float32)]
+    want = execute(compile_model(model, backend_order=["reference"]), inputs)
+    compiled = compile_model(model, backend_order=ORDER)
+    np.testing.assert_array_equal(execute(compiled, inputs)[0], want[0])
+    np.testing.assert_array_equal(execute(load_compiled(*dump_compiled(compiled), ORDER), inputs)[0], want[0])
+
+
 @pytest.mark.partition_fallback
 def test_a_partition_that_fails_to_compile_runs_operation_by_operation(monkeypatch):
     def broken(partition):

@@ -38,15 +38,20 @@ class ServerProcess:
         return self.log_path.read_text()
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self.log.close()
         return self.proc.returncode
+
+
+def terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM (a graceful stop), SIGKILL after 60 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture

@@ -208,3 +208,77 @@ def test_fuzzed_model_protos_never_crash_the_server(client, data):
             setattr(op, choice, data.draw(st.integers(-(2**31), 2**31 - 1)))
     reply = client.device.PrepareModel(pb.PrepareModelRequest(model=proto), timeout=30)
     assert reply.status.code in (ErrorStatus.NONE, ErrorStatus.INVALID_ARGUMENT), reply.status.message
+
+
+def _shrinking(shm: shared_memory.SharedMemory, stop) -> None:
+    """A hostile client: shrink and regrow its own pool as fast as it can."""
+    while not stop.is_set():
+        os.ftruncate(shm._fd, 0)
+        os.ftruncate(shm._fd, shm.size)
+
+
+@pytest.mark.parametrize("path", ["execute", "burst", "prepare"])
+def test_a_client_shrinking_its_pool_cannot_fault_the_service(server, client, path):
+    """Issue 18 finding 1: the service once mapped client pools and died of SIGBUS (4 of 4 runs)
+    when a client truncated one while a request read it. Whatever the client does to its memory,
+    the service answers (correctly or INVALID_ARGUMENT) and keeps serving."""
+    import threading
+    shape = (256, 1024)  # 1 MiB per tensor: a long read window
+    nbytes = 4 * 256 * 1024
+    shm = shared_memory.SharedMemory(create=True, size=3 * nbytes)
+    pm = client.prepare_model(add_model(shape))
+    r = pb.Request(pools=[pb.Memory(shared=pb.SharedMemoryRef(name=shm.name, size=shm.size))])
+    r.inputs.add(location=pb.DataLocation(pool_index=0, offset=0, length=nbytes))
+    r.inputs.add(location=pb.DataLocation(pool_index=0, offset=nbytes, length=nbytes))
+    r.outputs.add(location=pb.DataLocation(pool_index=0, offset=2 * nbytes, length=nbytes))
+    if path == "prepare":
+        model = convert.model_to_proto(add_model(shape, constant=np.ones(shape, np.float32)))
+        values = model.operand_values
+        np.frombuffer(shm.buf, np.uint8, len(values))[:] = np.frombuffer(values, np.uint8)
+        for o in model.main.operands:
+            if o.lifetime == 1:  # CONSTANT_COPY -> CONSTANT_POOL 0
+                o.lifetime = 2
+        model.operand_values = b""
+        model.pools.append(pb.Memory(shared=pb.SharedMemoryRef(name=shm.name, size=shm.size)))
+    stop = threading.Event()
+    attacker = threading.Thread(target=_shrinking, args=(shm, stop), daemon=True)
+    attacker.start()
+    codes = set()
+    try:
+        if path == "execute":
+            for _ in range(150):
+                codes.add(_raw_execute(client, pm.id, r).status.code)
+        elif path == "burst":
+            def msgs():
+                for k in range(150):
+                    m = pb.BurstRequest(serial=k)
+                    if k == 0:
+                        m.register_pools.add(pool_id=1, memory=r.pools[0])
+                    m.execute.prepared_model_id = pm.id
+                    m.execute.request.CopyFrom(r)
+                    m.execute.request.pools[0].CopyFrom(pb.Memory(burst_pool=1))
+                    yield m
+            codes |= {rep.result.status.code for rep in client.prepared.ExecuteBurst(msgs(), timeout=120)}
+        else:
+            for _ in range(60):
+                codes.add(client.device.PrepareModel(pb.PrepareModelRequest(model=model), timeout=120).status.code)
+    finally:
+        stop.set()
+        attacker.join()
+        shm.close()
+        shm.unlink()
+    assert server.proc.poll() is None, "the service died"
+    assert codes <= {ErrorStatus.NONE, ErrorStatus.INVALID_ARGUMENT}, codes
+    _alive(client)
+
+
+def test_a_location_cannot_name_another_arguments_inline_data(client):
+    """Inline arguments become pools after the request's own: a location past the request's pools
+    once read another argument's bytes (found by make fuzz)."""
+    pm = client.prepare_model(add_model())
+    r = pb.Request()
+    r.inputs.add(location=pb.DataLocation(pool_index=0, offset=0, length=24))
+    r.inputs.add(data=(10 * X).tobytes())
+    r.outputs.add(inline_capacity=24)
+    reply = _raw_execute(client, pm.id, r)
+    assert reply.status.code == ErrorStatus.INVALID_ARGUMENT and "does not exist" in reply.status.message
