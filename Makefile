@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help setup test test-litert run bench lint clean ops cts
+.PHONY: help setup test test-litert run bench lint clean ops cts soak fuzz
 
 help:  ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -33,6 +33,18 @@ run: setup  ## Main job: example models through the delegate; inference_diff + b
 
 bench: setup  ## Benchmarks (RPC paths, cache, delegated models, float and quantized 224x224 models vs TFLite) -> bench/results.md
 	$(BIN)/python -m bench.run_all
+
+SOAK_SECONDS ?= 300
+
+soak: setup  ## Soak (SOAK_SECONDS=300): 4 delegate clients while the service is killed, stopped, its cache read-only; outputs vs TFLite, RSS growth -> bench/results.md
+	$(BIN)/python -m bench.soak --seconds $(SOAK_SECONDS)
+
+FUZZ_CASES ?= 10000
+FUZZ_SECONDS ?= 1200
+FUZZ_SEED ?= 1
+
+fuzz: setup  ## Fuzz (FUZZ_CASES=10000 FUZZ_SECONDS=1200): mutated models, requests and .tflite bytes vs real services -> bench/results.md
+	$(BIN)/python -m tests.fuzz --cases $(FUZZ_CASES) --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
 
 lint: setup  ## ruff
 	$(BIN)/ruff check hal service delegate extensions cache nnhal tests bench
