@@ -125,7 +125,7 @@ class SoakService:
         os.kill(self.proc.pid, signal.SIGSTOP)
         self.stopped = True
         deadline = time.monotonic() + 30
-        while not _all_threads_stopped(self.proc.pid) and time.monotonic() < deadline:
+        while not all_threads_stopped(self.proc.pid) and time.monotonic() < deadline:
             time.sleep(0.01)
 
     def resume(self) -> None:
@@ -172,7 +172,8 @@ class SoakService:
         self.read_only = on
 
 
-def _all_threads_stopped(pid: int) -> bool:
+def all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is stopped (SIGSTOP takes effect thread by thread); True once it is gone."""
     states = []
     try:
         tids = os.listdir(f"/proc/{pid}/task")

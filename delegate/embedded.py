@@ -18,12 +18,9 @@ import threading
 import time
 
 from service.client import Client, ServiceUnavailableError
-from service.server import default_address
+from service.server import MAX_SOCKET_PATH_BYTES, default_address
 
 log = logging.getLogger("nnhal.delegate")
-
-#: Longest AF_UNIX socket path Linux accepts (sun_path is 108 bytes with its NUL).
-MAX_UNIX_PATH = 107
 
 _lock = threading.Lock()
 _child: subprocess.Popen | None = None
@@ -51,7 +48,7 @@ def _embedded_address() -> str:
             shutil.rmtree(os.path.dirname(_child_address[len("unix:"):]), ignore_errors=True)
         d = tempfile.mkdtemp(prefix="nnhal-embedded-")
         sock = os.path.join(d, "nnhal.sock")
-        if len(os.fsencode(sock)) > MAX_UNIX_PATH:  # a deep $TMPDIR: AF_UNIX paths are short
+        if len(os.fsencode(sock)) > MAX_SOCKET_PATH_BYTES:  # a deep $TMPDIR: AF_UNIX paths are short
             os.rmdir(d)
             d = tempfile.mkdtemp(prefix="nnhal-embedded-", dir="/tmp")
             sock = os.path.join(d, "nnhal.sock")

@@ -136,6 +136,7 @@ class DelegationReport:
 
 class NnhalDelegate(SimpleDelegateInterface):
     name = "NnhalDelegate"
+    expected_errors = (ValueError, MappingError)  # InvalidNnapiOperation is a MappingError
 
     def __init__(self, options: NnhalOptions):
         from extensions.registry import ensure_plugins_loaded, registered

@@ -69,6 +69,8 @@ class SimpleDelegateInterface:
     name = "PythonDelegate"
     flags = capi.kTfLiteDelegateFlagsNone
     partition_options = PartitionOptions()
+    #: Exceptions that describe the model or its use, not a bug: reported in one line, no traceback.
+    expected_errors: tuple[type[BaseException], ...] = (ValueError,)
 
     def initialize(self, context: "DelegateContext") -> bool:
         """Called once per Prepare; return False to claim nothing."""
@@ -298,11 +300,11 @@ class PythonDelegate:
         return getattr(self.impl, "report", None)
 
     def _fail(self, where: str) -> int:
-        """Record and log the exception being handled. Errors that describe the model or its use
-        (ValueError: a corrupted file, a resized input, a node nnhal cannot map) are one line; any
-        other exception is a bug in nnhal and keeps its traceback."""
+        """Record and log the exception being handled: the impl's ``expected_errors`` (a corrupted
+        file, a resized input, a node it cannot map) in one line; anything else is a bug in the
+        delegate and keeps its traceback."""
         exc = sys.exc_info()[1]
-        if isinstance(exc, ValueError) or type(exc).__name__ in ("MappingError", "InvalidNnapiOperation"):
+        if isinstance(exc, self.impl.expected_errors):
             self.last_error = f"{self.impl.name} {where}: {exc}"
         else:
             self.last_error = f"{self.impl.name} {where}: {traceback.format_exc(limit=8)}"

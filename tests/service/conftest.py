@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from bench.soak_service import all_threads_stopped
 from service.client import Client, ServiceUnavailableError
 
 
@@ -79,24 +80,13 @@ def stopped(server: ServerProcess):
         # kill() returns before the stop takes effect, and a spinning burst thread could still
         # answer: wait until every thread of the process is stopped.
         deadline = time.monotonic() + HANG_LIMIT_S
-        while not _all_threads_stopped(server.proc.pid):
+        while not all_threads_stopped(server.proc.pid):
             assert time.monotonic() < deadline, "SIGSTOP did not stop the service"
             time.sleep(0.01)
         yield
     finally:
         if server.proc.poll() is None:
             os.kill(server.proc.pid, signal.SIGCONT)
-
-
-def _all_threads_stopped(pid: int) -> bool:
-    states = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                states.append(f.read().rsplit(")", 1)[1].split()[0])
-        except FileNotFoundError:
-            pass  # the thread ended
-    return all(st in "tT" for st in states)
 
 
 def returns(fn, *args, **kw):
