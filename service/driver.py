@@ -290,10 +290,10 @@ class Driver:
                 self._prepared.pop(pid, None)
             for token in session.buffers:
                 self._buffers.pop(token, None)  # in-flight executions keep their reference
-        if session.prepared or session.buffers:
+        if session.prepared or session.buffers:  # a client that held nothing costs no heap trim
             log.info("client %s gone: released %d prepared model(s), %d buffer(s)", session.peer,
                      len(session.prepared), len(session.buffers))
-        self._released(list(session.prepared))
+            self._released(list(session.prepared))
 
     def allocate(self, operand_type: int, dimensions: tuple[int, ...], roles: list[tuple[str, int, bool]], *,
                  session: Session | None = None) -> int:
