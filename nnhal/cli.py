@@ -42,7 +42,10 @@ def _cmd_backends(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    import faulthandler
     import logging
+    import signal
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack, to stderr
 
     from service.server import default_cache_dir, serve
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),

@@ -45,12 +45,14 @@ class ServerProcess:
 
 
 def terminate(proc: subprocess.Popen) -> None:
-    """SIGTERM (a graceful stop), SIGKILL after 60 s."""
+    """SIGTERM (a graceful stop), SIGKILL after 60 s (after a stack dump, to see what held it)."""
     if proc.poll() is None:
         proc.terminate()
         try:
             proc.wait(60)
         except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # nnhal serve dumps every thread's stack into its log
+            time.sleep(1)
             proc.kill()
             proc.wait()
 
