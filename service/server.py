@@ -72,6 +72,9 @@ class RunningServer:
                 pass
 
 
+#: How often the main thread looks for a SIGTERM/SIGINT its (lock-free) handler recorded.
+SIGNAL_POLL_S = 0.1
+
 #: sockaddr_un's sun_path is 108 bytes on Linux, with the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
 
@@ -284,9 +287,13 @@ def serve(socket_path: str | None, listen: str | None, workers: int, tls: Server
     if parent_pid is not None:
         _stop_with_parent(parent_pid, stop)
 
+    signals: list[int] = []
+
     def on_signal(signum, frame):
-        log.info("signal %d: shutting down", signum)
-        stop.set()
+        # No locks here (no Event.set, no logging): a handler runs on the main thread between any two
+        # bytecodes, also inside another handler's Event.set(), and would wait forever for the lock
+        # its own thread holds. Two SIGTERMs in a row deadlocked the service that way.
+        signals.append(signum)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -295,8 +302,13 @@ def serve(socket_path: str | None, listen: str | None, workers: int, tls: Server
     print(f"nnhal service listening on {running.address}", flush=True)
     if ready is not None:
         ready.set()
-    stop.wait()
+    while not signals and not stop.wait(SIGNAL_POLL_S):
+        pass
+    if signals:
+        log.info("signal %d: shutting down", signals[0])
     running.stop(grace=10.0)
+    for signum in (signal.SIGTERM, signal.SIGINT):  # stopped: a repeated signal has nothing left to stop,
+        signal.signal(signum, signal.SIG_IGN)      # and would find Python's default action back, exiting
     if parent_pid is not None and running.socket_path:
         try:  # the private directory its parent made for it: gone with the service, if empty
             os.rmdir(os.path.dirname(running.socket_path))

@@ -5,6 +5,7 @@ import multiprocessing as mp
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 
@@ -81,4 +82,22 @@ def test_sigterm_during_load_finishes_in_flight_work(tmp_path):
     assert rc == 0, f"exit code {rc}: {server.output()}"
     assert not errors
     assert done and all(done)
+    assert not os.path.exists(server.socket)
+
+
+def test_a_flood_of_sigterms_stops_the_service_cleanly(tmp_path):
+    """Signals that arrive while the service handles one (a supervisor's SIGTERM plus an impatient
+    user's, or the test above's two) must not deadlock it: a handler that took a lock could
+    interrupt its own thread holding that lock. Flooded until it exits, the service exits 0."""
+    server = ServerProcess(tmp_path)
+    sent = 0
+    deadline = time.monotonic() + 60
+    while server.proc.poll() is None and time.monotonic() < deadline:
+        try:
+            os.kill(server.proc.pid, signal.SIGTERM)
+            sent += 1
+        except ProcessLookupError:
+            break
+    rc = server.stop()
+    assert rc == 0, f"exit code {rc} after {sent} SIGTERMs: {server.output()}"
     assert not os.path.exists(server.socket)
