@@ -11,7 +11,8 @@ at prepare time nothing is claimed; if it fails during invoke, or does not
 answer within the bound on every wait (deadline_ms plus a grace, else a default
 scaled by the model's slowest execution: service.client's constants), the
 partition runs in-process on hal (same kernels, same results) and reconnection
-is tried later.
+is tried later; with allow_in_process_fallback=False (TFLite's disallow_nnapi_cpu)
+that invoke fails instead, with one clear error.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import logging
 import re
 import time
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from delegate.mapping import (
 )
 from delegate.mapping.core import custom_provider
 from delegate.mapping.folding import fold_constants
+from delegate.options import NnhalOptions
 from delegate.partition import PartitionOptions, PartitionPlan, parse_node_ranges
 from delegate.simple import (
     DelegateContext,
@@ -44,10 +46,8 @@ from delegate.simple import (
     SimpleDelegateKernel,
 )
 from delegate.tfl.schema import builtin_name
-from hal.types import ErrorStatus, ExecutionPreference, Priority
+from hal.types import ErrorStatus
 from service.client import Client, ServiceError, ServiceUnavailableError
-from service.server import check_socket_path
-from service.tls import ClientTls, check_tls_address, client_tls
 from service.token import model_token
 
 log = logging.getLogger("nnhal.delegate")
@@ -55,59 +55,6 @@ log = logging.getLogger("nnhal.delegate")
 RECONNECT_INTERVAL_S = 2.0
 #: A kernel freed while the service is stopped must not hold up the Interpreter's destruction.
 RELEASE_TIMEOUT_S = 5.0
-
-
-def _enum(cls, v, option: str):
-    try:
-        return cls[v.upper()] if isinstance(v, str) else cls(v)
-    except (KeyError, ValueError):
-        raise ValueError(f"unknown {option} {v!r} (one of: {', '.join(m.name.lower() for m in cls)})") from None
-
-
-@dataclass
-class NnhalOptions:
-    service_address: str | None = None
-    max_delegated_partitions: int = 3
-    min_nodes_per_partition: int = 1
-    partitions: str | None = None
-    cache_token: bytes = b""
-    execution_preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER
-    priority: Priority = Priority.MEDIUM
-    allow_fp16: bool = False
-    deadline_ms: float | None = None
-    local_burst: bool = True
-    #: TLS to a TCP service_address (PEM files): the CA to trust, and a client certificate and
-    #: its key for a service that requires one (`nnhal serve --tls-client-ca`).
-    tls_ca_file: str | None = None
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-    tls: ClientTls | None = field(default=None, init=False, repr=False)  # the files' bytes, read once
-
-    @classmethod
-    def from_kwargs(cls, **kw) -> "NnhalOptions":
-        unknown = set(kw) - {f.name for f in fields(cls) if f.init}
-        if unknown:
-            raise TypeError(f"unknown nnhal delegate option(s): {', '.join(sorted(unknown))}")
-        o = cls(**kw)
-        if isinstance(o.cache_token, str):
-            o.cache_token = o.cache_token.encode()
-        o.execution_preference = _enum(ExecutionPreference, o.execution_preference, "execution_preference")
-        o.priority = _enum(Priority, o.priority, "priority")
-        if o.max_delegated_partitions < 0 or o.min_nodes_per_partition < 1:
-            raise ValueError("max_delegated_partitions must be >= 0 and min_nodes_per_partition >= 1")
-        if o.deadline_ms is not None and not o.deadline_ms > 0:
-            raise ValueError(f"deadline_ms must be > 0, not {o.deadline_ms}")
-        parse_node_ranges(o.partitions)  # validate early
-        if o.service_address and o.service_address.startswith("unix:"):
-            check_socket_path(o.service_address.removeprefix("unix:").removeprefix("//"))
-        o.tls = client_tls(o.tls_ca_file, o.tls_cert_file, o.tls_key_file)  # a bad file: ValueError now
-        if o.tls is not None:
-            check_tls_address(o.service_address, "tls_ca_file/tls_cert_file/tls_key_file")
-        return o
-
-    def token_options(self) -> dict:
-        """Options that change compilation (and therefore the cache token)."""
-        return {"allow_fp16": self.allow_fp16, "preference": int(self.execution_preference)}
 
 
 @dataclass
@@ -134,9 +81,13 @@ class DelegationReport:
         return sum(n.placement == "nnhal" for n in self.nodes)
 
 
+class NoFallbackError(RuntimeError):
+    """The service failed during invoke and in-process fallback is off: TFLite's invoke fails."""
+
+
 class NnhalDelegate(SimpleDelegateInterface):
     name = "NnhalDelegate"
-    expected_errors = (ValueError, MappingError)  # InvalidNnapiOperation is a MappingError
+    expected_errors = (ValueError, MappingError, NoFallbackError)  # InvalidNnapiOperation is a MappingError
 
     def __init__(self, options: NnhalOptions):
         from extensions.registry import ensure_plugins_loaded, registered
@@ -321,7 +272,7 @@ class NnhalKernel(SimpleDelegateKernel):
         self.inputs, self.outputs = part.input_tensors, part.output_tensors
         self.input_dims = [capi.int_array(capi.tensor_at(context.ctx, t).dims) for t in self.inputs]
         o = self.owner.options
-        self.token = model_token(part.model, o.cache_token, o.token_options())
+        self.token = model_token(part.model, o.token_salt(), o.token_options())
         self._prepare()
 
     def prepare(self, context: DelegateContext) -> None:
@@ -370,6 +321,7 @@ class NnhalKernel(SimpleDelegateKernel):
             self._lose(self.remote.client)  # another partition lost this connection: don't wait on it too
         if self.remote is None and time.monotonic() >= self._retry_at:
             self._reconnect()
+        failure = "the nnhal service is unreachable"
         if self.remote is not None:
             timeout = self.owner.options.deadline_ms / 1e3 if self.owner.options.deadline_ms else None
             try:
@@ -380,9 +332,13 @@ class NnhalKernel(SimpleDelegateKernel):
             except ServiceError as e:
                 if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
                     raise
-                log.warning("nnhal service failed during invoke (%s); running the partition in-process", e)
+                failure = f"the nnhal service failed during invoke ({e})"
+                if self.owner.options.allow_in_process_fallback:
+                    log.warning("%s; running the partition in-process", failure)
                 self._lose(self.remote.client)
         if outs is None:
+            if not self.owner.options.allow_in_process_fallback:
+                raise NoFallbackError(f"{failure}; in-process fallback is off (disallow_nnapi_cpu)")
             outs = self._run_locally(inputs)
         for t, out in zip(self.outputs, outs):
             np.copyto(context.tensor(t), out.reshape(context.tensor(t).shape), casting="no")
@@ -439,9 +395,11 @@ def load_delegate(service_address: str | None = None, **options) -> PythonDelega
     """The nnhal delegate for ``Interpreter(..., experimental_delegates=[load_delegate()])``.
 
     Options: max_delegated_partitions (3; 0 = unlimited), min_nodes_per_partition (1),
-    partitions ("0-11,177-215"), cache_token, execution_preference, priority, allow_fp16,
-    deadline_ms, local_burst, tls_ca_file / tls_cert_file / tls_key_file (TLS to a HOST:PORT
-    service_address, with a client certificate for mTLS). ``.report`` tells what went where.
+    partitions ("0-11,177-215"), cache_token, cache_dir, execution_preference, priority,
+    allow_fp16, deadline_ms, local_burst, allow_in_process_fallback, accelerator_name ("nnhal"),
+    tls_ca_file / tls_cert_file / tls_key_file (TLS to a HOST:PORT service_address, with a client
+    certificate for mTLS); TFLite NNAPI delegate names are aliases (delegate.options.ALIASES).
+    ``.report`` tells what went where.
     """
     impl = NnhalDelegate(NnhalOptions.from_kwargs(service_address=service_address, **options))
     return PythonDelegate(impl)

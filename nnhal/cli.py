@@ -151,8 +151,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"nnhal report: cannot load {args.model_file}: {error}", file=sys.stderr)
         return 2
     try:  # bad flag values and TLS files: before TFLite loads anything
-        options = delegate_options(args, max_delegated_partitions=args.max_delegated_partitions,
-                                   min_nodes_per_partition=args.min_nodes_per_partition, partitions=args.partitions)
+        options = delegate_options(args)
     except ValueError as e:
         print(f"nnhal report: {e}", file=sys.stderr)
         return 2
@@ -200,7 +199,8 @@ def _cmd_extensions(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nnhal", description="NNAPI-style accelerator driver in Python")
+    from nnhal.tool_support import OneLineErrors
+    p = OneLineErrors(prog="nnhal", description="NNAPI-style accelerator driver in Python")
     sub = p.add_subparsers(dest="command", required=True)
     ops = sub.add_parser("ops", help="print the supported (operation, operand type) matrix")
     ops.add_argument("--json", action="store_true", help="print as a JSON list")
@@ -255,23 +255,25 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("--cache-dir", default=None, help="cache directory (default as for serve)")
     cache.set_defaults(func=_cmd_cache)
 
-    report = sub.add_parser("report", help="which nodes of a .tflite model the delegate runs, and why not")
-    report.add_argument("--model_file", required=True)
-    from nnhal.tool_support import add_service_arguments
-    add_service_arguments(report, preference=False)
-    report.add_argument("--max_delegated_partitions", type=int, default=3)
-    report.add_argument("--min_nodes_per_partition", type=int, default=1)
-    report.add_argument("--partitions", default=None, help='manual node ranges, e.g. "0-11,177-215"')
+    # The TFLite-style tools: TFLite's flag names, no abbreviations (TFLite has none), and a flag they
+    # do not know is "Unconsumed cmdline flags" (main).
+    report = sub.add_parser("report", help="which nodes of a .tflite model the delegate runs, and why not",
+                            allow_abbrev=False)
+    report.add_argument("--model_file", "--graph", dest="model_file", required=True)
+    from nnhal.tool_support import add_delegate_arguments
+    add_delegate_arguments(report)
     report.add_argument("--json", action="store_true")
     report.set_defaults(func=_cmd_report)
 
     from nnhal import inference_diff
-    diff = sub.add_parser("inference-diff", help="accuracy/latency of the delegate vs TFLite CPU (TFLite's format)")
+    diff = sub.add_parser("inference-diff", help="accuracy/latency of the delegate vs TFLite CPU (TFLite's format)",
+                          allow_abbrev=False)
     inference_diff.add_arguments(diff)
     diff.set_defaults(func=inference_diff.run_cli)
 
     from nnhal import benchmark
-    bench = sub.add_parser("benchmark", help="latency with/without the delegate, prepare times, per-op profile")
+    bench = sub.add_parser("benchmark", help="latency with/without the delegate, prepare times, per-op profile",
+                           allow_abbrev=False)
     benchmark.add_arguments(bench)
     bench.set_defaults(func=benchmark.run_cli)
 
@@ -301,8 +303,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+TFLITE_TOOLS = ("report", "inference-diff", "benchmark")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        if args.command not in TFLITE_TOOLS:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        from nnhal.tool_support import unconsumed_flags
+        return unconsumed_flags("inference_diff" if args.command == "inference-diff" else f"nnhal {args.command}",
+                                extras)  # the name the tool's other errors use
     try:
         return args.func(args)
     except BrokenPipeError:

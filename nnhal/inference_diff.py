@@ -1,15 +1,18 @@
 """inference_diff: accuracy and latency of the nnhal delegate vs TFLite's CPU, TFLite's format.
 
 Like tensorflow/lite/tools/evaluation/tasks/inference_diff: each run draws random
-inputs (float: N(0.5, 1/3) clipped to [0, 1] and mapped onto [-1, 1]; integers:
-the same onto the type's range), invokes the reference (TFLite CPU, one thread)
-and the test interpreter (TFLite + delegate) ``INVOKES_PER_RUN`` times each, and
-records per output the mean absolute difference. Prints
+inputs (N(0.5, 1/3) clipped to [0, 1], mapped onto the range the model expects:
+nnhal.tool_inputs; or benchmark_model's --input_layer_value_range / _files), invokes
+the reference (TFLite CPU, one thread) and the test interpreter (TFLite + delegate)
+``INVOKES_PER_RUN`` times each, and records per output the mean absolute difference.
+Prints TFLite's lines, then per output the largest absolute difference seen and that
+difference relative to the reference output's range:
 
     Num evaluation runs: 50
     Reference run latency: avg=1234.5(us), std_dev=12.3(us)
     Test run latency: avg=...(us), std_dev=...(us)
     OutputDiff[0]: avg_error=1.2e-07, std_dev=3e-08
+    OutputMaxError[0]: max_abs_error=4.8e-07, relative_error=2.4e-07
 """
 from __future__ import annotations
 
@@ -20,6 +23,15 @@ import sys
 import time
 
 import numpy as np
+
+from nnhal.tool_inputs import (  # noqa: F401 - random_input: part of this module's API
+    add_input_arguments,
+    check_input_flags,
+    input_layers,
+    input_sources,
+    random_input,
+    resize_inputs,
+)
 
 INVOKES_PER_RUN = 3
 
@@ -39,22 +51,13 @@ def model_file_error(path: str) -> str | None:
     return None
 
 
-def random_input(rng: np.random.Generator, shape, dtype) -> np.ndarray:
-    v = np.clip(rng.normal(0.5, 1.0 / 3.0, size=shape), 0.0, 1.0)
-    dtype = np.dtype(dtype)
-    if np.issubdtype(dtype, np.floating):
-        return (-1.0 + 2.0 * v).astype(dtype)
-    if dtype == np.bool_:
-        return v > 0.5
-    info = np.iinfo(dtype)
-    return np.round(info.min + (float(info.max) - info.min) * v).astype(dtype)
-
-
-def _interpreter(path: str, threads: int, delegates=None, reference_kernels: bool = False):
+def _interpreter(path: str, threads: int, delegates=None, reference_kernels: bool = False, sources=None):
     from delegate.runtime import Interpreter, OpResolverType
     kind = OpResolverType.BUILTIN_REF if reference_kernels else OpResolverType.AUTO
     it = Interpreter(model_path=path, num_threads=threads, experimental_delegates=delegates,
                      experimental_op_resolver_type=kind)
+    if sources:
+        resize_inputs(it, sources)
     it.allocate_tensors()
     return it
 
@@ -74,11 +77,36 @@ def _stats(xs: list[float]) -> tuple[float, float]:
     return (statistics.fmean(xs), statistics.pstdev(xs)) if xs else (0.0, 0.0)
 
 
+class _OutputError:
+    """One output's differences over the runs: TFLite's per-run mean, and the largest one."""
+
+    def __init__(self):
+        self.means: list[float] = []
+        self.max_abs = 0.0
+        self.ref_min, self.ref_max = np.inf, -np.inf
+
+    def add(self, test: np.ndarray, ref: np.ndarray) -> None:
+        ref64 = ref.astype(np.float64)
+        diff = np.abs(test.astype(np.float64) - ref64)
+        self.means.append(float(np.mean(diff)))
+        if diff.size:
+            self.max_abs = max(self.max_abs, float(diff.max()))
+            self.ref_min, self.ref_max = min(self.ref_min, float(ref64.min())), max(self.ref_max, float(ref64.max()))
+
+    def metrics(self) -> dict:
+        span = self.ref_max - self.ref_min if self.ref_max > self.ref_min else 0.0
+        relative = self.max_abs / span if span else (0.0 if self.max_abs == 0 else float("inf"))
+        avg, std = _stats(self.means)
+        return {"avg_error": avg, "std_dev": std, "max_abs_error": self.max_abs, "relative_error": relative}
+
+
 def evaluate(model_file: str, num_runs: int = 50, threads: int = 1, delegate: str = "nnhal",
              service_address: str | None = None, reference_kernels: bool = False, seed: int = 0,
-             progress=None, options: dict | None = None) -> dict:
+             progress=None, options: dict | None = None, layers: dict | None = None) -> dict:
     """Run the evaluation; returns the metrics (also what --output_file_path writes). ``options``:
-    more load_delegate options (TLS files, execution_preference, priority)."""
+    more load_delegate options (TLS files, execution_preference, priority); ``layers``:
+    nnhal.tool_inputs.input_layers (shapes, value ranges, files) by input name."""
+    from delegate.runtime import Interpreter
     from nnhal.tool_support import tflite_call
     delegates, report = None, None
     if delegate == "nnhal":
@@ -88,29 +116,33 @@ def evaluate(model_file: str, num_runs: int = 50, threads: int = 1, delegate: st
     elif delegate not in ("", "none"):
         raise ValueError(f"unknown delegate {delegate!r} (use 'nnhal' or 'none')")
     with tflite_call():
-        ref = _interpreter(model_file, 1, None, reference_kernels)
-        test = _interpreter(model_file, threads, delegates, reference_kernels)
+        details = Interpreter(model_path=model_file).get_input_details()
+    sources = input_sources(details, layers or {}, model_file)  # a bad flag: ValueError before any run
+    with tflite_call():
+        ref = _interpreter(model_file, 1, None, reference_kernels, sources)
+        test = _interpreter(model_file, threads, delegates, reference_kernels, sources)
     if delegates:
         report = delegates[0].report
     rng = np.random.default_rng(seed)
     ref_lat, test_lat = [], []
-    errors: list[list[float]] = [[] for _ in ref.get_output_details()]
+    errors = [_OutputError() for _ in ref.get_output_details()]
     for run in range(num_runs):
-        inputs = [random_input(rng, d["shape"], d["dtype"]) for d in ref.get_input_details()]
+        inputs = [s.value(rng) for s in sources]
         with tflite_call():
             t_ref, out_ref = _timed_invokes(ref, inputs)
             t_test, out_test = _timed_invokes(test, inputs)
         ref_lat += t_ref
         test_lat += t_test
-        for k, (a, b) in enumerate(zip(out_test, out_ref)):
-            errors[k].append(float(np.mean(np.abs(a.astype(np.float64) - b.astype(np.float64)))))
+        for e, a, b in zip(errors, out_test, out_ref):
+            e.add(a, b)
         if progress is not None:
             progress(run + 1, num_runs)
     metrics = {
         "num_runs": num_runs,
         "reference_latency_us": dict(zip(("avg", "std_dev"), _stats(ref_lat))),
         "test_latency_us": dict(zip(("avg", "std_dev"), _stats(test_lat))),
-        "output_errors": [dict(zip(("avg_error", "std_dev"), _stats(e))) for e in errors],
+        "output_errors": [e.metrics() for e in errors],
+        "input_ranges": {s.name: ("file" if s.data is not None else s.value_range) for s in sources},
     }
     if report is not None:
         metrics["delegation"] = {"delegated_nodes": report.delegated, "total_nodes": len(report.nodes),
@@ -127,6 +159,9 @@ def format_metrics(m: dict) -> str:
              f"std_dev={m['test_latency_us']['std_dev']:.1f}(us)"]
     for k, e in enumerate(m["output_errors"]):
         lines.append(f"OutputDiff[{k}]: avg_error={e['avg_error']:.6g}, std_dev={e['std_dev']:.6g}")
+    for k, e in enumerate(m["output_errors"]):  # ours, after TFLite's lines
+        lines.append(f"OutputMaxError[{k}]: max_abs_error={e['max_abs_error']:.6g}, "
+                     f"relative_error={e['relative_error']:.6g}")
     d = m.get("delegation")
     if d is not None:
         lines.append(f"Delegation: {d['delegated_nodes']}/{d['total_nodes']} nodes in {d['partitions']} "
@@ -136,14 +171,15 @@ def format_metrics(m: dict) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model_file", required=True)
-    from nnhal.tool_support import add_service_arguments
+    from nnhal.tool_support import add_bool_flag, add_delegate_arguments
     p.add_argument("--num_runs", type=int, default=50, help="evaluation runs (>= 1)")
     p.add_argument("--num_interpreter_threads", type=int, default=1, help="the test interpreter's threads (>= 1)")
     p.add_argument("--output_file_path", default=None, help="write the metrics as JSON here")
     p.add_argument("--delegate", default="nnhal", help="'nnhal' (default) or 'none'")
-    add_service_arguments(p)
-    p.add_argument("--reference_kernels", action="store_true",
-                   help="use TFLite's reference kernels on both sides (the bit-exactness oracle)")
+    add_input_arguments(p)
+    add_delegate_arguments(p)
+    add_bool_flag(p, "--reference_kernels", help="use TFLite's reference kernels on both sides (the bit-exactness "
+                  "oracle)")
 
 
 def _usage_error(args: argparse.Namespace) -> str | None:
@@ -163,7 +199,13 @@ def _usage_error(args: argparse.Namespace) -> str | None:
     if error:
         return f"--output_file_path: {error}"
     error = model_file_error(args.model_file)
-    return f"{args.model_file}: {error}" if error else None
+    if error:
+        return f"{args.model_file}: {error}"
+    try:
+        check_input_flags(args.model_file, input_layers(args))
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -184,7 +226,7 @@ def run_cli(args: argparse.Namespace) -> int:
     try:
         with interrupts_after_tflite_calls("inference_diff"):
             m = evaluate(args.model_file, args.num_runs, args.num_interpreter_threads, args.delegate,
-                         args.service_address, args.reference_kernels, options=options,
+                         args.service_address, args.reference_kernels, options=options, layers=input_layers(args),
                          progress=progress if args.num_runs >= 200 else None)
     except KeyboardInterrupt:
         return interrupted("inference_diff")
@@ -203,9 +245,11 @@ def run_cli(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="inference_diff", description=__doc__.splitlines()[0])
+    from nnhal.tool_support import OneLineErrors, unconsumed_flags
+    p = OneLineErrors(prog="inference_diff", description=__doc__.splitlines()[0], allow_abbrev=False)
     add_arguments(p)
-    return run_cli(p.parse_args(argv))
+    args, extras = p.parse_known_args(argv)
+    return unconsumed_flags("inference_diff", extras) or run_cli(args)
 
 
 if __name__ == "__main__":

@@ -14,27 +14,82 @@ import threading
 INTERRUPTED = 130
 
 
-def add_service_arguments(p: argparse.ArgumentParser, preference: bool = True) -> None:
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse's usage errors in one line ("nnhal benchmark: argument --num_runs: invalid int
+    value: 'x'"), like every other bad input of the command line."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+#: Exit status for flags a tool does not know (TFLite's tools: EXIT_FAILURE).
+UNCONSUMED_FLAGS = 1
+
+
+def unconsumed_flags(prog: str, extras: list[str]) -> int | None:
+    """TFLite's tools list the flags they did not consume ("Unconsumed cmdline flags: --foo") and
+    go on; here that line ends the run, since a misspelt flag would silently change what is
+    measured."""
+    if not extras:
+        return None
+    print(f"{prog}: Unconsumed cmdline flags: {' '.join(extras)}", file=sys.stderr)
+    return UNCONSUMED_FLAGS
+
+
+def flag_bool(text: str) -> bool:
+    """TFLite's bool flags: --flag, --flag=true|false|1|0."""
+    if text in ("true", "1"):
+        return True
+    if text in ("false", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true, false, 1 or 0, not {text!r}")
+
+
+def add_bool_flag(p: argparse.ArgumentParser, *names: str, help: str) -> None:  # noqa: A002 - argparse's name
+    p.add_argument(*names, type=flag_bool, nargs="?", const=True, default=False, metavar="true|false", help=help)
+
+
+def add_delegate_arguments(p: argparse.ArgumentParser) -> None:
+    """The delegate's flags, the same in every tool: ours, and the names TFLite's tools give the
+    NNAPI delegate's options (--nnapi_*, --disable_nnapi_cpu, --delegate_serialize_*)."""
     p.add_argument("--service_address", default=None,
                    help="HOST:PORT or unix:PATH (default: the per-user socket, else an embedded service)")
     p.add_argument("--tls_ca_file", metavar="PEM", default=None, help="TLS to a HOST:PORT service: the CA to trust")
     p.add_argument("--tls_cert_file", metavar="PEM", default=None,
                    help="client certificate, for a service that requires one (nnhal serve --tls-client-ca)")
     p.add_argument("--tls_key_file", metavar="PEM", default=None, help="the client certificate's private key")
-    if preference:
-        p.add_argument("--execution_preference", default="fast_single_answer",
-                       help="low_power, fast_single_answer (default) or sustained_speed")
-        p.add_argument("--priority", default="medium", help="low, medium (default) or high")
+    p.add_argument("--execution_preference", "--nnapi_execution_preference", dest="execution_preference",
+                   default="fast_single_answer", help="low_power, fast_single_answer (default) or sustained_speed")
+    p.add_argument("--priority", "--nnapi_execution_priority", dest="priority", default="medium",
+                   help="low, medium (default) or high")
+    p.add_argument("--accelerator_name", "--nnapi_accelerator_name", dest="accelerator_name", default=None,
+                   help="the device to use: nnhal (the only one)")
+    add_bool_flag(p, "--allow_fp16", "--nnapi_allow_fp16", help="let float32 operations run in float16")
+    add_bool_flag(p, "--disable_nnapi_cpu", "--disallow_nnapi_cpu", help="a service failing during invoke fails "
+                  "the invoke instead of running the partition in-process")
+    p.add_argument("--max_delegated_partitions", type=int, default=None,
+                   help="largest partitions kept (default 3; 0 = unlimited)")
+    p.add_argument("--max_number_delegated_partitions", type=int, default=None,
+                   help="the same as TFLite's NNAPI delegate counts it: <= 0 = unlimited")
+    p.add_argument("--min_nodes_per_partition", type=int, default=1)
+    p.add_argument("--partitions", default=None, help='manual node ranges, e.g. "0-11,177-215"')
+    p.add_argument("--cache_dir", "--delegate_serialize_dir", dest="cache_dir", default=None,
+                   help="an existing directory whose real path keys the service's compilation cache")
+    p.add_argument("--model_token", "--delegate_serialize_token", "--cache_token", dest="cache_token", default=None,
+                   help="mixed into the cache token; keep it stable to share compiled entries across runs")
 
 
-def delegate_options(args: argparse.Namespace, **more) -> dict:
+def delegate_options(args: argparse.Namespace) -> dict:
     """load_delegate's options (without service_address) from the flags, checked now: a missing
     TLS file or an unknown preference is a ValueError (one line) before TFLite loads anything."""
     from delegate.nnhal_delegate import NnhalOptions
-    options = {"tls_ca_file": args.tls_ca_file, "tls_cert_file": args.tls_cert_file,
-               "tls_key_file": args.tls_key_file, **more}
-    for name in ("execution_preference", "priority"):
-        if hasattr(args, name):
+    options = {name: getattr(args, name) for name in (
+        "tls_ca_file", "tls_cert_file", "tls_key_file", "execution_preference", "priority", "accelerator_name",
+        "allow_fp16", "min_nodes_per_partition", "partitions", "cache_dir")}
+    options["allow_in_process_fallback"] = not args.disable_nnapi_cpu
+    for name in ("max_delegated_partitions", "max_number_delegated_partitions", "cache_token"):
+        if getattr(args, name) is not None:  # given: both partition flags at once is refused
             options[name] = getattr(args, name)
     NnhalOptions.from_kwargs(service_address=args.service_address, **options)
     return options

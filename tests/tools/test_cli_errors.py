@@ -81,9 +81,11 @@ def test_bad_output_file_path_is_refused_before_the_run(model, tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (("benchmark", "--runs", "0"), ("--runs must be >= 1, not 0",)),
-    (("benchmark", "--warmup", "-1"), ("--warmup must be >= 0",)),
-    (("benchmark", "--threads", "0"), ("--threads must be >= 1",)),
+    (("benchmark", "--runs", "0"), ("--num_runs must be >= 1, not 0",)),
+    (("benchmark", "--warmup", "-1"), ("--warmup_runs must be >= 0",)),
+    (("benchmark", "--threads", "0"), ("--num_threads must be >= 1",)),
+    (("benchmark", "--min_secs=-1"), ("--min_secs must be >= 0",)),
+    (("benchmark", "--max_secs=0"), ("--max_secs must be > 0",)),
     (("inference-diff", "--num_runs", "0"), ("--num_runs must be >= 1",)),
     (("inference-diff", "--num_interpreter_threads", "-2"), ("--num_interpreter_threads must be >= 1",)),
     (("inference-diff", "--delegate", "gpu"), ("unknown --delegate 'gpu'",)),

@@ -18,6 +18,7 @@ DIFF_FORMAT = [
     r"^Reference run latency: avg=([\d.]+)\(us\), std_dev=([\d.]+)\(us\)$",
     r"^Test run latency: avg=([\d.]+)\(us\), std_dev=([\d.]+)\(us\)$",
     r"^OutputDiff\[0\]: avg_error=([\d.e+-]+), std_dev=([\d.e+-]+)$",
+    r"^OutputMaxError\[0\]: max_abs_error=([\d.e+-]+), relative_error=([\d.e+-]+)$",
     r"^Delegation: (\d+)/(\d+) nodes in (\d+) partition\(s\) on nnhal",
 ]
 
@@ -45,8 +46,8 @@ def test_inference_diff_format_and_json(server, int8_model, tmp_path):
     assert all(groups), lines
     assert groups[0].group(1) == "4"
     # Against TFLite's reference kernels the int8 model is bit-exact: zero error.
-    assert float(groups[3].group(1)) == 0.0
-    delegated, total = int(groups[4].group(1)), int(groups[4].group(2))
+    assert float(groups[3].group(1)) == 0.0 and float(groups[4].group(1)) == float(groups[4].group(2)) == 0.0
+    delegated, total = int(groups[5].group(1)), int(groups[5].group(2))
     assert delegated == total > 0
     m = json.loads(out_json.read_text())
     assert m["num_runs"] == 4 and m["output_errors"][0]["avg_error"] == 0.0
@@ -83,8 +84,8 @@ def test_model_with_no_delegable_nodes(server, tmp_path):
 
 
 def test_benchmark_json_and_table(server, int8_model):
-    r = _cli("benchmark", "--model_file", str(int8_model), "--runs", "5", "--warmup", "1", "--service_address",
-             server.address, "--json")
+    r = _cli("benchmark", "--model_file", str(int8_model), "--runs", "5", "--warmup", "1", "--min_secs", "0",
+             "--service_address", server.address, "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["cpu"]["p50_us"] > 0 and res["nnhal"]["p90_us"] >= res["nnhal"]["p50_us"]
@@ -94,7 +95,8 @@ def test_benchmark_json_and_table(server, int8_model):
     assert {o["op"] for o in ops} >= {"CONV_2D", "DEPTHWISE_CONV_2D", "SOFTMAX"}
     assert all(o["executions"] == 6 for o in ops)  # 1 warm-up + 5 timed runs, counted by the service
     assert any(o["macs"] > 0 for o in ops if o["op"] == "CONV_2D")
-    table = _cli("benchmark", "--model_file", str(int8_model), "--runs", "3", "--service_address", server.address)
+    table = _cli("benchmark", "--model_file", str(int8_model), "--runs", "3", "--min_secs", "0",
+                 "--enable_op_profiling", "--service_address", server.address)
     assert table.returncode == 0
     for header in ("ratio nnhal/CPU", "run order (service side):", "top 10 by time:", "by operation type:"):
         assert header in table.stdout
@@ -105,9 +107,9 @@ def test_benchmark_says_when_nothing_came_from_the_cache(tmp_path, int8_model):
     from tests.service.conftest import ServerProcess
     server = ServerProcess(tmp_path, "--no-cache")
     try:
-        r = _cli("benchmark", "--model_file", str(int8_model), "--runs", "2", "--warmup", "0", "--service_address",
-                 server.address, "--json")
-        table = _cli("benchmark", "--model_file", str(int8_model), "--runs", "2", "--warmup", "0",
+        r = _cli("benchmark", "--model_file", str(int8_model), "--runs", "2", "--warmup", "0", "--min_secs", "0",
+                 "--service_address", server.address, "--json")
+        table = _cli("benchmark", "--model_file", str(int8_model), "--runs", "2", "--warmup", "0", "--min_secs", "0",
                      "--service_address", server.address)
     finally:
         server.stop()
