@@ -6,7 +6,9 @@ For every operation: the spec's validate (with the inferred shapes) and prepare 
 steps hold those contexts, so an execution only runs kernels. Models whose inputs have unknown
 dimensions are planned again per distinct input shape (and cached). Models with a parameter that
 is not a constant (a shape, axis or paddings given as a model input or computed) are planned one
-operation at a time during each execution, from the values (``CompiledModel.runtime_step``).
+operation at a time during each execution, from the values (``CompiledModel.runtime_step``); so
+are models with an operation whose output sizes depend on the values (``data_dependent_outputs``,
+see ``_make_plan``).
 """
 from __future__ import annotations
 
@@ -363,11 +365,22 @@ def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: b
 
 def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tuple[int, ...]],
                order_names: tuple[str, ...] | None = None) -> Plan:
+    # Data-dependent output shapes: an operation whose output sizes depend on its input values
+    # (BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS) opts in with ``register(...,
+    # data_dependent_outputs=True)``; its prepare sets a 0 in every dimension only the kernel
+    # knows (e.g. ``(0, 4)``; a dimension the model declares may be used instead). No plan can be
+    # made ahead of the values: RuntimeValueNeeded makes the model planned operation by operation
+    # during each execution (``CompiledModel.runtime_step``), where the executor takes those
+    # outputs' shapes from the kernel's results and the later operations are prepared with them.
     infos = list(base)
     for idx, shape in input_shapes.items():
         infos[idx] = dataclasses.replace(infos[idx], shape=tuple(shape))
     order = backends.candidates(order_names)
-    steps = [prepare_operation(k, model, infos, order=order) for k in range(len(model.main.operations))]
+    steps = []
+    for k in range(len(model.main.operations)):
+        steps.append(prepare_operation(k, model, infos, order=order))
+        if steps[-1].spec.data_dependent_outputs:
+            raise RuntimeValueNeeded(f"{steps[-1].ctx.name}: its output shapes are known only once it has run")
     keep = frozenset(model.main.output_indexes)
     return Plan(steps, infos, keep=keep, program=_partition(model, steps, infos, order, keep))
 
@@ -466,8 +479,10 @@ def support_reasons(model: Model, backend_order: Iterable[str] | None = None) ->
     result: list[str | None] = []
     for k in range(len(model.main.operations)):
         try:
-            prepare_operation(k, model, infos, packing=False, order=order, shapes_known=static)
+            step = prepare_operation(k, model, infos, packing=False, order=order, shapes_known=static)
             result.append(None)
+            if step.spec.data_dependent_outputs:  # later 0s may stand for sizes known only at execution
+                static = False
         except RuntimeValueNeeded:
             # Planned at execution, from the values: supported if some backend runs its type.
             result.append(_runtime_support(k, model, infos, order))

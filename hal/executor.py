@@ -99,10 +99,26 @@ def execute(compiled: CompiledModel, inputs: list[np.ndarray],
         infos[idx] = None if a is None else dataclasses.replace(infos[idx], shape=tuple(a.shape))
     for k, dead in enumerate(compiled.runtime_releases()):
         _check_deadline(deadline_ns, f"before operation {k}")
-        _run_step(compiled.runtime_step(k, infos, values), values, infos, timings, deadline_ns)
+        step = compiled.runtime_step(k, infos, values)
+        if _zero_sized_output(step, infos):  # AOSP's rule: such an operation is not run
+            values.update((o, np.zeros(infos[o].shape, infos[o].dtype)) for o in step.outputs)
+        else:
+            _run_step(step, values, infos, timings, deadline_ns)
         for o in dead:
             values.pop(o, None)
     return [values[o] for o in compiled.output_indexes]
+
+
+def _zero_sized_output(step: Step, infos: list[OperandInfo]) -> bool:
+    """Whether a prepared output has a 0 dimension (after a data-dependent operation found nothing,
+    e.g. no box left after BOX_WITH_NMS_LIMIT): the outputs are empty and the kernel is skipped.
+    A data-dependent operation's 0s are placeholders: it always runs."""
+    return not step.spec.data_dependent_outputs and any(0 in infos[o].shape for o in step.outputs)
+
+
+def _fits(shape: tuple[int, ...], prepared: tuple[int, ...]) -> bool:
+    """A data-dependent output's actual shape against its prepared one (0: the kernel decides)."""
+    return len(shape) == len(prepared) and all(p in (0, s) for s, p in zip(shape, prepared))
 
 
 def _run_step(step: Step, values: dict[int, np.ndarray], infos: list[OperandInfo],
@@ -120,8 +136,11 @@ def _run_step(step: Step, values: dict[int, np.ndarray], infos: list[OperandInfo
     if timings is not None:
         timings.append(OperationTiming(step.index, step.ctx.op_type, time.perf_counter_ns() - t0,
                                        step.kernel.backend, len(step.operations)))
+    dynamic = step.spec is not None and step.spec.data_dependent_outputs
     for j, (o, out) in enumerate(zip(step.outputs, outs)):
         info = infos[o]
+        if dynamic and out.dtype == info.dtype and _fits(out.shape, info.shape):
+            infos[o] = info = dataclasses.replace(info, shape=tuple(out.shape))  # the later steps plan with it
         if out.shape != info.shape or out.dtype != info.dtype:
             raise HalError(ErrorStatus.GENERAL_FAILURE,
                            f"{step.ctx.name}: output {j} came out {out.dtype}{list(out.shape)}, "

@@ -278,7 +278,11 @@ class OperationSpec:
     them before ``validate`` runs, and the support table (``nnhal ops``) is what they and the
     backends' kernels have in common. ``optional_inputs`` are the positions NNAPI lets a model
     omit (NO_VALUE); any other omitted input is invalid. ``allow_zero_sized_inputs`` says whether an
-    input may have a 0 dimension at execution (AOSP's allowZeroSizedInput)."""
+    input may have a 0 dimension at execution (AOSP's allowZeroSizedInput).
+    ``data_dependent_outputs``: some output's size depends on the input values (BOX_WITH_NMS_LIMIT,
+    GENERATE_PROPOSALS): prepare sets a 0 in each dimension only the kernel knows, models using it
+    are planned per execution and the executor takes those shapes from the kernel's results (see
+    ``hal.compiler._make_plan``)."""
 
     type: int  # OperationType, or an extension-encoded code
     validate: Validate
@@ -293,6 +297,7 @@ class OperationSpec:
     #: Feature level from which each input type exists for this operation (default: min_feature_level).
     type_feature_levels: tuple[tuple[int, FeatureLevel], ...] = ()
     name_override: str = ""
+    data_dependent_outputs: bool = False
 
     @property
     def name(self) -> str:
@@ -325,7 +330,8 @@ def register(op_types: OperationType | Iterable[OperationType], *, validate: Val
              input_types: Iterable[int], num_inputs: Iterable[int] | None = None, min_inputs: int = 0,
              num_outputs: Iterable[int] | None = (1,), optional_inputs: Iterable[int] | None = (),
              allow_zero_sized_inputs: bool = False, min_feature_level: FeatureLevel = FeatureLevel.FL1,
-             type_feature_levels: dict[int, FeatureLevel] | None = None) -> None:
+             type_feature_levels: dict[int, FeatureLevel] | None = None,
+             data_dependent_outputs: bool = False) -> None:
     """Register the spec of one or more op codes (several codes may share validate and prepare)."""
     if isinstance(op_types, OperationType):
         op_types = [op_types]
@@ -338,7 +344,8 @@ def register(op_types: OperationType | Iterable[OperationType], *, validate: Val
             None if num_outputs is None else tuple(num_outputs),
             None if optional_inputs is None else frozenset(optional_inputs),
             allow_zero_sized_inputs, FeatureLevel(min_feature_level),
-            tuple(sorted((type_feature_levels or {}).items())))
+            tuple(sorted((type_feature_levels or {}).items())),
+            data_dependent_outputs=data_dependent_outputs)
 
 
 def lookup(op_type: int) -> OperationSpec | None:

@@ -178,8 +178,9 @@ class RemotePreparedModel:
                     # Outputs of unknown size: retry once with the sizes the driver reported.
                     for k, s in enumerate(reply.output_shapes):
                         n = operand_nbytes(self._rb.out_ops[k], tuple(s.dimensions), self._rb.prefixes) or 0
-                        if req.outputs[k].WhichOneof("where") != "location":
-                            req.outputs[k].inline_capacity = n
+                        out = ex.request.outputs[k]  # ex holds a copy of req: edit what is sent
+                        if out.WhichOneof("where") != "location":
+                            out.inline_capacity = n
                     reply = _rpc(self.client.prepared.Execute, ex, self.wait_s(timeout_s))
             except ServiceTimeoutError:
                 self._abandon_scratch()

@@ -12,10 +12,7 @@ from nnhal.ops_table import ops_matrix
 
 #: Operations nnhal does not execute yet (getSupportedOperations answers False for them).
 NOT_YET = {  # issue 16: sequence models, detection, control flow
-    "LSH_PROJECTION", "LSTM", "RNN", "SVDF", "AXIS_ALIGNED_BBOX_TRANSFORM", "BIDIRECTIONAL_SEQUENCE_LSTM",
-    "BIDIRECTIONAL_SEQUENCE_RNN", "BOX_WITH_NMS_LIMIT", "DETECTION_POSTPROCESSING", "GENERATE_PROPOSALS",
-    "HEATMAP_MAX_KEYPOINT", "QUANTIZED_16BIT_LSTM", "RANDOM_MULTINOMIAL", "ROI_ALIGN", "ROI_POOLING",
-    "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN", "QUANTIZED_LSTM", "IF", "WHILE",
+    "QUANTIZED_LSTM", "IF", "WHILE",
 }
 
 

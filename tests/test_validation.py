@@ -29,6 +29,7 @@ from hal.model import (
 from hal.registry import ExtensionOperandType, ExtensionTypes
 from hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType, encode_extension_type
 from hal.validation import validate_model
+from tests.service.models import unimplemented_operation
 
 LT = OperandLifeTime
 
@@ -201,12 +202,13 @@ def test_unimplemented_operation_is_reported_not_crashed():
     b = ModelBuilder()
     x = b.add_operand(OperandType.TENSOR_FLOAT32, (4,))
     y = b.add_operand(OperandType.TENSOR_FLOAT32, (4,))
-    b.add_operation(OperationType.LSTM, [x], [y])
+    op = unimplemented_operation()
+    b.add_operation(op, [x], [y])
     b.identify_inputs_and_outputs([x], [y])
     m = b.finish()
     validate_model(m)
     assert supported_operations(m) == [False]
-    with pytest.raises(HalError, match=r"operation 0 \(LSTM\): not supported by this driver"):
+    with pytest.raises(HalError, match=rf"operation 0 \({op.name}\): not supported by this driver"):
         compile_model(m)
 
 
@@ -231,9 +233,10 @@ def test_unimplemented_operation_is_refused_at_compile_with_dynamic_shapes():
     b = ModelBuilder()
     x = b.add_operand(OperandType.TENSOR_FLOAT32, (0, 4))
     y = b.add_operand(OperandType.TENSOR_FLOAT32, (0, 4))
-    b.add_operation(OperationType.LSTM, [x], [y])
+    op = unimplemented_operation()
+    b.add_operation(op, [x], [y])
     b.identify_inputs_and_outputs([x], [y])
-    with pytest.raises(HalError, match=r"operation 0 \(LSTM\): not supported by this driver"):
+    with pytest.raises(HalError, match=rf"operation 0 \({op.name}\): not supported by this driver"):
         compile_model(b.finish())
 
 
@@ -272,7 +275,7 @@ def test_extension_operation_without_implementation_is_not_supported(extension):
     """A declared extension operand type is valid; the op using it is reported unsupported."""
     m = _with_extension(base_model())
     m.main.operands.append(Operand(encode_extension_type(1, 0), (3,)))
-    m.main.operations.append(type(m.main.operations[0])(OperationType.LSTM, (3,), (7,)))
+    m.main.operations.append(type(m.main.operations[0])(unimplemented_operation(), (3,), (7,)))
     validate_model(m)
     assert supported_operations(m) == [True, True, False]
 

@@ -29,7 +29,7 @@ from service.client import Client
 from service.driver import perf_name
 from tests.backends import fake_backends
 from tests.delegate.models import head_model
-from tests.service.models import add_model
+from tests.service.models import add_model, unimplemented_operation
 
 F32 = OperandType.TENSOR_FLOAT32
 
@@ -121,12 +121,12 @@ def test_service_reports_the_assignment_and_reasons(server):
         reasons = c.get_support_reasons(_unsupported_variants())
     assert reasons[0] is None
     assert reasons[1] is None  # a shape given as a model input: planned at execution, from its value
-    assert reasons[2] == "operation 2 (LSH_PROJECTION): not supported by this driver"
+    assert reasons[2] == f"operation 2 ({unimplemented_operation().name}): not supported by this driver"
 
 
 def _unsupported_variants():
     """ADD (supported); RESHAPE whose shape is a model input (planned per execution);
-    LSH_PROJECTION (no spec yet: issue 16)."""
+    an operation with no spec yet (issue 16)."""
     b = ModelBuilder()
     x = b.add_operand(F32, (2, 3))
     s = b.add_operand(F32, (2, 3))
@@ -135,7 +135,7 @@ def _unsupported_variants():
     f = b.add_operand(F32, (2, 3))
     b.add_operation(OperationType.ADD, [x, x, b.add_int32(0)], [s])
     b.add_operation(OperationType.RESHAPE, [s, shape], [r])
-    b.add_operation(OperationType.LSH_PROJECTION, [x], [f])
+    b.add_operation(unimplemented_operation(), [x], [f])
     b.identify_inputs_and_outputs([x, shape], [r, f])
     return b.finish()
 
