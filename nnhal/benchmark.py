@@ -23,8 +23,8 @@ import numpy as np
 
 from hal.model import Model
 from hal.types import OperationType
-from nnhal.inference_diff import model_file_error
-from nnhal.tool_inputs import add_input_arguments, check_input_flags, input_layers, input_sources, resize_inputs
+from nnhal.inference_diff import model_and_inputs_error
+from nnhal.tool_inputs import add_input_arguments, input_layers, input_sources, resize_inputs
 from nnhal.tool_support import (
     add_bool_flag,
     add_delegate_arguments,
@@ -334,16 +334,7 @@ def _usage_error(args: argparse.Namespace) -> str | None:
         return f"--num_threads must be >= 1 (or -1: TFLite's default), not {args.threads}"
     if not args.max_secs > 0:
         return f"--max_secs must be > 0, not {args.max_secs}"
-    if not os.path.isfile(args.model_file):
-        return f"cannot read model file {args.model_file!r}"
-    error = model_file_error(args.model_file)
-    if error:
-        return f"{args.model_file}: {error}"
-    try:
-        check_input_flags(args.model_file, input_layers(args))
-    except ValueError as e:
-        return str(e)
-    return None
+    return model_and_inputs_error(args)
 
 
 def run_cli(args: argparse.Namespace) -> int:

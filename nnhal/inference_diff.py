@@ -51,6 +51,21 @@ def model_file_error(path: str) -> str | None:
     return None
 
 
+def model_and_inputs_error(args) -> str | None:
+    """The model file and the input flags (--input_layer...) of a tool run, checked before it runs."""
+    import os
+    if not os.path.isfile(args.model_file):
+        return f"cannot read model file {args.model_file!r}"
+    error = model_file_error(args.model_file)
+    if error:
+        return f"{args.model_file}: {error}"
+    try:
+        check_input_flags(args.model_file, input_layers(args))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _interpreter(path: str, threads: int, delegates=None, reference_kernels: bool = False, sources=None):
     from delegate.runtime import Interpreter, OpResolverType
     kind = OpResolverType.BUILTIN_REF if reference_kernels else OpResolverType.AUTO
@@ -184,11 +199,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _usage_error(args: argparse.Namespace) -> str | None:
     """A bad flag value or file, found before anything runs (the output file too: not after the run)."""
-    import os
-
     from nnhal.tool_support import check_output_file
-    if not os.path.isfile(args.model_file):
-        return f"cannot read model file {args.model_file!r}"
     if args.num_runs < 1:
         return "--num_runs must be >= 1"
     if args.num_interpreter_threads < 1:
@@ -198,14 +209,7 @@ def _usage_error(args: argparse.Namespace) -> str | None:
     error = check_output_file(args.output_file_path)
     if error:
         return f"--output_file_path: {error}"
-    error = model_file_error(args.model_file)
-    if error:
-        return f"{args.model_file}: {error}"
-    try:
-        check_input_flags(args.model_file, input_layers(args))
-    except ValueError as e:
-        return str(e)
-    return None
+    return model_and_inputs_error(args)
 
 
 def run_cli(args: argparse.Namespace) -> int:

@@ -128,3 +128,14 @@ def check_window_params(ctx: OperationContext, pads: tuple[int, int, int, int] |
         padding_scheme(ctx, scheme)
     sw, sh = param(ctx, stride_w, INT32), param(ctx, stride_h, INT32)
     ctx.check(all(s is None or s >= 1 for s in (sw, sh)), f"strides must be >= 1, got width {sw}, height {sh}")
+
+
+def sequence_shape(ctx: OperationContext, i: int, time_major: bool) -> tuple[int, int, int]:
+    """(max_time, batch, size) of a rank-3 sequence input (the RNN and LSTM sequence operations)."""
+    s = ctx.input_shape(i)
+    ctx.check(len(s) == 3, f"input {i} must be rank 3, got {list(s)}")
+    return (s[0], s[1], s[2]) if time_major else (s[1], s[0], s[2])
+
+
+def sequence_output_shape(max_time: int, batch: int, units: int, time_major: bool) -> tuple[int, int, int]:
+    return (max_time, batch, units) if time_major else (batch, max_time, units)

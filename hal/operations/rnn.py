@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from hal.operations.common import BOOL, F16, F32, INT32, fused_activation, param
+from hal.operations.common import BOOL, F16, F32, INT32, fused_activation, param, sequence_output_shape, sequence_shape
 from hal.registry import OperationContext, register
 from hal.types import FeatureLevel, OperationType
 
@@ -130,17 +130,6 @@ register(RNN, validate=validate_rnn, prepare=prepare_rnn, input_types=TYPES, num
 
 # ---- sequences ----------------------------------------------------------------------------------
 
-def _sequence_shape(ctx: OperationContext, i: int, time_major: bool) -> tuple[int, int, int]:
-    """(max_time, batch, size) of a rank-3 sequence input."""
-    s = ctx.input_shape(i)
-    ctx.check(len(s) == 3, f"input {i} must be rank 3, got {list(s)}")
-    return (s[0], s[1], s[2]) if time_major else (s[1], s[0], s[2])
-
-
-def _sequence_out(max_time: int, batch: int, units: int, time_major: bool) -> tuple[int, int, int]:
-    return (max_time, batch, units) if time_major else (batch, max_time, units)
-
-
 def validate_unidirectional(ctx: OperationContext) -> None:
     _check_types(ctx, range(1, 5), ctx.num_outputs)
     ctx.expect_input_rank(INPUT, 3)
@@ -154,9 +143,9 @@ def validate_unidirectional(ctx: OperationContext) -> None:
 def prepare_unidirectional(ctx: OperationContext) -> RnnParams:
     time_major = ctx.scalar(TIME_MAJOR, INT32)
     ctx.check(time_major in (0, 1), f"time_major must be 0 or 1, got {time_major}")
-    max_time, batch, input_size = _sequence_shape(ctx, INPUT, bool(time_major))
+    max_time, batch, input_size = sequence_shape(ctx, INPUT, bool(time_major))
     units = _check_cell(ctx, WEIGHTS, RECURRENT_WEIGHTS, BIAS, HIDDEN_STATE, input_size, batch)
-    ctx.set_output_shape(SEQUENCE_OUTPUT, _sequence_out(max_time, batch, units, bool(time_major)))
+    ctx.set_output_shape(SEQUENCE_OUTPUT, sequence_output_shape(max_time, batch, units, bool(time_major)))
     if ctx.num_outputs == 2:
         ctx.set_output_shape(STATE_OUTPUT, (batch, units))
     return RnnParams(act=int(fused_activation(ctx, ACTIVATION)), batch=batch, num_units=units,
@@ -215,12 +204,12 @@ def prepare_bidirectional(ctx: OperationContext) -> RnnParams:
               f"with merge_outputs {merge} the operation has {_expected_outputs(merge, False)} or "
               f"{_expected_outputs(merge, True)} outputs, got {ctx.num_outputs}")
     linking = linking_mode(ctx)
-    max_time, batch, input_size = _sequence_shape(ctx, INPUT, time_major)
+    max_time, batch, input_size = sequence_shape(ctx, INPUT, time_major)
     fw_units = _check_cell(ctx, FW_WEIGHTS, FW_RECURRENT_WEIGHTS, FW_BIAS, FW_HIDDEN_STATE, input_size, batch,
                            "forward ")
     bw_input_size = input_size
     if linking != Linking.NONE and _known(ctx, AUX_INPUT):
-        aux_time, aux_batch, aux_size = _sequence_shape(ctx, AUX_INPUT, time_major)
+        aux_time, aux_batch, aux_size = sequence_shape(ctx, AUX_INPUT, time_major)
         ctx.check(_dims_match(aux_time, max_time) and _dims_match(aux_batch, batch),
                   f"aux_input {list(ctx.input_shape(AUX_INPUT))} must have input 0's time and batch sizes")
         if linking == Linking.PARALLEL:
@@ -239,10 +228,10 @@ def prepare_bidirectional(ctx: OperationContext) -> RnnParams:
         ctx.check(_dims_match(ctx.input_shape(BW_AUX_WEIGHTS)[0], bw_units),
                   f"bw_aux_weights {list(ctx.input_shape(BW_AUX_WEIGHTS))} must have {bw_units} rows")
     if merge:
-        ctx.set_output_shape(FW_OUTPUT, _sequence_out(max_time, batch, fw_units + bw_units, time_major))
+        ctx.set_output_shape(FW_OUTPUT, sequence_output_shape(max_time, batch, fw_units + bw_units, time_major))
     else:
-        ctx.set_output_shape(FW_OUTPUT, _sequence_out(max_time, batch, fw_units, time_major))
-        ctx.set_output_shape(BW_OUTPUT, _sequence_out(max_time, batch, bw_units, time_major))
+        ctx.set_output_shape(FW_OUTPUT, sequence_output_shape(max_time, batch, fw_units, time_major))
+        ctx.set_output_shape(BW_OUTPUT, sequence_output_shape(max_time, batch, bw_units, time_major))
     if state:
         first = 1 if merge else 2
         ctx.set_output_shape(first, (batch, fw_units))

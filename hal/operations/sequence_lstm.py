@@ -23,7 +23,7 @@ output at step t stays at t.
 """
 from __future__ import annotations
 
-from hal.operations.common import BOOL, F16, F32, param
+from hal.operations.common import BOOL, F16, F32, param, sequence_output_shape, sequence_shape
 from hal.operations.lstm import (
     INPUT,
     CellTensors,
@@ -57,17 +57,6 @@ BIDI_ACTIVATION, BIDI_CELL_CLIP, BIDI_PROJ_CLIP, MERGE_OUTPUTS, BIDI_TIME_MAJOR 
 FW_OUTPUT, BW_OUTPUT = 0, 1
 
 
-def _sequence_shape(ctx: OperationContext, i: int, time_major: bool) -> tuple[int, int, int]:
-    """(max_time, batch, size) of a rank-3 sequence input."""
-    s = ctx.input_shape(i)
-    ctx.check(len(s) == 3, f"input {i} must be rank 3, got {list(s)}")
-    return (s[0], s[1], s[2]) if time_major else (s[1], s[0], s[2])
-
-
-def _sequence_out(max_time: int, batch: int, units: int, time_major: bool) -> tuple[int, int, int]:
-    return (max_time, batch, units) if time_major else (batch, max_time, units)
-
-
 # ---- UNIDIRECTIONAL_SEQUENCE_LSTM -----------------------------------------------------------------
 
 def validate_unidirectional(ctx: OperationContext) -> None:
@@ -82,9 +71,9 @@ def validate_unidirectional(ctx: OperationContext) -> None:
 
 def prepare_unidirectional(ctx: OperationContext) -> LstmParams:
     time_major = bool(param(ctx, TIME_MAJOR, BOOL))
-    max_time, batch, input_size = _sequence_shape(ctx, INPUT, time_major)
+    max_time, batch, input_size = sequence_shape(ctx, INPUT, time_major)
     cell = check_cell(ctx, UNI_CELL, batch, input_size)
-    ctx.set_output_shape(OUTPUT, _sequence_out(max_time, batch, cell.output_size, time_major))
+    ctx.set_output_shape(OUTPUT, sequence_output_shape(max_time, batch, cell.output_size, time_major))
     state = ctx.num_outputs == 3
     if state:
         ctx.set_output_shape(OUTPUT_STATE_OUT, (batch, cell.output_size))
@@ -132,13 +121,13 @@ def prepare_bidirectional(ctx: OperationContext) -> LstmParams:
     ctx.check(state or ctx.num_outputs == _expected_outputs(merge, False),
               f"with merge_outputs {merge} the operation has {_expected_outputs(merge, False)} or "
               f"{_expected_outputs(merge, True)} outputs, got {ctx.num_outputs}")
-    max_time, batch, input_size = _sequence_shape(ctx, INPUT, time_major)
+    max_time, batch, input_size = sequence_shape(ctx, INPUT, time_major)
 
     has_aux_input = present(ctx, AUX_INPUT)
     has_aux_weights = present(ctx, FW_CELL.aux_input_to_forget) or present(ctx, BW_CELL.aux_input_to_forget)
     aux_size = 0
     if has_aux_input:
-        aux_time, aux_batch, aux_size = _sequence_shape(ctx, AUX_INPUT, time_major)
+        aux_time, aux_batch, aux_size = sequence_shape(ctx, AUX_INPUT, time_major)
         ctx.check(dims_match(aux_time, max_time) and dims_match(aux_batch, batch),
                   f"aux_input {list(ctx.input_shape(AUX_INPUT))} must have input 0's time and batch sizes")
     elif has_aux_weights:
@@ -153,10 +142,11 @@ def prepare_bidirectional(ctx: OperationContext) -> LstmParams:
               "fw and bw aux weights must be both given or both omitted")
 
     if merge:
-        ctx.set_output_shape(FW_OUTPUT, _sequence_out(max_time, batch, fw.output_size + bw.output_size, time_major))
+        merged = fw.output_size + bw.output_size
+        ctx.set_output_shape(FW_OUTPUT, sequence_output_shape(max_time, batch, merged, time_major))
     else:
-        ctx.set_output_shape(FW_OUTPUT, _sequence_out(max_time, batch, fw.output_size, time_major))
-        ctx.set_output_shape(BW_OUTPUT, _sequence_out(max_time, batch, bw.output_size, time_major))
+        ctx.set_output_shape(FW_OUTPUT, sequence_output_shape(max_time, batch, fw.output_size, time_major))
+        ctx.set_output_shape(BW_OUTPUT, sequence_output_shape(max_time, batch, bw.output_size, time_major))
     if state:
         first = 1 if merge else 2
         for k, shape in enumerate(((batch, fw.output_size), (batch, fw.num_units),

@@ -14,20 +14,11 @@ import numpy as np
 
 from hal.backends.reference import BACKEND
 from hal.backends.reference.bbox import ieee
+from hal.backends.reference.detection_nms import iou
 from hal.operations.detection_postprocess import DETECTION_POSTPROCESSING, DetectionPostprocessParams
 from hal.registry import OperationContext
 
 F = np.float32
-
-
-def iou(boxes: np.ndarray, best: np.ndarray) -> np.ndarray:
-    """IoU of each of ``boxes`` [n, 4] with ``best`` [4] (corner form, either axis order), float32."""
-    area1 = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    area2 = (best[2] - best[0]) * (best[3] - best[1])
-    w = np.maximum(np.minimum(boxes[:, 2], best[2]) - np.maximum(boxes[:, 0], best[0]), F(0))
-    h = np.maximum(np.minimum(boxes[:, 3], best[3]) - np.maximum(boxes[:, 1], best[1]), F(0))
-    inter = w * h
-    return inter / (area1 + area2 - inter)
 
 
 def hard_nms(scores: np.ndarray, boxes: np.ndarray, iou_threshold: float, limit: int) -> list[int]:
