@@ -34,7 +34,7 @@ from delegate.mapping import (
     lookup_mapper,
     map_node,
 )
-from delegate.mapping.core import custom_provider
+from delegate.mapping.core import custom_provider, lookup_custom_mapper
 from delegate.mapping.folding import fold_constants
 from delegate.options import NnhalOptions
 from delegate.partition import PartitionOptions, PartitionPlan, parse_node_ranges
@@ -180,7 +180,7 @@ def supported_nodes(graph, client: Client | None) -> dict[int, str | None]:
             continue
         if node.custom_code is not None:
             found = custom_provider(node)
-            if found is None:
+            if found is None and lookup_custom_mapper(node.custom_code) is None:
                 reasons[node.index] = f"no NNAPI mapping for {_op_name(node)}: no registered extension implements it"
                 continue
         elif lookup_mapper(node.builtin_code) is None:

@@ -86,6 +86,27 @@ def mapped_builtins() -> dict[int, MapperEntry]:
     return dict(_MAPPERS)
 
 
+#: CUSTOM ops TFLite itself implements (custom_code -> mapper); an installed extension claiming
+#: the same code takes precedence.
+_CUSTOM_MAPPERS: dict[str, Mapper] = {}
+
+
+def custom_mapper(*custom_codes: str):
+    """Register a mapper for CUSTOM nodes with one of these custom_codes (options: node.custom_options)."""
+    def deco(fn: Mapper) -> Mapper:
+        for c in custom_codes:
+            if c in _CUSTOM_MAPPERS:
+                raise RuntimeError(f"mapper for CUSTOM ({c}) registered twice")
+            _CUSTOM_MAPPERS[c] = fn
+        return fn
+    return deco
+
+
+def lookup_custom_mapper(custom_code: str | None) -> Mapper | None:
+    _entry(-1)
+    return _CUSTOM_MAPPERS.get(custom_code) if custom_code else None
+
+
 _FUSED = {
     ActivationFunctionType.NONE: FusedActivationFunc.NONE,
     ActivationFunctionType.RELU: FusedActivationFunc.RELU,
@@ -308,10 +329,11 @@ def map_node(ctx: MappingContext, node: TfLiteNode) -> None:
     if node.outputs and all(0 <= t < len(ctx.graph.tensors) and ctx.graph.tensors[t].is_constant
                             for t in node.outputs):
         return  # folded at delegation time (see delegate.mapping.folding): nothing to compute
-    if node.custom_code is not None:
+    fn = lookup_custom_mapper(node.custom_code) if node.custom_code is not None else None
+    if node.custom_code is not None and (fn is None or custom_provider(node) is not None):
         _map_custom(ctx, node)
         return
-    fn = lookup_mapper(node.builtin_code)
+    fn = fn or lookup_mapper(node.builtin_code)
     if fn is None:
         raise MappingError(f"no NNAPI mapping for {builtin_name(node.builtin_code)}")
     if not node.outputs:
