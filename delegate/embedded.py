@@ -39,6 +39,15 @@ def connect(address: str | None, timeout_s: float = 2.0, **tls) -> Client:
     return Client.connect(_embedded_address(), timeout_s=timeout_s)
 
 
+def _child_log_level() -> str:
+    """The embedded service's level: $NNHAL_LOG (the same as this process's), else errors only."""
+    from service.logconfig import resolve_level
+    try:
+        return resolve_level(None, default="error")
+    except ValueError:  # already said by configure_library_logging
+        return "error"
+
+
 def _embedded_address() -> str:
     global _child, _child_address
     with _lock:
@@ -55,7 +64,7 @@ def _embedded_address() -> str:
         # --parent-pid: the child stops when this process exits however it exits (even SIGKILL,
         # when atexit never runs) and removes the directory.
         _child = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "--socket", sock,
-                                   "--log-level", "error", "--parent-pid", str(os.getpid())],
+                                   "--log-level", _child_log_level(), "--parent-pid", str(os.getpid())],
                                   stdout=subprocess.DEVNULL)
         _child_address = "unix:" + sock
         # Generous: a service's first start on a machine compiles the numba kernels (~12 s on 2

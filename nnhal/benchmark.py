@@ -31,6 +31,7 @@ from nnhal.tool_support import (
     delegate_options,
     interrupted,
     interrupts_after_tflite_calls,
+    progress_bar,
     tflite_call,
     tflite_error,
 )
@@ -53,23 +54,22 @@ def operation_macs(model: Model, k: int) -> int:
     return 0
 
 
-def _latency(it, inputs, runs: int, min_secs: float = 0.0, max_secs: float = 150.0, progress=None,
+def _latency(it, inputs, runs: int, min_secs: float = 0.0, max_secs: float = 150.0, progress: bool = False,
              label="") -> list[float]:
     """benchmark_model's loop: at least ``runs`` runs and ``min_secs`` seconds, but no run starts
-    after ``max_secs``. Microseconds per run."""
+    after ``max_secs``. Microseconds per run; ``progress``: a bar on a terminal."""
     for d, x in zip(it.get_input_details(), inputs):
         it.set_tensor(d["index"], x)
     out: list[float] = []
     now = start = time.monotonic()
-    while (len(out) < runs or now < start + min_secs) and now <= start + max_secs:
-        with tflite_call():
-            t = time.perf_counter_ns()
-            it.invoke()
-            out.append((time.perf_counter_ns() - t) / 1e3)
-        now = time.monotonic()
-        r = len(out)
-        if progress and (r == 1 or r % max(1, runs // 10) == 0):
-            progress(f"{label}: {r}/{runs}")
+    with progress_bar(total=runs, desc=label, enabled=progress) as bar:
+        while (len(out) < runs or now < start + min_secs) and now <= start + max_secs:
+            with tflite_call():
+                t = time.perf_counter_ns()
+                it.invoke()
+                out.append((time.perf_counter_ns() - t) / 1e3)
+            now = time.monotonic()
+            bar.update(1)
     return out
 
 
@@ -111,7 +111,7 @@ class _PeakMonitor:
 
 
 def benchmark(model_file: str, runs: int = 50, warmup: int = 5, threads: int = 1,
-              service_address: str | None = None, progress=None, options: dict | None = None,
+              service_address: str | None = None, progress: bool = False, options: dict | None = None,
               min_secs: float = 0.0, max_secs: float = 150.0, layers: dict | None = None,
               peak_memory: bool = False) -> dict:
     """``options``: more load_delegate options (TLS files, execution_preference, ...); ``layers``:
@@ -347,13 +347,10 @@ def run_cli(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"nnhal benchmark: {e}", file=sys.stderr)
         return 2
-
-    def progress(msg):
-        print(msg, file=sys.stderr, flush=True)
     try:
         with interrupts_after_tflite_calls("nnhal benchmark"):
             r = benchmark(args.model_file, args.runs, args.warmup, args.threads, args.service_address,
-                          progress if args.runs >= 200 else None, options, min_secs=args.min_secs,
+                          not args.json, options, min_secs=args.min_secs,
                           max_secs=args.max_secs, layers=input_layers(args),
                           peak_memory=args.report_peak_memory_footprint)
     except KeyboardInterrupt:

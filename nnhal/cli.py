@@ -43,13 +43,10 @@ def _cmd_backends(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     import faulthandler
-    import logging
     import signal
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack, to stderr
 
-    from service.server import default_cache_dir, serve
-    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from service.server import default_cache_dir, serve  # logging: configured in main (--log-level, $NNHAL_LOG)
     if (args.tls_cert is None) != (args.tls_key is None):
         print("nnhal serve: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
@@ -241,7 +238,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="memory one client's prepared models and buffers may hold, estimated "
                             "(default %(default)s); beyond it: RESOURCE_EXHAUSTED")
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # embedded: die with it
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_cmd_serve)
 
     bk = sub.add_parser("backends", help="list the compute backends, their identity and what each runs")
@@ -300,6 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out_dir", default=None, help="where the example .tflite files are written")
     demo.add_argument("--runs", type=int, default=20)
     demo.set_defaults(func=lambda a: __import__("nnhal.demo", fromlist=["main"]).main(a.out_dir, a.runs))
+    from service.logconfig import add_log_level_argument
+    for command in sub.choices.values():  # every subcommand: one convention (service.logconfig)
+        add_log_level_argument(command)
     return p
 
 
@@ -315,6 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         from nnhal.tool_support import unconsumed_flags
         return unconsumed_flags("inference_diff" if args.command == "inference-diff" else f"nnhal {args.command}",
                                 extras)  # the name the tool's other errors use
+    from service.logconfig import configure_logging
+    prog = "inference_diff" if args.command == "inference-diff" else f"nnhal {args.command}"
+    try:  # a service reports what it does by default; a tool only what went wrong
+        configure_logging(args.log_level, default="info" if args.command == "serve" else "warning")
+    except ValueError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
     try:
         return args.func(args)
     except BrokenPipeError:

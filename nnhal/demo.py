@@ -26,9 +26,9 @@ def main(out_dir: str | None = None, runs: int = 20) -> int:
             f.write(mobilenet_like(dtype, input_size=64, width=16))
         print(f"=== {os.path.basename(path)} ===")
         print("--- inference_diff (reference: TFLite CPU) ---")
-        print(format_metrics(evaluate(path, num_runs=runs)))
+        print(format_metrics(evaluate(path, num_runs=runs, progress=True)))
         print("--- benchmark ---")
-        print(format_result(benchmark(path, runs=runs)).split("\n\nrun order")[0])
+        print(format_result(benchmark(path, runs=runs, progress=True)).split("\n\nrun order")[0])
         print(flush=True)
     return 0
 

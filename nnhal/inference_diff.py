@@ -117,12 +117,14 @@ class _OutputError:
 
 def evaluate(model_file: str, num_runs: int = 50, threads: int = 1, delegate: str = "nnhal",
              service_address: str | None = None, reference_kernels: bool = False, seed: int = 0,
-             progress=None, options: dict | None = None, layers: dict | None = None) -> dict:
+             progress: bool = False, options: dict | None = None, layers: dict | None = None,
+             dump_dir: str | None = None) -> dict:
     """Run the evaluation; returns the metrics (also what --output_file_path writes). ``options``:
     more load_delegate options (TLS files, execution_preference, priority); ``layers``:
-    nnhal.tool_inputs.input_layers (shapes, value ranges, files) by input name."""
+    nnhal.tool_inputs.input_layers (shapes, value ranges, files) by input name; ``progress``: a bar
+    on a terminal; ``dump_dir``: per-operation outputs of the first run (nnhal.dump)."""
     from delegate.runtime import Interpreter
-    from nnhal.tool_support import tflite_call
+    from nnhal.tool_support import progress_bar, tflite_call
     delegates, report = None, None
     if delegate == "nnhal":
         from delegate import load_delegate
@@ -139,10 +141,17 @@ def evaluate(model_file: str, num_runs: int = 50, threads: int = 1, delegate: st
     if delegates:
         report = delegates[0].report
     rng = np.random.default_rng(seed)
-    ref_lat, test_lat = [], []
+    ref_lat, test_lat, dump = [], [], None
     errors = [_OutputError() for _ in ref.get_output_details()]
-    for run in range(num_runs):
+    for run in progress_bar(range(num_runs), desc="inference_diff", enabled=progress):
         inputs = [s.value(rng) for s in sources]
+        if run == 0 and dump_dir:
+            from nnhal.dump import dump_operations
+            with tflite_call():
+                index = dump_operations(dump_dir, model_file, inputs, sources, service_address, options,
+                                        reference_kernels)
+            dump = {"dir": dump_dir, "operations": len(index["operations"]),
+                    "largest_difference": index["largest_difference"]}
         with tflite_call():
             t_ref, out_ref = _timed_invokes(ref, inputs)
             t_test, out_test = _timed_invokes(test, inputs)
@@ -150,8 +159,6 @@ def evaluate(model_file: str, num_runs: int = 50, threads: int = 1, delegate: st
         test_lat += t_test
         for e, a, b in zip(errors, out_test, out_ref):
             e.add(a, b)
-        if progress is not None:
-            progress(run + 1, num_runs)
     metrics = {
         "num_runs": num_runs,
         "reference_latency_us": dict(zip(("avg", "std_dev"), _stats(ref_lat))),
@@ -159,6 +166,8 @@ def evaluate(model_file: str, num_runs: int = 50, threads: int = 1, delegate: st
         "output_errors": [e.metrics() for e in errors],
         "input_ranges": {s.name: ("file" if s.data is not None else s.value_range) for s in sources},
     }
+    if dump is not None:
+        metrics["dump"] = dump
     if report is not None:
         metrics["delegation"] = {"delegated_nodes": report.delegated, "total_nodes": len(report.nodes),
                                  "partitions": len(report.partitions), "service": report.service,
@@ -181,6 +190,12 @@ def format_metrics(m: dict) -> str:
     if d is not None:
         lines.append(f"Delegation: {d['delegated_nodes']}/{d['total_nodes']} nodes in {d['partitions']} "
                      f"partition(s) on nnhal" + (f" ({d['error']})" if d["error"] else ""))
+    dump = m.get("dump")
+    if dump is not None:
+        big = dump["largest_difference"]
+        where = (f"largest max_abs_diff {big['max_abs_diff']:.6g} at partition {big['partition']} operation "
+                 f"{big['operation']} ({big['type']})") if big else "no difference"
+        lines.append(f"Dump: {dump['operations']} operations in {dump['dir']} (index.json; {where})")
     return "\n".join(lines)
 
 
@@ -193,12 +208,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delegate", default="nnhal", help="'nnhal' (default) or 'none'")
     add_input_arguments(p)
     add_delegate_arguments(p)
+    p.add_argument("--dump_dir", default=None, help="write each delegated operation's output of the first run "
+                   "and TFLite CPU's value of the same tensor (.npy) and index.json: where outputs start to differ")
     add_bool_flag(p, "--reference_kernels", help="use TFLite's reference kernels on both sides (the bit-exactness "
                   "oracle)")
 
 
 def _usage_error(args: argparse.Namespace) -> str | None:
     """A bad flag value or file, found before anything runs (the output file too: not after the run)."""
+    import os
+
     from nnhal.tool_support import check_output_file
     if args.num_runs < 1:
         return "--num_runs must be >= 1"
@@ -209,6 +228,10 @@ def _usage_error(args: argparse.Namespace) -> str | None:
     error = check_output_file(args.output_file_path)
     if error:
         return f"--output_file_path: {error}"
+    if args.dump_dir and args.delegate not in ("nnhal",):
+        return "--dump_dir needs --delegate nnhal (it dumps the delegated operations)"
+    if args.dump_dir and os.path.exists(args.dump_dir) and not os.path.isdir(args.dump_dir):
+        return f"--dump_dir: {args.dump_dir} is not a directory"
     return model_and_inputs_error(args)
 
 
@@ -223,19 +246,18 @@ def run_cli(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"inference_diff: {e}", file=sys.stderr)
         return 2
-
-    def progress(done: int, total: int) -> None:
-        if done == 1 or done % max(1, total // 10) == 0:
-            print(f"run {done}/{total}", file=sys.stderr, flush=True)
     try:
         with interrupts_after_tflite_calls("inference_diff"):
             m = evaluate(args.model_file, args.num_runs, args.num_interpreter_threads, args.delegate,
                          args.service_address, args.reference_kernels, options=options, layers=input_layers(args),
-                         progress=progress if args.num_runs >= 200 else None)
+                         progress=True, dump_dir=args.dump_dir)
     except KeyboardInterrupt:
         return interrupted("inference_diff")
     except (ValueError, RuntimeError) as e:  # TFLite's load / prepare errors: multi-line, joined
         print(f"inference_diff: {args.model_file}: {tflite_error(e, args.model_file)}", file=sys.stderr)
+        return 2
+    except OSError as e:  # --dump_dir: not creatable, disk full
+        print(f"inference_diff: --dump_dir: {e.strerror or e}: {e.filename or args.dump_dir}", file=sys.stderr)
         return 2
     print(format_metrics(m))
     if args.output_file_path:
@@ -250,9 +272,16 @@ def run_cli(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from nnhal.tool_support import OneLineErrors, unconsumed_flags
+    from service.logconfig import add_log_level_argument, configure_logging
     p = OneLineErrors(prog="inference_diff", description=__doc__.splitlines()[0], allow_abbrev=False)
     add_arguments(p)
+    add_log_level_argument(p)
     args, extras = p.parse_known_args(argv)
+    try:
+        configure_logging(args.log_level)
+    except ValueError as e:
+        print(f"inference_diff: {e}", file=sys.stderr)
+        return 2
     return unconsumed_flags("inference_diff", extras) or run_cli(args)
 
 

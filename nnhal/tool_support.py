@@ -95,6 +95,16 @@ def delegate_options(args: argparse.Namespace) -> dict:
     return options
 
 
+def progress_bar(iterable=None, total: int | None = None, desc: str | None = None, enabled: bool = True,
+                 unit: str = "run"):
+    """A tqdm bar on stderr for work that can take seconds, shown only when stderr is a terminal and
+    ``enabled`` (callers pass ``not args.json``): piped output and JSON stay clean. The bar is
+    erased when done, so the tool's own output reads the same with and without it."""
+    from tqdm import tqdm
+    return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True,
+                disable=not (enabled and sys.stderr.isatty()))
+
+
 def check_output_file(path: str | None) -> str | None:
     """Why ``path`` cannot be written, or None: checked before a run, not after it."""
     if not path:

@@ -6,7 +6,7 @@ import json
 import sys
 
 from nnhal.cts.corpus import load_cases
-from nnhal.cts.runner import InProcessTarget, Outcome, Result, ServiceTarget, run
+from nnhal.cts.runner import InProcessTarget, Outcome, ServiceTarget, run
 
 #: Outcomes that make the command fail: a driver defect, never a missing feature.
 FAILING = (Outcome.WRONG, Outcome.REJECTED, Outcome.CRASH)
@@ -25,20 +25,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"nnhal cts: {e}", file=sys.stderr)
         return 2
     cases = list(load_cases(args.corpus or None, args.op, args.name))
-    done = [0]
-    tty = sys.stderr.isatty() and not args.json
-
-    def progress(r: Result) -> None:
-        done[0] += 1
-        if tty and (done[0] % 50 == 0 or done[0] == len(cases)):
-            print(f"\r{target.name}: {done[0]}/{len(cases)} cases", end="", file=sys.stderr, flush=True)
-
+    from nnhal.tool_support import progress_bar
+    bar = progress_bar(total=len(cases), desc=target.name, enabled=not args.json, unit="case")
     try:
-        table = run(target, cases, progress)
+        table = run(target, cases, lambda r: bar.update(1))
     finally:
+        bar.close()
         target.close()
-        if tty:
-            print(file=sys.stderr)
     if args.json:
         print(json.dumps({"target": target.name, **table.as_json()}, indent=1))
     else:

@@ -82,6 +82,15 @@ def _refusing(fn, *args):
         raise Refused(str(e)) from e
 
 
+
+def _service_log_level() -> str:
+    """A private service's level: $NNHAL_LOG, else errors only (its INFO lines would mix with the table)."""
+    from service.logconfig import resolve_level
+    try:
+        return resolve_level(None, default="error")
+    except ValueError:
+        return "error"
+
 class ServiceTarget:
     """A real nnhal service over gRPC: the address given, or a private one this target starts
     (and restarts after a crash, so one bad case does not fail the rest)."""
@@ -103,7 +112,7 @@ class ServiceTarget:
         self._dir = tempfile.TemporaryDirectory(prefix="nnhal-cts-")
         sock = os.path.join(self._dir.name, "nnhal.sock")
         self._proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "--socket", sock, "--no-cache",
-                                       "--log-level", "error", *self._serve_args],
+                                       "--log-level", _service_log_level(), *self._serve_args],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         address = "unix:" + sock
         deadline = time.monotonic() + 30
