@@ -23,11 +23,12 @@ import numpy as np
 from hal import backends
 from hal.backends import Backend, Kernel
 from hal.backends.graph import GraphBackend
+from hal.control_flow import CONTROL_FLOW
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.model import Model
 from hal.operands import decode_constant, operand_infos, operation_context, step_inputs  # noqa: F401  (decode_constant: API)
 from hal.registry import OperandInfo, OperationContext, OperationSpec, extension_name, lookup_in_model, model_prefixes
-from hal.types import SCALAR_TYPES, ErrorStatus, OperandLifeTime, OperandType, operation_name
+from hal.types import SCALAR_TYPES, ErrorStatus, OperandLifeTime, OperandType, OperationType, operation_name
 from hal.validation import validate_model
 
 _log = logging.getLogger(__name__)
@@ -162,6 +163,8 @@ class CompiledModel:
     #: Some operation reads a parameter that is not a constant (RuntimeValueNeeded): the model is
     #: planned operation by operation during each execution (``runtime_step``), from the values.
     runtime_values: bool = False
+    #: The model's referenced subgraphs, compiled (IF and WHILE run them); None without any.
+    subgraphs: "Subgraphs | None" = None
     _plans: dict = field(default_factory=dict)
     _steps: dict = field(default_factory=dict)
     _runtime_release: list | None = None
@@ -175,7 +178,7 @@ class CompiledModel:
             plan = self._plans.get(input_shapes)
         if plan is None:
             plan = _make_plan(self.model, self.base_infos, dict(zip(self.input_indexes, input_shapes)),
-                              self.backend_order or None)
+                              self.backend_order or None, self.subgraphs)
             with self._lock:
                 if len(self._plans) > 64:  # bound memory for clients cycling shapes
                     self._plans.clear()
@@ -205,7 +208,8 @@ class CompiledModel:
             step = self._steps.get(key)
         if step is None:
             step = prepare_operation(k, self.model, view,
-                                     order=per_operation(backends.candidates(self.backend_order or None)))
+                                     order=per_operation(backends.candidates(self.backend_order or None)),
+                                     subgraphs=self.subgraphs)
             with self._lock:
                 if len(self._steps) > 256:
                     self._steps.clear()
@@ -328,25 +332,31 @@ _CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_POOL)
 
 
 def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: bool = True,
-                      order: list[Backend] | None = None, shapes_known: bool = True) -> Step:
+                      order: list[Backend] | None = None, shapes_known: bool = True,
+                      subgraphs: "Subgraphs | None" = None) -> Step:
     """Validate, infer shapes and plan one operation of a model validateModel accepted; updates
     ``infos`` with its output shapes.
 
     validate runs again only where the input shapes differ from the declared ones (it saw those
     in validateModel). ``packing=False`` (support queries) lets plans skip repacking constant
     weights. ``shapes_known=False`` when a 0 in a shape may still mean "not specified" (support
-    queries on models with unknown input dimensions): zero-sized inputs are then not checked."""
+    queries on models with unknown input dimensions): zero-sized inputs are then not checked.
+    ``subgraphs``: the model's compiled referenced subgraphs, for IF and WHILE."""
     operation = model.main.operations[k]
     prefixes = model_prefixes(model)
     spec = lookup_in_model(operation.type, prefixes)
     if spec is None:
         raise _not_supported(k, operation.type)
-    ctx = operation_context(k, operation, model.main.operands, infos)
+    ctx = operation_context(k, operation, model.main.operands, infos, model=model)
     ctx.packing = packing
     try:
         if _shapes_inferred(operation, model, infos):
             spec.run_validate(ctx)
         ctx.params = spec.prepare(ctx)
+        if operation.type in CONTROL_FLOW:
+            if subgraphs is None:
+                raise ctx.fail("its subgraphs are not compiled here", ErrorStatus.GENERAL_FAILURE)
+            _control_flow_shapes(ctx, subgraphs)
         if shapes_known:
             _check_zero_sized(ctx, spec)
         for j, shape in enumerate(ctx.output_shapes):  # backends plan with the prepared shapes
@@ -364,7 +374,7 @@ def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: b
 
 
 def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tuple[int, ...]],
-               order_names: tuple[str, ...] | None = None) -> Plan:
+               order_names: tuple[str, ...] | None = None, subgraphs: "Subgraphs | None" = None) -> Plan:
     # Data-dependent output shapes: an operation whose output sizes depend on its input values
     # (BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS) opts in with ``register(...,
     # data_dependent_outputs=True)``; its prepare sets a 0 in every dimension only the kernel
@@ -378,15 +388,94 @@ def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tu
     order = backends.candidates(order_names)
     steps = []
     for k in range(len(model.main.operations)):
-        steps.append(prepare_operation(k, model, infos, order=order))
-        if steps[-1].spec.data_dependent_outputs:
+        steps.append(prepare_operation(k, model, infos, order=order, subgraphs=subgraphs))
+        if steps[-1].spec.data_dependent_outputs and not _outputs_known(steps[-1].ctx):
             raise RuntimeValueNeeded(f"{steps[-1].ctx.name}: its output shapes are known only once it has run")
     keep = frozenset(model.main.output_indexes)
-    return Plan(steps, infos, keep=keep, program=_partition(model, steps, infos, order, keep))
+    return Plan(steps, infos, keep=keep, program=_partition(model, steps, infos, order, keep, subgraphs))
+
+
+def _outputs_known(ctx: OperationContext) -> bool:
+    """A data-dependent operation whose outputs' shapes are known after all: an IF or WHILE whose
+    declarations or planned subgraphs fix them (other such operations always run first)."""
+    return ctx.op_type in CONTROL_FLOW and all(s is not None and all(d > 0 for d in s) for s in ctx.output_shapes)
+
+
+def _control_flow_shapes(ctx: OperationContext, subgraphs: "Subgraphs") -> None:
+    """Output shapes the declarations left open, from the subgraphs planned with the actual input
+    shapes: an IF's when both branches agree, a WHILE's when the body gives back the shapes it
+    was given (a loop whose shapes do not change). Otherwise they stay 0: known once it has run."""
+    if all(s is not None and all(d > 0 for d in s) for s in ctx.output_shapes):
+        return
+    shapes = [info.shape if info is not None else None for info in ctx.inputs]
+    if any(s is None or not all(d > 0 for d in s) for s in shapes[2 + (ctx.op_type == int(OperationType.IF)):]):
+        return
+
+    def planned(sub: int, input_shapes) -> list[tuple[int, ...]] | None:
+        compiled = subgraphs.get(sub)
+        try:
+            plan = compiled.plan_for(tuple(input_shapes))
+        except RuntimeValueNeeded:
+            return None
+        return [plan.infos[o].shape for o in compiled.output_indexes]
+
+    p = ctx.params
+    if ctx.op_type == int(OperationType.IF):
+        outs = [planned(b, shapes[3:]) for b in (p.then_subgraph, p.else_subgraph)]
+        if outs[0] is None or outs[0] != outs[1]:
+            return
+        found = outs[0]
+    else:
+        body = planned(p.body_subgraph, shapes[2:])
+        if body is None or body != [tuple(s) for s in shapes[2:2 + len(body)]]:
+            return
+        found = body[:p.carried]
+    for j, shape in enumerate(found):
+        declared = ctx.outputs[j].shape
+        if not declared or (len(declared) == len(shape) and all(d in (0, s) for d, s in zip(declared, shape))):
+            ctx.output_shapes[j] = tuple(shape)
+
+
+class Subgraphs:
+    """A model's referenced subgraphs, each compiled on first use as a model of its own (the same
+    referenced list, constants and pools; that subgraph as main) and shared by every operation
+    naming it, nested ones included. Validation has excluded reference cycles."""
+
+    def __init__(self, model: Model, copy_constants: bool, order: tuple[str, ...]):
+        self.model = model
+        self.copy_constants = copy_constants
+        self.order = order
+        self._compiled: dict[int, CompiledModel] = {}
+        self._lock = threading.RLock()
+
+    def view(self, k: int) -> Model:
+        m = self.model
+        return Model(main=m.referenced[k], referenced=m.referenced, operand_values=m.operand_values, pools=m.pools,
+                     relax_computation_float32_to_float16=m.relax_computation_float32_to_float16,
+                     extension_name_to_prefix=m.extension_name_to_prefix)
+
+    def get(self, k: int) -> CompiledModel:
+        with self._lock:
+            compiled = self._compiled.get(k)
+            if compiled is None:
+                try:
+                    compiled = _compile_validated(self.view(k), self.copy_constants, self.order, self)
+                except HalError as e:
+                    raise HalError(e.status, f"referenced subgraph {k}: {e.message}") from None
+                self._compiled[k] = compiled
+            return compiled
+
+    def put(self, k: int, compiled: CompiledModel) -> None:
+        """A subgraph loaded from the compilation cache."""
+        with self._lock:
+            self._compiled[k] = compiled
+
+    def all(self) -> list[CompiledModel]:
+        return [self.get(k) for k in range(len(self.model.referenced))]
 
 
 def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order: list[Backend],
-               keep: frozenset[int]) -> list[Step]:
+               keep: frozenset[int], subgraphs: "Subgraphs | None" = None) -> list[Step]:
     """The program: each maximal run of one graph backend's members compiled into one partition
     step. A run that fails to compile is planned again without that backend (``steps`` updated)."""
     program: list[Step] = []
@@ -404,7 +493,7 @@ def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order:
         if not part.outputs:  # nothing reads what the run computes (valid NNAPI): a graph needs outputs
             fallback = [b for b in order if b is not backend]
             for m in range(k, end):
-                steps[m] = prepare_operation(steps[m].index, model, infos, order=fallback)
+                steps[m] = prepare_operation(steps[m].index, model, infos, order=fallback, subgraphs=subgraphs)
                 program.append(steps[m])
             k = end
             continue
@@ -415,7 +504,7 @@ def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order:
                          backend.name, steps[k].index, steps[end - 1].index, e)
             fallback = [b for b in order if b is not backend]
             for m in range(k, end):
-                steps[m] = prepare_operation(steps[m].index, model, infos, order=fallback)
+                steps[m] = prepare_operation(steps[m].index, model, infos, order=fallback, subgraphs=subgraphs)
                 program.append(steps[m])
         else:
             program.append(partition_step(backend, part, artifact, executable))
@@ -437,15 +526,21 @@ def compile_model(model: Model, copy_constants: bool = True,
     overrides the process's backend preference (``hal.backends.preference()``).
     """
     validate_model(model)
-    if model.referenced:
-        raise HalError(ErrorStatus.INVALID_ARGUMENT, "control flow (referenced subgraphs) is not supported")
     order = backends.parse_preference(backend_order) if backend_order is not None else backends.preference()
+    subgraphs = Subgraphs(model, copy_constants, order) if model.referenced else None
+    return _compile_validated(model, copy_constants, order, subgraphs)
+
+
+def _compile_validated(model: Model, copy_constants: bool, order: tuple[str, ...],
+                       subgraphs: Subgraphs | None) -> CompiledModel:
+    """compile_model's work after validation: the main subgraph of ``model``, whose referenced
+    subgraphs ``subgraphs`` compiles."""
     base = operand_infos(model, copy_constants)
     sg = model.main
     plan, runtime_values = None, False
     if _static(model, base):
         try:
-            plan = _make_plan(model, base, {}, order)
+            plan = _make_plan(model, base, {}, order, subgraphs)
         except RuntimeValueNeeded:
             runtime_values = True
     if plan is None:  # still check now that every operation is one this driver has
@@ -455,7 +550,8 @@ def compile_model(model: Model, copy_constants: bool = True,
                 raise _not_supported(k, op.type)
     return CompiledModel(model=model, constants={i: v.value for i, v in enumerate(base) if v.value is not None},
                          input_indexes=list(sg.input_indexes), output_indexes=list(sg.output_indexes),
-                         base_infos=base, static_plan=plan, backend_order=order, runtime_values=runtime_values)
+                         base_infos=base, static_plan=plan, backend_order=order, runtime_values=runtime_values,
+                         subgraphs=subgraphs)
 
 
 def _static(model: Model, infos: list[OperandInfo]) -> bool:
@@ -475,14 +571,19 @@ def support_reasons(model: Model, backend_order: Iterable[str] | None = None) ->
     validate_model(model)
     infos = operand_infos(model, copy=False)  # nothing outlives the query: no need to copy constants
     order = backends.candidates(backend_order)
+    subgraphs = None
+    if model.referenced:  # an IF or WHILE is supported when its subgraphs compile
+        names = backends.parse_preference(backend_order) if backend_order is not None else backends.preference()
+        subgraphs = Subgraphs(model, False, names)
     static = _static(model, infos)
     result: list[str | None] = []
     for k in range(len(model.main.operations)):
         try:
-            step = prepare_operation(k, model, infos, packing=False, order=order, shapes_known=static)
+            step = prepare_operation(k, model, infos, packing=False, order=order, shapes_known=static,
+                                     subgraphs=subgraphs)
             result.append(None)
-            if step.spec.data_dependent_outputs:  # later 0s may stand for sizes known only at execution
-                static = False
+            if step.spec.data_dependent_outputs and not _outputs_known(step.ctx):
+                static = False  # later 0s may stand for sizes known only at execution
         except RuntimeValueNeeded:
             # Planned at execution, from the values: supported if some backend runs its type.
             result.append(_runtime_support(k, model, infos, order))

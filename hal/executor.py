@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hal import control_flow
 from hal.compiler import CompiledModel, Step
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.model import Request
@@ -59,14 +60,34 @@ def _check_deadline(deadline_ns: int | None, where) -> None:
         raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed {where}")
 
 
+@dataclass
+class _Run:
+    """One execution's settings, which every step (and a control-flow subgraph) runs under."""
+
+    compiled: CompiledModel
+    timings: list[OperationTiming] | None
+    deadline_ns: int | None
+    loop_timeout_ns: int
+
+    def control_flow(self) -> control_flow.ControlFlowRun:
+        def run(sub: CompiledModel, inputs: list) -> list:  # a subgraph's operations are not timed one by one
+            return execute(sub, inputs, None, self.deadline_ns, loop_timeout_ns=self.loop_timeout_ns)
+        subgraphs = self.compiled.subgraphs
+        return control_flow.ControlFlowRun(subgraphs.get, run, self.deadline_ns, self.loop_timeout_ns)
+
+
 def execute(compiled: CompiledModel, inputs: list[np.ndarray],
             timings: list[OperationTiming] | None = None,
-            deadline_ns: int | None = None, _validated: bool = False) -> list[np.ndarray]:
+            deadline_ns: int | None = None, _validated: bool = False,
+            loop_timeout_ns: int | None = None) -> list[np.ndarray]:
     """Run the model; ``timings`` (if given) receives one record per operation.
 
     ``deadline_ns`` (time.monotonic_ns clock) is checked before every operation:
     a late execution stops with MISSED_DEADLINE_TRANSIENT, as NNAPI drivers do.
+    ``loop_timeout_ns`` bounds each WHILE loop (``hal.control_flow.loop_timeout_ns``: 2 s by
+    default, at most 15 s).
     """
+    run = _Run(compiled, timings, deadline_ns, control_flow.loop_timeout_ns(loop_timeout_ns))
     if len(inputs) != len(compiled.input_indexes):
         raise HalError(ErrorStatus.INVALID_ARGUMENT,
                        f"model has {len(compiled.input_indexes)} inputs, got {len(inputs)}")
@@ -89,7 +110,7 @@ def execute(compiled: CompiledModel, inputs: list[np.ndarray],
             compiled.runtime_values = True  # a parameter computed from these inputs: plan as we go
         else:
             for step, dead in zip(plan.program, plan.release):
-                _run_step(step, values, plan.infos, timings, deadline_ns)
+                _run_step(step, values, plan.infos, run)
                 for o in dead:  # the memory plan: this step was the tensor's last reader
                     del values[o]
             return [values[o] for o in compiled.output_indexes]
@@ -103,7 +124,7 @@ def execute(compiled: CompiledModel, inputs: list[np.ndarray],
         if _zero_sized_output(step, infos):  # AOSP's rule: such an operation is not run
             values.update((o, np.zeros(infos[o].shape, infos[o].dtype)) for o in step.outputs)
         else:
-            _run_step(step, values, infos, timings, deadline_ns)
+            _run_step(step, values, infos, run)
         for o in dead:
             values.pop(o, None)
     return [values[o] for o in compiled.output_indexes]
@@ -121,14 +142,17 @@ def _fits(shape: tuple[int, ...], prepared: tuple[int, ...]) -> bool:
     return len(shape) == len(prepared) and all(p in (0, s) for s, p in zip(shape, prepared))
 
 
-def _run_step(step: Step, values: dict[int, np.ndarray], infos: list[OperandInfo],
-              timings: list[OperationTiming] | None, deadline_ns: int | None) -> None:
-    _check_deadline(deadline_ns, step)
+def _run_step(step: Step, values: dict[int, np.ndarray], infos: list[OperandInfo], run: _Run) -> None:
+    _check_deadline(run.deadline_ns, step)
+    timings = run.timings
     # .get: a constant the cache did not keep (its op reads the packed form) arrives as None
     args = [values.get(i) if i >= 0 else None for i in step.inputs]
     t0 = time.perf_counter_ns() if timings is not None else 0
     try:
-        outs = step.kernel.execute(step.ctx, args)
+        if step.ctx.op_type in control_flow.CONTROL_FLOW and step.spec is not None:
+            outs = control_flow.run(step, args, run.control_flow())
+        else:
+            outs = step.kernel.execute(step.ctx, args)
     except HalError:
         raise
     except Exception as e:
@@ -190,7 +214,7 @@ def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.nda
 
 def execute_request(compiled: CompiledModel, request: Request,
                     timings: list[OperationTiming] | None = None,
-                    deadline_ns: int | None = None) -> list[OutputShape]:
+                    deadline_ns: int | None = None, loop_timeout_ns: int | None = None) -> list[OutputShape]:
     """NNAPI execute: read inputs from request pools, write outputs into them.
 
     Raises HalError(OUTPUT_INSUFFICIENT_SIZE) with ``.output_shapes`` set when an
@@ -210,7 +234,7 @@ def execute_request(compiled: CompiledModel, request: Request,
         raw = memoryview(request.pools[loc.pool_index]).cast("B")[loc.offset:loc.offset + loc.length]
         arr = np.frombuffer(raw, dtype=dtype)
         inputs.append(arr.reshape(() if operand.type in SCALAR_TYPES else dims))
-    outs = execute(compiled, inputs, timings, deadline_ns, _validated=True)
+    outs = execute(compiled, inputs, timings, deadline_ns, _validated=True, loop_timeout_ns=loop_timeout_ns)
     shapes = [OutputShape(tuple(out.shape), out.nbytes <= arg.location.length)
               for arg, out in zip(request.outputs, outs)]
     if not all(s.is_sufficient for s in shapes):

@@ -137,18 +137,18 @@ class ModelBuilder:
         self._chunks.append(view)
         self._size += len(view)
 
-    def mark(self) -> tuple[int, int, int, int, int]:
-        """A point to rewind to (operands, operations, constants, extension prefixes)."""
+    def mark(self) -> tuple[int, ...]:
+        """A point to rewind to (operands, operations, constants, extension prefixes, subgraphs)."""
         m = self.model
         return (len(m.main.operands), len(m.main.operations), len(self._chunks), self._size,
-                len(m.extension_name_to_prefix))
+                len(m.extension_name_to_prefix), len(m.referenced), len(m.pools))
 
-    def rewind(self, mark: tuple[int, int, int, int, int]) -> None:
+    def rewind(self, mark: tuple[int, ...]) -> None:
         """Drop everything added since ``mark`` (a caller backing out of a half-built operation)."""
-        n_operands, n_operations, n_chunks, size, n_prefixes = mark
+        n_operands, n_operations, n_chunks, size, n_prefixes, n_referenced, n_pools = mark
         m = self.model
         del m.main.operands[n_operands:], m.main.operations[n_operations:], self._chunks[n_chunks:]
-        del m.extension_name_to_prefix[n_prefixes:]
+        del m.extension_name_to_prefix[n_prefixes:], m.referenced[n_referenced:], m.pools[n_pools:]
         self._size = size
         for i in [i for i in self._small if i >= n_operands]:
             del self._small[i]
@@ -187,6 +187,56 @@ class ModelBuilder:
 
     def add_bool(self, value: bool) -> int:
         return self.add_constant(OperandType.BOOL, bool(value))
+
+    def add_referenced(self, model: Model) -> int:
+        """Append ``model``'s main subgraph to this model's referenced subgraphs (for IF and WHILE)
+        and return its index, the ``offset`` of a SUBGRAPH operand naming it. The model's own
+        referenced subgraphs come along (nested control flow): its constants are copied into this
+        model's operand_values, its pools appended, its SUBGRAPH operands renumbered. Extension
+        prefixes must agree between the two models."""
+        import dataclasses
+
+        mine = {e.name: e.prefix for e in self.model.extension_name_to_prefix}
+        for e in model.extension_name_to_prefix:
+            if mine.setdefault(e.name, e.prefix) != e.prefix:
+                raise ValueError(f"extension {e.name!r} has prefix {e.prefix} in the subgraph, "
+                                 f"{mine[e.name]} here")
+            if e not in self.model.extension_name_to_prefix:
+                self.model.extension_name_to_prefix.append(e)
+        pad = (-self._size) % 4
+        if pad:
+            self._chunks.append(b"\0" * pad)
+            self._size += pad
+        values_at, pools_at, first = self._size, len(self.model.pools), len(self.model.referenced)
+        if model.operand_values:
+            self._chunks.append(memoryview(model.operand_values))
+            self._size += len(model.operand_values)
+        self.model.pools.extend(model.pools)
+
+        def moved(sg: Subgraph) -> Subgraph:
+            operands = []
+            for op in sg.operands:
+                loc = op.location
+                if op.lifetime == OperandLifeTime.CONSTANT_COPY:
+                    loc = dataclasses.replace(loc, offset=loc.offset + values_at)
+                elif op.lifetime == OperandLifeTime.CONSTANT_POOL:
+                    loc = dataclasses.replace(loc, pool_index=loc.pool_index + pools_at)
+                elif op.lifetime == OperandLifeTime.SUBGRAPH:  # model.main is `first`, its referenced follow
+                    loc = dataclasses.replace(loc, offset=loc.offset + first + 1)
+                operands.append(dataclasses.replace(op, location=loc))
+            return Subgraph(operands, list(sg.operations), list(sg.input_indexes), list(sg.output_indexes))
+
+        self.model.referenced.append(moved(model.main))
+        self.model.referenced.extend(moved(sg) for sg in model.referenced)
+        return first
+
+    def add_subgraph_operand(self, subgraph: int) -> int:
+        """A SUBGRAPH operand naming referenced subgraph ``subgraph`` (an IF branch, a WHILE body)."""
+        idx = self.add_operand(OperandType.SUBGRAPH)
+        op = self.operands[idx]
+        op.lifetime = OperandLifeTime.SUBGRAPH
+        op.location = DataLocation(pool_index=0, offset=int(subgraph), length=0)
+        return idx
 
     def add_operation(self, type: OperationType | int, inputs, outputs) -> int:
         self.model.main.operations.append(

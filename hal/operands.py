@@ -40,6 +40,8 @@ def constant_from_bytes(raw, operand: Operand, copy: bool = True, dtype: np.dtyp
 def operand_info(i: int, op: Operand, value, ext_dtype, rank_known: bool = True) -> OperandInfo:
     """Operand i's info, with its decoded value (or None) and its extension element type."""
     cq = op.channel_quant
+    if op.lifetime == OperandLifeTime.SUBGRAPH and op.type == OperandType.SUBGRAPH:
+        value = np.asarray(op.location.offset, dtype=np.int32)  # which referenced subgraph: IF/WHILE read it
     return OperandInfo(
         type=op.type, shape=tuple(op.dimensions), scale=op.scale, zero_point=op.zero_point,
         channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
@@ -99,10 +101,23 @@ def model_scalar_value(model: Model) -> ScalarValue:
 
 
 def operation_context(k: int, operation: Operation, operands: Sequence[Operand], infos: list[OperandInfo],
-                      validating: bool = False) -> OperationContext:
+                      validating: bool = False, model: Model | None = None) -> OperationContext:
+    """``model``: the whole model, for operations that name its referenced subgraphs (IF, WHILE)."""
     # infos[i] None: a model input the execution's request omitted (NNAPI's setInput with no value)
     ins = [None if operands[i].lifetime == OperandLifeTime.NO_VALUE else infos[i] for i in operation.inputs]
-    return OperationContext(k, operation.type, ins, [infos[o] for o in operation.outputs], validating=validating)
+    ctx = OperationContext(k, operation.type, ins, [infos[o] for o in operation.outputs], validating=validating)
+    if model is not None and model.referenced:
+        ctx.subgraphs = model.referenced
+        ctx._subgraph_info = _subgraph_infos(model)
+    return ctx
+
+
+def _subgraph_infos(model: Model) -> Callable[[int, int], OperandInfo]:
+    prefixes, scalars = model_prefixes(model), model_scalar_value(model)
+
+    def info(k: int, i: int) -> OperandInfo:
+        return validation_info(i, model.referenced[k].operands[i], prefixes, scalars)
+    return info
 
 
 def step_inputs(operation: Operation, operands: Sequence[Operand]) -> tuple[int, ...]:

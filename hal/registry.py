@@ -100,6 +100,15 @@ class OperationContext:
         #: False while answering getSupportedOperations: plans must still check everything, but may
         #: skip repacking constant weights (execute packs what plan did not).
         self.packing = True
+        #: The model's referenced subgraphs (hal.model.Subgraph), which IF and WHILE name.
+        self.subgraphs: Sequence[Any] = ()
+        self._subgraph_info: Callable[[int, int], OperandInfo] | None = None
+
+    def subgraph_operand_info(self, subgraph: int, i: int) -> OperandInfo:
+        """Operand i of referenced subgraph ``subgraph``, as validation sees operands."""
+        if self._subgraph_info is None:
+            raise self.fail("the model's referenced subgraphs are not available here")
+        return self._subgraph_info(subgraph, i)
 
     # ---- naming and failure -------------------------------------------------
     @property

@@ -28,7 +28,7 @@ import numpy as np
 from hal import backends
 from hal.backends import Backend
 from hal.backends.graph import GraphBackend
-from hal.compiler import CompiledModel, PartitionContext, Plan, Step, make_partition, partition_step
+from hal.compiler import CompiledModel, PartitionContext, Plan, Step, Subgraphs, make_partition, partition_step
 from hal.model import (
     ExtensionNameAndPrefix,
     Model,
@@ -47,8 +47,9 @@ from hal.registry import (
 from hal.types import OperandLifeTime
 
 #: 2: constants stored per operand, packed-only constants left out; 3: extensions; 4: backends;
-#: 5: graph backends' partitions (slices, added later, are refused by older readers: a cache miss)
-FORMAT_VERSION = 5
+#: 5: graph backends' partitions (slices, added later, are refused by older readers: a cache miss);
+#: 6: referenced subgraphs' plans (IF, WHILE)
+FORMAT_VERSION = 6
 _CORE_PREFIX = "hal."
 _BACKENDS_PREFIX = "hal.backends."
 
@@ -269,10 +270,19 @@ def _superseded_constants(plan: Plan, constants: dict[int, np.ndarray]) -> set[i
     return packed_only
 
 
-def _backends_used(compiled: CompiledModel) -> tuple[Backend, ...]:
+def _static_plans(compiled: CompiledModel) -> list[CompiledModel]:
+    """The main subgraph's compiled model, then each referenced subgraph's: all must be planned."""
+    parts = [compiled] + ([] if compiled.subgraphs is None else compiled.subgraphs.all())
+    if any(c.static_plan is None for c in parts):
+        raise SerializationError("models with unknown input shapes are planned per execution; not cached")
+    return parts
+
+
+def _backends_used(parts: list[CompiledModel]) -> tuple[Backend, ...]:
     """Backends the steps were planned by, plus the backend of every extension the model declares
     (its operand types' meaning lives there too)."""
-    names = {s.backend for s in compiled.static_plan.steps} | {e.name for e in compiled.model.extension_name_to_prefix}
+    names = {s.backend for c in parts for s in c.static_plan.steps} | \
+        {e.name for e in parts[0].model.extension_name_to_prefix}
     used = []
     for name in sorted(names):
         b = backends.get(name) or backends.extension_backend(name)
@@ -302,17 +312,25 @@ def dump_compiled(compiled: CompiledModel) -> tuple[bytes, list[np.ndarray]]:
 
     Constants whose ops only use a packed copy (conv filters, FC weights) are left out: the packed
     form in the op data is all execution needs, and the cache stores and verifies each byte once."""
-    plan = compiled.static_plan
-    if plan is None:
-        raise SerializationError("models with unknown input shapes are planned per execution; not cached")
-    used = _backends_used(compiled)
+    parts = _static_plans(compiled)
+    used = _backends_used(parts)
     enc = _Encoder(used)
-    dropped = _superseded_constants(plan, compiled.constants)
     tree = {
         "format": FORMAT_VERSION,
         "backends": {b.name: b.identity() for b in used},
         "order": list(compiled.backend_order),
         "model": _model_tree(compiled.model),
+        **_plan_tree(compiled, enc),
+        "subgraphs": [_plan_tree(c, enc) for c in parts[1:]],
+    }
+    return json.dumps(tree, separators=(",", ":")).encode(), enc.arrays
+
+
+def _plan_tree(compiled: CompiledModel, enc: _Encoder) -> dict:
+    """One subgraph's plan: its kept constants, planned shapes, steps' data and partitions."""
+    plan = compiled.static_plan
+    dropped = _superseded_constants(plan, compiled.constants)
+    return {
         "constants": [[i, enc.array(v)] for i, v in sorted(compiled.constants.items()) if i not in dropped],
         "shapes": [list(info.shape) for info in plan.infos],
         "steps": [{"index": s.index, "backend": s.backend, "data": enc.value(s.ctx.data)} for s in plan.steps],
@@ -320,7 +338,6 @@ def dump_compiled(compiled: CompiledModel) -> tuple[bytes, list[np.ndarray]]:
         "partitions": [[p.ctx.operations[0], p.ctx.operations[-1], enc.value(p.ctx.artifact)]
                        for p in plan.program if isinstance(p.ctx, PartitionContext)],
     }
-    return json.dumps(tree, separators=(",", ":")).encode(), enc.arrays
 
 
 def _program(model: Model, steps: list[Step], infos: list, partitions: list, dec: "_Decoder") -> list[Step]:
@@ -384,51 +401,64 @@ def load_compiled(payload: bytes, arrays: list[np.ndarray],
                                      f"prefers {','.join(order)}")
         by_name = {b.name: b for b in used}
         dec = _Decoder(arrays, used)
-        prefixes = model_prefixes(model)
-        sg = model.main
-        constants = {int(i): dec.value(ref) for i, ref in tree["constants"]}
-        shapes = tree["shapes"]
-        if len(shapes) != len(sg.operands) or not all(0 <= i < len(sg.operands) for i in constants):
-            raise SerializationError("payload shapes/constants do not match the model")
-        base, infos = [], []
-        for i, op in enumerate(sg.operands):
-            info = operand_info(i, op, constants.get(i), extension_dtype(op.type, prefixes))
-            base.append(info)
-            planned = tuple(shapes[i])
-            # as compile_model does: the plan shares an operand's info unless inference changed its shape
-            infos.append(info if planned == info.shape else dataclasses.replace(info, shape=planned))
-        steps = []
-        for s in tree["steps"]:
-            k = s["index"]
-            operation = sg.operations[k]
-            spec = lookup_in_model(operation.type, prefixes)
-            backend = by_name.get(s["backend"])
-            if spec is None or backend is None:
-                raise SerializationError(f"operation {k}: type {operation.type} or backend {s['backend']!r} "
-                                         f"is not available")
-            ext = extension_name(operation.type, prefixes)
-            if (backend.extension or None) != ext:
-                raise SerializationError(f"operation {k}: backend {backend.name!r} cannot run it")
-            if isinstance(backend, GraphBackend):  # a partition member: its partition runs it
-                kernel = backend.member_kernel
-            else:
-                kernel = backend.kernel(operation.type & 0xFFFF if ext else operation.type)
-            if kernel is None:
-                raise SerializationError(f"operation {k}: backend {backend.name!r} has no kernel for it")
-            ctx = operation_context(k, operation, sg.operands, infos)
-            ctx.output_shapes = [infos[o].shape for o in operation.outputs]
-            ctx.backend = backend.name
-            ctx.data = dec.value(s["data"])
-            kernel = kernel.for_context(ctx)
-            steps.append(Step(k, spec, kernel, ctx, step_inputs(operation, sg.operands), tuple(operation.outputs)))
-        if len(steps) != len(sg.operations) or [s.index for s in steps] != list(range(len(sg.operations))):
-            raise SerializationError("payload does not cover every operation in order")
-        program = _program(model, steps, infos, tree["partitions"], dec)
+        trees = tree["subgraphs"]
+        if not isinstance(trees, list) or len(trees) != len(model.referenced):
+            raise SerializationError("payload's subgraph plans do not match the model's referenced subgraphs")
+        subgraphs = Subgraphs(model, False, order) if model.referenced else None
+        compiled = _load_plan(model, tree, dec, by_name, order, subgraphs)
+        for k, sub in enumerate(trees):
+            subgraphs.put(k, _load_plan(subgraphs.view(k), sub, dec, by_name, order, subgraphs))
     except SerializationError:
         raise
     except Exception as e:  # malformed JSON / structure: never trust, never crash
         raise SerializationError(f"invalid compiled-model payload: {e!r}") from e
+    return compiled
+
+
+def _load_plan(model: Model, tree: dict, dec: "_Decoder", by_name: dict[str, Backend], order: tuple[str, ...],
+               subgraphs: Subgraphs | None) -> CompiledModel:
+    """The CompiledModel of ``model``'s main subgraph (a referenced one's view) from its plan tree."""
+    prefixes = model_prefixes(model)
+    sg = model.main
+    constants = {int(i): dec.value(ref) for i, ref in tree["constants"]}
+    shapes = tree["shapes"]
+    if len(shapes) != len(sg.operands) or not all(0 <= i < len(sg.operands) for i in constants):
+        raise SerializationError("payload shapes/constants do not match the model")
+    base, infos = [], []
+    for i, op in enumerate(sg.operands):
+        info = operand_info(i, op, constants.get(i), extension_dtype(op.type, prefixes))
+        base.append(info)
+        planned = tuple(shapes[i])
+        # as compile_model does: the plan shares an operand's info unless inference changed its shape
+        infos.append(info if planned == info.shape else dataclasses.replace(info, shape=planned))
+    steps = []
+    for s in tree["steps"]:
+        k = s["index"]
+        operation = sg.operations[k]
+        spec = lookup_in_model(operation.type, prefixes)
+        backend = by_name.get(s["backend"])
+        if spec is None or backend is None:
+            raise SerializationError(f"operation {k}: type {operation.type} or backend {s['backend']!r} "
+                                     f"is not available")
+        ext = extension_name(operation.type, prefixes)
+        if (backend.extension or None) != ext:
+            raise SerializationError(f"operation {k}: backend {backend.name!r} cannot run it")
+        if isinstance(backend, GraphBackend):  # a partition member: its partition runs it
+            kernel = backend.member_kernel
+        else:
+            kernel = backend.kernel(operation.type & 0xFFFF if ext else operation.type)
+        if kernel is None:
+            raise SerializationError(f"operation {k}: backend {backend.name!r} has no kernel for it")
+        ctx = operation_context(k, operation, sg.operands, infos, model=model)
+        ctx.output_shapes = [infos[o].shape for o in operation.outputs]
+        ctx.backend = backend.name
+        ctx.data = dec.value(s["data"])
+        kernel = kernel.for_context(ctx)
+        steps.append(Step(k, spec, kernel, ctx, step_inputs(operation, sg.operands), tuple(operation.outputs)))
+    if len(steps) != len(sg.operations) or [s.index for s in steps] != list(range(len(sg.operations))):
+        raise SerializationError("payload does not cover every operation in order")
+    program = _program(model, steps, infos, tree["partitions"], dec)
     plan = Plan(steps, infos, keep=frozenset(sg.output_indexes), program=program)
     return CompiledModel(model=model, constants=constants, input_indexes=list(sg.input_indexes),
                          output_indexes=list(sg.output_indexes), base_infos=base, static_plan=plan,
-                         backend_order=order)
+                         backend_order=order, subgraphs=subgraphs)

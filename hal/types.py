@@ -142,6 +142,12 @@ class OperationType(enum.IntEnum):
 #: The last operation type defined by NNAPI 1.3 (feature level 4).
 LAST_NNAPI_1_3_OPERATION = OperationType.RANK
 
+#: ANEURALNETWORKS_OEM_OPERATION (deprecated in Android 11, still valid in NNAPI 1.3 models): an
+#: opaque vendor operation with no defined semantics. Valid, never supported by this driver (AOSP's
+#: validation accepts it unchecked; drivers answer getSupportedOperations false), so it stays out
+#: of OperationType, whose members are the operations nnhal implements.
+OEM_OPERATION = 10000
+
 
 class FeatureLevel(enum.IntEnum):
     """NNAPI feature levels (ANEURALNETWORKS_FEATURE_LEVEL_*): 1-4 are NNAPI 1.0-1.3 (Android 8.1-11),
@@ -290,6 +296,8 @@ def type_name(code: int) -> str:
 
 
 def operation_name(code: int) -> str:
+    if code == OEM_OPERATION:
+        return "OEM_OPERATION"
     try:
         return OperationType(code).name
     except ValueError:

@@ -18,6 +18,7 @@ from hal.operands import model_scalar_value, operation_context, validation_infos
 from hal.quant import QUANT_RANGE
 from hal.types import (
     NUMPY_DTYPE,
+    OEM_OPERATION,
     SCALAR_TYPES,
     ErrorStatus,
     OperandLifeTime,
@@ -268,7 +269,7 @@ def _validate_subgraph(model: Model, sg: Subgraph, where: str) -> None:
 #: Enum lookups by dict (an enum call per operand dominated validation of big models).
 _OPERAND_TYPES = {int(t): t for t in OperandType}
 _LIFETIMES = {int(t): t for t in OperandLifeTime}
-_KNOWN_OPERATIONS = frozenset(int(t) for t in OperationType)
+_KNOWN_OPERATIONS = frozenset(int(t) for t in OperationType) | {OEM_OPERATION}
 
 
 def validate_model(model: Model) -> None:
@@ -291,28 +292,55 @@ def validate_model(model: Model) -> None:
             raise _bad(f"unknown extension {e.name!r}: not registered with this driver")
     _validate_subgraph(model, model.main, "")
     for k, sg in enumerate(model.referenced):
-        _validate_subgraph(model, sg, f"subgraph {k + 1}: ")
+        _validate_subgraph(model, sg, f"referenced subgraph {k}: ")
+    _check_no_reference_cycles(model)
     prefixes = registry.model_prefixes(model)
     scalars = model_scalar_value(model)
     for n, sg in enumerate([model.main, *model.referenced]):
         infos = validation_infos(sg.operands, prefixes, scalars)
         for k, operation in enumerate(sg.operations):
             try:
-                validate_operation(k, operation, sg.operands, infos, prefixes)
+                validate_operation(k, operation, sg.operands, infos, prefixes, model)
             except HalError as e:
                 if n:
-                    raise HalError(e.status, f"subgraph {n}: {e.message}") from None
+                    raise HalError(e.status, f"referenced subgraph {n - 1}: {e.message}") from None
                 raise
 
 
+def _check_no_reference_cycles(model: Model) -> None:
+    """A subgraph may not reach itself through SUBGRAPH operands (AOSP's checkNoReferenceCycles):
+    an IF or WHILE would otherwise nest forever."""
+    refs = [sorted({op.location.offset for op in sg.operands if op.lifetime == OperandLifeTime.SUBGRAPH})
+            for sg in model.referenced]
+    state = [0] * len(refs)  # 0 unvisited, 1 on the current path, 2 done
+    for start in range(len(refs)):
+        stack = [(start, iter(refs[start]))]
+        if state[start]:
+            continue
+        state[start] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[node] = 2
+                stack.pop()
+            elif state[child] == 1:
+                raise _bad(f"referenced subgraph {child} references itself (through subgraphs "
+                           f"{' -> '.join(str(n) for n, _ in stack)} -> {child}): control flow cannot nest forever")
+            elif state[child] == 0:
+                state[child] = 1
+                stack.append((child, iter(refs[child])))
+
+
 def validate_operation(k: int, operation: Operation, operands: list[Operand], infos: list,
-                       prefixes: dict[int, str]) -> None:
+                       prefixes: dict[int, str], model: Model | None = None) -> None:
     """Operation k's own rules (its spec's validate). An operation without a spec here is left
-    alone: unsupported by this driver is not invalid."""
+    alone: unsupported by this driver is not invalid. ``model``: the whole model, which IF and
+    WHILE need (their subgraphs)."""
     spec = registry.lookup_in_model(operation.type, prefixes)
     if spec is None:
         return
-    ctx = operation_context(k, operation, operands, infos, validating=True)
+    ctx = operation_context(k, operation, operands, infos, validating=True, model=model)
     try:
         spec.run_validate(ctx)
     except HalError:

@@ -154,25 +154,28 @@ class RemotePreparedModel:
         """An execution of this model took ``seconds`` (here or elsewhere, e.g. in-process)."""
         self.slowest_s = max(self.slowest_s, seconds)
 
-    def wait_s(self, timeout_s: float | None) -> float:
-        """How long a client waits for one execution before giving the service up."""
+    def wait_s(self, timeout_s: float | None, loop_timeout_s: float | None = None) -> float:
+        """How long a client waits for one execution before giving the service up (a WHILE may
+        legitimately run for its whole loop timeout)."""
         if timeout_s:
             return timeout_s + DEADLINE_GRACE_S
-        return max(self._wait_min_s, EXECUTE_WAIT_FACTOR * self.slowest_s)
+        return max(self._wait_min_s, EXECUTE_WAIT_FACTOR * self.slowest_s, (loop_timeout_s or 0) + DEADLINE_GRACE_S)
 
     def _abandon_scratch(self) -> None:
         """After a timeout the service may still write into the scratch pool: never reuse it."""
         self._rb.scratch.close()
 
     def execute(self, inputs: list[np.ndarray], *, measure_timing: bool = False,
-                timeout_s: float | None = None) -> ExecutionOutput:
+                timeout_s: float | None = None, loop_timeout_s: float | None = None) -> ExecutionOutput:
+        """``loop_timeout_s``: NNAPI's loop timeout for each WHILE (None: the default, 2 s; the
+        service clamps it to 15 s)."""
         with self._rb.lock:
             req, layout = self._rb.build(inputs)
             ex = pb.ExecuteRequest(prepared_model_id=self.id, request=req, measure_timing=measure_timing,
-                                   timeout_ns=_timeout_ns(timeout_s))
+                                   timeout_ns=_timeout_ns(timeout_s), loop_timeout_ns=_timeout_ns(loop_timeout_s))
             t0 = time.perf_counter()
             try:
-                reply = _rpc(self.client.prepared.Execute, ex, self.wait_s(timeout_s))
+                reply = _rpc(self.client.prepared.Execute, ex, self.wait_s(timeout_s, loop_timeout_s))
                 if reply.status.code == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and any(
                         s.dimensions for s in reply.output_shapes):
                     # Outputs of unknown size: retry once with the sizes the driver reported.
@@ -250,7 +253,7 @@ class BurstSession:
         return reply
 
     def execute(self, inputs: list[np.ndarray], *, measure_timing: bool = False,
-                timeout_s: float | None = None) -> ExecutionOutput:
+                timeout_s: float | None = None, loop_timeout_s: float | None = None) -> ExecutionOutput:
         if self._broken:
             raise ServiceUnavailableError(self._broken)
         with self._rb.lock:
@@ -262,10 +265,11 @@ class BurstSession:
                 self._registered_version = self._rb.scratch.version
             msg.execute.CopyFrom(pb.ExecuteRequest(prepared_model_id=self.pm.id, request=req,
                                                    measure_timing=measure_timing,
-                                                   timeout_ns=_timeout_ns(timeout_s)))
+                                                   timeout_ns=_timeout_ns(timeout_s),
+                                                   loop_timeout_ns=_timeout_ns(loop_timeout_s)))
             t0 = time.perf_counter()
             self._send.put(msg)
-            reply = self._next_reply(self.pm.wait_s(timeout_s)).result
+            reply = self._next_reply(self.pm.wait_s(timeout_s, loop_timeout_s)).result
             _check(reply)
             self.pm.observe(time.perf_counter() - t0)
             return ExecutionOutput(self._rb.decode(reply, layout),

@@ -344,14 +344,16 @@ class Driver:
     # ---- IPreparedModel -----------------------------------------------------
     @staticmethod
     def execute(entry: PreparedEntry, request: Request, deadline_ns: int | None,
-                received_ns: int) -> ExecutionResult:
+                received_ns: int, loop_timeout_ns: int = 0) -> ExecutionResult:
+        """``loop_timeout_ns``: the request's bound on each WHILE loop (0: NNAPI's default, 2 s;
+        clamped to 15 s: ``hal.control_flow``)."""
         check_deadline(deadline_ns, "before execution started")
         timings: list[OperationTiming] = []
         gate = entry.gate
         if gate is not None:
             gate.acquire()
         try:
-            shapes = execute_request(entry.compiled, request, timings, deadline_ns)
+            shapes = execute_request(entry.compiled, request, timings, deadline_ns, loop_timeout_ns)
         finally:
             if gate is not None:
                 gate.release()

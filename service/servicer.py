@@ -304,7 +304,8 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
                 request, inline = request_from_proto(
                     ex.request, PoolResolver(self.driver, stack, burst_pools, allow_inline=False, copy_shared=False))
                 write_back = privatize(request)
-                reply = self.scheduler.run(entry.priority, lambda: self._execute(entry, request, deadline, received))
+                reply = self.scheduler.run(entry.priority, lambda: self._execute(entry, request, deadline, received,
+                                                                                 ex.loop_timeout_ns))
                 if reply.status.code == ErrorStatus.NONE:
                     for k, pool, offset in write_back:
                         nbytes = _nbytes(entry, k, reply.output_shapes[k].dimensions)
@@ -319,9 +320,10 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
                 return reply
         return _guard(pb.ExecuteReply, body)
 
-    def _execute(self, entry: PreparedEntry, request: Request, deadline, received) -> pb.ExecuteReply:
+    def _execute(self, entry: PreparedEntry, request: Request, deadline, received,
+                 loop_timeout_ns: int = 0) -> pb.ExecuteReply:
         try:
-            result = self.driver.execute(entry, request, deadline, received)
+            result = self.driver.execute(entry, request, deadline, received, loop_timeout_ns)
             status = convert.status()
             shapes = result.output_shapes
         except HalError as e:

@@ -187,7 +187,7 @@ def test_validation_rule(case):
 def test_referenced_subgraphs_are_validated():
     m = base_model()
     m.referenced.append(Subgraph(operands=copy.deepcopy(m.main.operands[:1]), input_indexes=[5]))
-    with pytest.raises(HalError, match="subgraph 1: model input 0 refers to operand 5"):
+    with pytest.raises(HalError, match="referenced subgraph 0: model input 0 refers to operand 5"):
         validate_model(m)
 
 
@@ -208,14 +208,7 @@ def test_unimplemented_operation_is_reported_not_crashed():
     m = b.finish()
     validate_model(m)
     assert supported_operations(m) == [False]
-    with pytest.raises(HalError, match=rf"operation 0 \({op.name}\): not supported by this driver"):
-        compile_model(m)
-
-
-def test_control_flow_not_supported():
-    m = base_model()
-    m.referenced.append(Subgraph())
-    with pytest.raises(HalError, match="control flow"):
+    with pytest.raises(HalError, match=r"operation 0 \(OEM_OPERATION\): not supported by this driver"):
         compile_model(m)
 
 
@@ -236,7 +229,7 @@ def test_unimplemented_operation_is_refused_at_compile_with_dynamic_shapes():
     op = unimplemented_operation()
     b.add_operation(op, [x], [y])
     b.identify_inputs_and_outputs([x], [y])
-    with pytest.raises(HalError, match=rf"operation 0 \({op.name}\): not supported by this driver"):
+    with pytest.raises(HalError, match=r"operation 0 \(OEM_OPERATION\): not supported by this driver"):
         compile_model(b.finish())
 
 

@@ -121,12 +121,12 @@ def test_service_reports_the_assignment_and_reasons(server):
         reasons = c.get_support_reasons(_unsupported_variants())
     assert reasons[0] is None
     assert reasons[1] is None  # a shape given as a model input: planned at execution, from its value
-    assert reasons[2] == f"operation 2 ({unimplemented_operation().name}): not supported by this driver"
+    assert reasons[2] == "operation 2 (OEM_OPERATION): not supported by this driver"
 
 
 def _unsupported_variants():
     """ADD (supported); RESHAPE whose shape is a model input (planned per execution);
-    an operation with no spec yet (issue 16)."""
+    OEM_OPERATION (valid, never supported)."""
     b = ModelBuilder()
     x = b.add_operand(F32, (2, 3))
     s = b.add_operand(F32, (2, 3))

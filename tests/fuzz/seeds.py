@@ -118,12 +118,17 @@ def converted_seeds(rng: np.random.Generator | None = None) -> list[Seed]:
 
 
 def service_seeds() -> list[Seed]:
-    """tests/service's models, and the example extensions' models when they are installed."""
+    """tests/service's models (control flow among them: referenced subgraphs on the wire), and
+    the example extensions' models when they are installed."""
     from hal import registry
+    from tests.control_flow_models import branches, counter_loop, loop_inputs
     from tests.service.models import add_chain, add_model
     seeds = [Seed("service:add", add_model((2, 3)), None),
              Seed("service:add_constant", add_model((2, 3), np.arange(6, dtype=np.float32).reshape(2, 3)), None),
-             Seed("service:add_chain", add_chain(3, (2, 2)), None)]
+             Seed("service:add_chain", add_chain(3, (2, 2)), None),
+             Seed("service:while", counter_loop().model, loop_inputs(3)),
+             Seed("service:if", branches().model,
+                  [np.array([True]), np.ones((2, 3), np.float32), np.full((2, 3), 2, np.float32)])]
     from extensions.registry import ensure_plugins_loaded
     ensure_plugins_loaded()
     if registry.extension("com.example.fibonacci") is not None:
