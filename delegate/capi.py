@@ -91,6 +91,14 @@ class TfLiteContext(C.Structure):
         ("impl_", C.c_void_p), ("ResizeTensor", C.c_void_p), ("ReportError", ReportErrorFn),
         ("AddTensors", C.c_void_p), ("GetNodeAndRegistration", GetNodeAndRegFn),
         ("ReplaceNodeSubsetsWithDelegateKernels", ReplaceFn), ("recommended_num_threads", C.c_int),
+        ("GetExternalContext", C.c_void_p), ("SetExternalContext", C.c_void_p),
+        ("allow_fp32_relax_to_fp16", C.c_bool), ("profiler", C.c_void_p), ("AllocatePersistentBuffer", C.c_void_p),
+        ("AllocateBufferForEval", C.c_void_p), ("RequestScratchBufferInArena", C.c_void_p),
+        ("GetScratchBuffer", C.c_void_p), ("ResizeTensorExplicit", C.c_void_p),
+        ("PreviewDelegatePartitioning", C.c_void_p), ("GetTensor", C.c_void_p), ("GetEvalTensor", C.c_void_p),
+        ("GetModelMetadata", C.c_void_p),
+        # TFLite >= 2.13, usable while a delegate prepares (delegate.subgraphs: IF/WHILE subgraphs)
+        ("AcquireSubgraphContext", C.c_void_p), ("ReleaseSubgraphContext", C.c_void_p),
     ]
 
 
@@ -116,6 +124,7 @@ def _check_layout() -> None:
         (TfLiteDelegate.flags.offset, 40), (TfLiteContext.GetExecutionPlan.offset, 8),
         (TfLiteContext.tensors.offset, 16), (TfLiteContext.GetNodeAndRegistration.offset, 56),
         (TfLiteContext.ReplaceNodeSubsetsWithDelegateKernels.offset, 64),
+        (TfLiteContext.AcquireSubgraphContext.offset, 184), (TfLiteContext.ReleaseSubgraphContext.offset, 192),
         (C.sizeof(TfLiteDelegateParams), 32), (TfLiteAffineQuantization.quantized_dimension.offset, 16),
     ]
     for got, want in checks:

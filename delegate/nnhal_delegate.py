@@ -75,6 +75,9 @@ class DelegationReport:
     partitions: list[list[int]] = field(default_factory=list)
     service: str | None = None
     error: str | None = None
+    #: Other subgraphs TFLite prepared the delegate on, by subgraph index (negative: not known):
+    #: those of IF / WHILE nodes left to TFLite's CPU (a delegated IF / WHILE runs its subgraphs).
+    subgraphs: dict[int, DelegationReport] = field(default_factory=dict)
 
     @property
     def delegated(self) -> int:
@@ -105,6 +108,7 @@ class NnhalDelegate(SimpleDelegateInterface):
                                                   parse_node_ranges(options.partitions))
         self.client: Client | None = None
         self.report = DelegationReport()
+        self._current = self.report  # the report of the subgraph being prepared
         self._warned = False
         self.kernels: list[NnhalKernel] = []
 
@@ -126,10 +130,15 @@ class NnhalDelegate(SimpleDelegateInterface):
 
     def initialize(self, context: DelegateContext) -> bool:
         context.graph, _ = fold_constants(context.graph)
-        self.report = DelegationReport(service=self.report.service)
-        self.report.nodes = [NodeReport(n.index, _op_name(n)) for n in context.graph.nodes]
+        report = DelegationReport(service=self.report.service)
+        report.nodes = [NodeReport(n.index, _op_name(n)) for n in context.graph.nodes]
+        if context.subgraph:  # TFLite prepares the delegate on each subgraph in turn, the primary first
+            self.report.subgraphs[context.subgraph] = report
+        else:
+            self.report = report
+        self._current = report
         if self.connect() is None:
-            for r in self.report.nodes:
+            for r in report.nodes:
                 r.reason = "nnhal service unreachable"
             return False
         return True
@@ -138,7 +147,7 @@ class NnhalDelegate(SimpleDelegateInterface):
         return supported_nodes(context.graph, self.client)
 
     def on_plan(self, context: DelegateContext, plan: PartitionPlan, reasons: dict[int, str | None]) -> None:
-        fill_report(self.report, plan, reasons)
+        fill_report(self._current, plan, reasons)
 
     def create_kernel(self) -> SimpleDelegateKernel:
         k = NnhalKernel(self)

@@ -36,7 +36,7 @@ def custom_op_hints(model_path: str) -> str:
     except (OSError, ValueError):
         return ""
     hints = []
-    for code in sorted({n.custom_code for n in graph.nodes if n.custom_code}):
+    for code in sorted({n.custom_code for g in graph.subgraphs for n in g.nodes if n.custom_code}):
         found = custom_provider(type("N", (), {"custom_code": code})())
         hints.append(f"custom op {code!r} is provided by extension {found[0].name} (needs a running nnhal service)"
                      if found else f"custom op {code!r}: no installed nnhal extension implements it")
@@ -50,6 +50,10 @@ def format_report(r: DelegationReport) -> str:
         lines.append(f"{n.index:>5}  {n.op:<24} {n.placement:<9} {part:>9}  {n.backend or '':<10}  {n.reason or ''}")
     lines.append(f"{r.delegated}/{len(r.nodes)} nodes delegated in {len(r.partitions)} partition(s)"
                  + (f" to {r.service}" if r.service else "") + (f"; {r.error}" if r.error else ""))
+    for k, sub in sorted(r.subgraphs.items()):  # IF / WHILE subgraphs TFLite runs itself
+        lines.append(f"subgraph {k}: {sub.delegated}/{len(sub.nodes)} nodes delegated in {len(sub.partitions)} "
+                     f"partition(s)" + "".join(f"; node {n.index} {n.op}: {n.reason}" for n in sub.nodes
+                                               if n.placement != "nnhal"))
     return "\n".join(lines)
 
 

@@ -36,6 +36,7 @@ from delegate.capi import (
 )
 from delegate.params import decode_options
 from delegate.partition import PartitionOptions, PartitionPlan, choose_partitions
+from delegate.subgraphs import LiveSubgraphs, SubgraphAccessError
 from delegate.tfl.graph import TfLiteGraph
 from delegate.tfl.graph import TfLiteNode as GraphNode
 from delegate.tfl.graph import TfLiteTensor as GraphTensor
@@ -98,6 +99,9 @@ class DelegateContext:
         self.ctx = TfLiteContext.from_address(ctx_p)
         self.graph = graph
         self.plan = plan or []
+        #: The interpreter's index of this context's subgraph (0: the primary; negative: another one,
+        #: on a runtime where the index cannot be read, numbered in the order TFLite prepared them).
+        self.subgraph = 0
         self._views: dict[int, tuple[tuple, np.ndarray]] = {}
 
     def tensor(self, index: int) -> np.ndarray:
@@ -272,6 +276,34 @@ def _read_tensor(ctx: TfLiteContext, i: int, memory: ReadableMemory) -> GraphTen
                        is_variable=bool(t.is_variable), sparsity=sparsity)
 
 
+def named_subgraphs(node: GraphNode) -> list[int]:
+    """Subgraph indexes a control-flow node's options name (IF, WHILE: ``*_subgraph_index``)."""
+    return [v for key, v in node.options.items() if key.endswith("_subgraph_index") and isinstance(v, int)]
+
+
+def absorbed_subgraphs(graph: TfLiteGraph, chosen) -> set[int]:
+    """Subgraphs that only the delegated nodes ``chosen`` reach (directly or through nested control
+    flow): their kernels run them, so TFLite must not delegate them again. A subgraph a CPU node
+    also reaches is left to TFLite (and may be delegated in part there)."""
+    def reach(nodes) -> set[int]:
+        seen: set[int] = set()
+        stack = [k for n in nodes for k in named_subgraphs(n)]
+        while stack:
+            k = stack.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            try:
+                stack.extend(j for n in graph.subgraph(k).nodes for j in named_subgraphs(n))
+            except (LookupError, ValueError):
+                pass  # not readable: only a CPU node can name it (a delegated node's were read to map it)
+        return seen
+
+    inside = set(chosen)
+    mine = reach(graph.nodes[k] for k in inside)
+    return mine - reach(n for n in graph.nodes if n.index not in inside) if mine else set()
+
+
 class PythonDelegate:
     """The object TFLite's Python Interpreter accepts in ``experimental_delegates``."""
 
@@ -290,6 +322,7 @@ class PythonDelegate:
         self._struct = TfLiteDelegate(None, self._prepare_cb, None, None, None, impl.flags, None)
         self._plans: dict[int, list[int]] = {}
         self._graphs: dict[int, TfLiteGraph] = {}
+        self._unknown: dict[int, int] = {}  # context -> 0, -1, -2...: subgraphs whose index is not known
 
     def _get_native_delegate_pointer(self) -> int:
         return C.addressof(self._struct)
@@ -313,9 +346,17 @@ class PythonDelegate:
 
     # ---- TfLiteDelegate::Prepare --------------------------------------------
     def _delegate_prepare(self, ctx_p: int, delegate_p: int) -> int:
+        subgraphs = None
         try:
+            subgraphs = LiveSubgraphs(ctx_p, lambda p: read_graph(p)[0], ReadableMemory().readable)  # ~1 ms
             graph, plan = read_graph(ctx_p)
+            graph.subgraphs = subgraphs  # IF / WHILE mappers read the subgraphs they name from here
             context = DelegateContext(ctx_p, graph, plan)
+            try:
+                context.subgraph = subgraphs.access.index
+            except SubgraphAccessError:  # a runtime whose layout is not known: control flow stays on CPU,
+                # and TFLite prepares the delegate on each subgraph in turn, the primary first
+                context.subgraph = self._unknown.setdefault(ctx_p, -len(self._unknown))
             if not self.impl.initialize(context):
                 return kTfLiteOk
             graph = context.graph  # initialize may rewrite it (e.g. constant folding)
@@ -335,7 +376,11 @@ class PythonDelegate:
             nodes = capi.make_int_array(sorted(plan[k] for k in chosen.nodes))
             ctx = context.ctx
             self._graphs[ctx_p] = graph  # kernels convert their nodes from this snapshot
-            return ctx.ReplaceNodeSubsetsWithDelegateKernels(ctx_p, reg, C.addressof(nodes), delegate_p)
+            status = ctx.ReplaceNodeSubsetsWithDelegateKernels(ctx_p, reg, C.addressof(nodes), delegate_p)
+            absorbed = absorbed_subgraphs(graph, chosen.nodes) if status == kTfLiteOk else set()
+            for k in sorted(absorbed):  # read (so accessible) when their node was mapped
+                subgraphs.access.mark_skippable(k)
+            return status
         except CorruptModelError as e:
             # The model's fault, not the delegate's: one line, no traceback. Failing (rather than
             # claiming nothing) stops the app before TFLite's own kernels trip on the same damage.
@@ -344,6 +389,9 @@ class PythonDelegate:
             return kTfLiteError
         except Exception:  # noqa: BLE001
             return self._fail("Prepare")
+        finally:
+            if subgraphs is not None:
+                subgraphs.close()  # TFLite forbids acquiring subgraph contexts once Prepare returns
 
     # ---- kernel callbacks -----------------------------------------------------
     def _kernel_init(self, ctx_p: int, buffer: int, length: int) -> int | None:
@@ -398,4 +446,4 @@ class PythonDelegate:
 
 
 __all__ = ["PythonDelegate", "SimpleDelegateInterface", "SimpleDelegateKernel", "DelegateContext",
-           "KernelParams", "read_graph", "CorruptModelError"]
+           "KernelParams", "read_graph", "CorruptModelError", "absorbed_subgraphs"]

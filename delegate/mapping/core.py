@@ -277,7 +277,7 @@ class MappingContext:
                 if i not in infos:
                     infos[i] = validation_info(i, b.operands[i], prefixes, scalar)
             try:
-                validate_operation(k, operation, b.operands, infos, prefixes)
+                validate_operation(k, operation, b.operands, infos, prefixes, b.model)  # IF/WHILE: its subgraphs
             except HalError as e:
                 detail = getattr(e, "detail", None) or e.message
                 raise InvalidNnapiOperation(f"NNAPI {operation_name(operation.type)} rejects it: {detail}") from None
@@ -339,7 +339,7 @@ def map_node(ctx: MappingContext, node: TfLiteNode) -> None:
     if not node.outputs:
         raise MappingError(f"{builtin_name(node.builtin_code)} node has no outputs")
     for k, t in enumerate(node.outputs):
-        if ctx.tensor_info(t).is_dynamic:
+        if t >= 0 and ctx.tensor_info(t).is_dynamic:  # -1: unused (WHILE); a mapper reading it fails cleanly
             raise MappingError(f"output {k} has a dynamic shape")
     first = len(ctx.builder.model.main.operations)
     try:

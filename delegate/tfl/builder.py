@@ -11,6 +11,9 @@ builtin's options work without per-op code here.
     y = b.add_tensor("y", [1, 8, 8, 4], np.int8, scale=0.25, zero_point=1)
     b.add_operator("CONV_2D", [x, w, bias], [y], ("Conv2DOptions", {...}))
     b.set_outputs([y]); data = b.build()
+
+Other subgraphs (IF branches, WHILE cond/body) are built the same way: ``body = b.add_subgraph()``
+shares the model's buffers and operator codes, and ``body.index`` is what WhileOptions names.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ class _Tensor:
     quantized_dimension: int
     shape_signature: list[int] | None
     sparsity: Any = None  # delegate.tfl.graph.Sparsity
+    is_variable: bool = False  # a state tensor (LSTM/RNN states), kept across invocations
 
 
 @dataclass
@@ -44,6 +48,7 @@ class _Operator:
     outputs: list[int]
     options: tuple[str, dict[str, Any]] | None
     custom_options: bytes | None
+    intermediates: list[int] | None = None  # tensors carrying the integer LSTM's internal scales
 
 
 @dataclass
@@ -55,13 +60,33 @@ class TfLiteModelBuilder:
     _operators: list[_Operator] = field(default_factory=list)
     _inputs: list[int] = field(default_factory=list)
     _outputs: list[int] = field(default_factory=list)
+    name: str = "main"
+    #: Subgraphs 1.. (IF branches, WHILE cond/body): builders sharing this model's buffers and opcodes.
+    _subgraphs: list[TfLiteModelBuilder] = field(default_factory=list, repr=False, compare=False)
+    _root: TfLiteModelBuilder | None = field(default=None, repr=False, compare=False)
+
+    # ---- subgraphs ----------------------------------------------------------
+    def add_subgraph(self, name: str | None = None) -> TfLiteModelBuilder:
+        """A new subgraph of this model (IF branches, WHILE cond/body), built like the main one:
+        ``.index`` is the subgraph index IfOptions/WhileOptions name."""
+        root = self._root or self
+        sub = TfLiteModelBuilder(root.description, _buffers=root._buffers, _opcodes=root._opcodes,
+                                 name=name or f"subgraph{len(root._subgraphs) + 1}", _root=root)
+        root._subgraphs.append(sub)
+        return sub
+
+    @property
+    def index(self) -> int:
+        root = self._root or self
+        return next((k + 1 for k, g in enumerate(root._subgraphs) if g is self), 0)
 
     # ---- tensors ------------------------------------------------------------
     def add_tensor(self, name: str, shape: Sequence[int], dtype: Any = np.float32, *,
                    scale: float | Sequence[float] | None = None,
                    zero_point: int | Sequence[int] | None = None, quantized_dimension: int = 0,
                    data: np.ndarray | bytes | None = None,
-                   shape_signature: Sequence[int] | None = None, sparsity: Any = None) -> int:
+                   shape_signature: Sequence[int] | None = None, sparsity: Any = None,
+                   is_variable: bool = False) -> int:
         ttype = dtype if isinstance(dtype, int) else DTYPE_TENSOR[np.dtype(dtype)]
         buf = 0
         if data is not None:
@@ -75,7 +100,8 @@ class TfLiteModelBuilder:
             zp = None
         self._tensors.append(_Tensor(name, [int(d) for d in shape], ttype, buf, scale, zp,
                                      quantized_dimension,
-                                     None if shape_signature is None else list(shape_signature), sparsity))
+                                     None if shape_signature is None else list(shape_signature), sparsity,
+                                     is_variable))
         return len(self._tensors) - 1
 
     def add_input(self, name: str, shape: Sequence[int], dtype: Any = np.float32, **quant) -> int:
@@ -93,7 +119,8 @@ class TfLiteModelBuilder:
     # ---- operators ----------------------------------------------------------
     def add_operator(self, op: str | int, inputs: Sequence[int], outputs: Sequence[int],
                      options: tuple[str, dict[str, Any]] | None = None, *, version: int = 1,
-                     custom_code: str | None = None, custom_options: bytes | None = None) -> int:
+                     custom_code: str | None = None, custom_options: bytes | None = None,
+                     intermediates: Sequence[int] | None = None) -> int:
         code = schema.builtin_code(op) if isinstance(op, str) else int(op)
         if custom_code is not None:
             code = BuiltinOperator.CUSTOM
@@ -101,15 +128,16 @@ class TfLiteModelBuilder:
         if key not in self._opcodes:
             self._opcodes.append(key)
         self._operators.append(_Operator(self._opcodes.index(key), list(inputs), list(outputs),
-                                         options, custom_options))
+                                         options, custom_options,
+                                         None if intermediates is None else list(intermediates)))
         return len(self._operators) - 1
 
     # ---- serialisation ------------------------------------------------------
     def build(self) -> bytes:
+        if self._root is not None:  # a subgraph builds the whole model
+            return self._root.build()
         b = flatbuffers.Builder(1024)
-        M, SG, T, O, OC, B, Q = (module(n) for n in (
-            "Model", "SubGraph", "Tensor", "Operator", "OperatorCode", "Buffer",
-            "QuantizationParameters"))
+        M, OC, B = (module(n) for n in ("Model", "OperatorCode", "Buffer"))
 
         def ivec(start, vals, prepend=b.PrependInt32):
             start(b, len(vals))
@@ -147,6 +175,23 @@ class TfLiteModelBuilder:
                 OC.OperatorCodeAddCustomCode(b, cc)
             oc_offs.append(OC.OperatorCodeEnd(b))
 
+        sg_offs = [g._build_subgraph(b, ivec, tvec) for g in (self, *self._subgraphs)]
+        sgv = tvec(M.ModelStartSubgraphsVector, sg_offs)
+        ocv = tvec(M.ModelStartOperatorCodesVector, oc_offs)
+        bv = tvec(M.ModelStartBuffersVector, buf_offs)
+        desc = b.CreateString(self.description)
+        M.ModelStart(b)
+        M.ModelAddVersion(b, 3)
+        M.ModelAddOperatorCodes(b, ocv)
+        M.ModelAddSubgraphs(b, sgv)
+        M.ModelAddBuffers(b, bv)
+        M.ModelAddDescription(b, desc)
+        b.Finish(M.ModelEnd(b), file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+    def _build_subgraph(self, b: flatbuffers.Builder, ivec, tvec) -> int:
+        """This subgraph's tensors and operators (its buffers and opcodes are the model's)."""
+        SG, T, O, Q = (module(n) for n in ("SubGraph", "Tensor", "Operator", "QuantizationParameters"))
         t_offs = []
         for t in self._tensors:
             name = b.CreateString(t.name)
@@ -172,6 +217,8 @@ class TfLiteModelBuilder:
             T.TensorAddType(b, t.type)
             T.TensorAddBuffer(b, t.buffer)
             T.TensorAddName(b, name)
+            if t.is_variable:
+                T.TensorAddIsVariable(b, True)
             if q is not None:
                 T.TensorAddQuantization(b, q)
             t_offs.append(T.TensorEnd(b))
@@ -184,6 +231,8 @@ class TfLiteModelBuilder:
             custom = None
             if op.custom_options is not None:
                 custom = ivec(O.OperatorStartCustomOptionsVector, list(op.custom_options), b.PrependUint8)
+            inter = ivec(O.OperatorStartIntermediatesVector, op.intermediates) \
+                if op.intermediates is not None else None
             O.OperatorStart(b)
             O.OperatorAddOpcodeIndex(b, op.opcode_index)
             O.OperatorAddInputs(b, ins)
@@ -193,13 +242,15 @@ class TfLiteModelBuilder:
                 O.OperatorAddBuiltinOptions(b, opt[1])
             if custom is not None:
                 O.OperatorAddCustomOptions(b, custom)
+            if inter is not None:
+                O.OperatorAddIntermediates(b, inter)
             op_offs.append(O.OperatorEnd(b))
 
         tv = tvec(SG.SubGraphStartTensorsVector, t_offs)
         opv = tvec(SG.SubGraphStartOperatorsVector, op_offs)
         inv = ivec(SG.SubGraphStartInputsVector, self._inputs)
         outv = ivec(SG.SubGraphStartOutputsVector, self._outputs)
-        sgname = b.CreateString("main")
+        sgname = b.CreateString(self.name)
         SG.SubGraphStart(b)
         SG.SubGraphAddTensors(b, tv)
         SG.SubGraphAddOperators(b, opv)
@@ -207,18 +258,7 @@ class TfLiteModelBuilder:
         SG.SubGraphAddOutputs(b, outv)
         SG.SubGraphAddName(b, sgname)
         sg = SG.SubGraphEnd(b)
-        sgv = tvec(M.ModelStartSubgraphsVector, [sg])
-        ocv = tvec(M.ModelStartOperatorCodesVector, oc_offs)
-        bv = tvec(M.ModelStartBuffersVector, buf_offs)
-        desc = b.CreateString(self.description)
-        M.ModelStart(b)
-        M.ModelAddVersion(b, 3)
-        M.ModelAddOperatorCodes(b, ocv)
-        M.ModelAddSubgraphs(b, sgv)
-        M.ModelAddBuffers(b, bv)
-        M.ModelAddDescription(b, desc)
-        b.Finish(M.ModelEnd(b), file_identifier=b"TFL3")
-        return bytes(b.Output())
+        return sg
 
 
 def _build_options(b: flatbuffers.Builder, options: tuple[str, dict[str, Any]]) -> tuple[int, int]:

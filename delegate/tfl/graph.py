@@ -83,6 +83,20 @@ class TfLiteGraph:
     nodes: list[TfLiteNode]
     inputs: list[int]
     outputs: list[int]
+    #: The model's subgraphs by TFLite subgraph index (IF and WHILE name them; 0 is the primary):
+    #: a list from the reader, a loader reading them on first use in a delegate. None: unknown.
+    subgraphs: Any = field(default=None, repr=False, compare=False)
+
+    def subgraph(self, index: int) -> TfLiteGraph:
+        """Subgraph ``index`` of the model (LookupError when there is none)."""
+        if self.subgraphs is None:
+            raise LookupError("the model's other subgraphs are not available here")
+        if not isinstance(index, int) or index < 0:
+            raise LookupError(f"no subgraph {index}")
+        try:
+            return self.subgraphs[index]
+        except IndexError:
+            raise LookupError(f"the model has no subgraph {index}") from None
 
     def consumers(self) -> dict[int, list[int]]:
         users: dict[int, list[int]] = {}

@@ -1,4 +1,4 @@
-"""Read a .tflite flatbuffer (subgraph 0) into a TfLiteGraph."""
+"""Read a .tflite flatbuffer into a TfLiteGraph (subgraph 0; the others in its ``subgraphs``)."""
 from __future__ import annotations
 
 import inspect
@@ -15,12 +15,13 @@ __all__ = ["ModelFormatError", "read_model"]
 
 def read_model(data: bytes) -> TfLiteGraph:
     """Subgraph 0 of a verified model (``verify_model`` first: the flatbuffers accessors do not
-    check bounds)."""
+    check bounds); every subgraph, 0 included, is in its ``subgraphs`` by index."""
     verify_model(data)
     try:
         model = module("Model").Model.GetRootAs(data, 0)
         graph = _read(model)
-        _check_indexes(graph)
+        for g in graph.subgraphs:
+            _check_indexes(g)
         return graph
     except ModelFormatError:
         raise
@@ -31,13 +32,19 @@ def read_model(data: bytes) -> TfLiteGraph:
 def _read(model) -> TfLiteGraph:
     if model.SubgraphsLength() < 1:
         raise ModelFormatError("model has no subgraph")
-    sg = model.Subgraphs(0)
     codes = []
     for i in range(model.OperatorCodesLength()):
         oc = model.OperatorCodes(i)
         code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
         cc = oc.CustomCode()
         codes.append((code, cc.decode() if cc else None, oc.Version()))
+    graphs = [_read_subgraph(model, model.Subgraphs(k), codes) for k in range(model.SubgraphsLength())]
+    for g in graphs:
+        g.subgraphs = graphs
+    return graphs[0]
+
+
+def _read_subgraph(model, sg, codes) -> TfLiteGraph:
     tensors = []
     for i in range(sg.TensorsLength()):
         t = sg.Tensors(i)

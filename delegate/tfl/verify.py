@@ -232,15 +232,19 @@ def verify_model(data: bytes) -> None:
 
 def verify_model_file(path: str | os.PathLike) -> bytes:
     """The bytes of the .tflite file at ``path``, verified (structure, every index nnhal's reader
-    checks, then the dataflow of subgraph 0); ModelFormatError with one line if it is not a model
-    TFLite can safely load."""
+    checks, then the dataflow of every subgraph); ModelFormatError with one line if it is not a
+    model TFLite can safely load."""
     from delegate.tfl.reader import read_model
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise ModelFormatError(f"cannot read model file: {e.strerror or e}") from None
-    check_dataflow(read_model(data))  # read_model verifies first
+    for k, graph in enumerate(read_model(data).subgraphs):  # read_model verifies first
+        try:
+            check_dataflow(graph)
+        except ModelFormatError as e:
+            raise ModelFormatError(f"{e} (subgraph {k})" if k else str(e)) from None
     return data
 
 
