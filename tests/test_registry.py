@@ -11,9 +11,7 @@ from hal.types import LAST_NNAPI_1_3_OPERATION, OperandType, OperationType
 from nnhal.ops_table import ops_matrix
 
 #: Operations nnhal does not execute yet (getSupportedOperations answers False for them).
-NOT_YET = {  # issue 16: sequence models, detection, control flow
-    "QUANTIZED_LSTM", "IF", "WHILE",
-}
+NOT_YET: set[str] = set()  # issue 16 added the last ones (sequence models, detection, control flow)
 
 
 def test_nnapi_codes():
