@@ -15,7 +15,9 @@ kTfLiteBuiltinCustom = 32
 kTfLiteBuiltinDelegate = 51
 kTfLiteDelegateFlagsNone = 0
 kTfLiteDelegateFlagsAllowDynamicTensors = 1
+kTfLiteDelegateFlagsRequirePropagatedShapes = 2  # TFLite prepares the original nodes first
 kTfLiteMmapRo = 1  # allocation type of constant tensors
+kTfLiteDynamic = 4  # allocation type of tensors sized at run time (data-dependent shapes)
 kTfLiteAffineQuantization = 1
 
 #: TfLiteType (C API) -> numpy dtype. Note: these codes differ from the schema's TensorType.

@@ -16,6 +16,7 @@ that invoke fails instead, with one clear error.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -91,15 +92,18 @@ class NoFallbackError(RuntimeError):
 class NnhalDelegate(SimpleDelegateInterface):
     name = "NnhalDelegate"
     expected_errors = (ValueError, MappingError, NoFallbackError)  # InvalidNnapiOperation is a MappingError
+    propagate_shapes = True  # a resized input: NnhalKernel.prepare converts the partition again
 
     def __init__(self, options: NnhalOptions):
         from extensions.registry import ensure_plugins_loaded, registered
         ensure_plugins_loaded()  # installed vendor extensions: CUSTOM ops they implement can be delegated
         # TFLite prepares every node before a delegate without kTfLiteDelegateFlagsAllowDynamicTensors
         # sees the graph, and fails on CUSTOM ops it has no kernel for. The flag has a cost: TFLite then
-        # keeps our kernels across resize_tensor_input instead of re-delegating (see NnhalKernel.prepare),
-        # so it is set only when an extension could claim a CUSTOM op. The delegate is created before it
-        # sees the model: "could" is all it can know.
+        # keeps our kernels across resize_tensor_input instead of re-delegating, and they must convert
+        # their partition again for the new shapes (NnhalKernel.prepare; PythonDelegate asks TFLite to
+        # propagate them, unless the model has a CUSTOM op TFLite cannot prepare). So it is set only when
+        # an extension could claim a CUSTOM op. The delegate is created before it sees the model: "could"
+        # is all it can know.
         if any(op.custom_codes for ext in registered() for op in ext.operations):
             self.flags = capi.kTfLiteDelegateFlagsAllowDynamicTensors
         self.options = options
@@ -150,6 +154,7 @@ class NnhalDelegate(SimpleDelegateInterface):
         fill_report(self._current, plan, reasons)
 
     def create_kernel(self) -> SimpleDelegateKernel:
+        self.kernels = [k for k in self.kernels if not k.freed]  # TFLite re-delegated (a resize): the current ones
         k = NnhalKernel(self)
         self.kernels.append(k)
         return k
@@ -272,27 +277,72 @@ class NnhalKernel(SimpleDelegateKernel):
         self._retry_at = 0.0
         self.from_cache = False
         self.prepare_s = 0.0
+        self.freed = False
 
     def init(self, context: DelegateContext, params: KernelParams) -> None:
+        self.graph, self.params = context.graph, params
         # The support query validated these very nodes a moment ago (and the service validates again).
-        part = convert_partition(context.graph, params.nodes, params.inputs, params.outputs, validate=False)
+        self._convert(context.graph, validate=False)
+        self.dims = {t: d for t, (d, _) in self._live_shapes(context).items()}  # what the partition is built for
+        self._prepare()
+
+    def _convert(self, graph, validate: bool) -> None:
+        p = self.params
+        part = convert_partition(graph, p.nodes, p.inputs, p.outputs, validate=validate)
         part.model.relax_computation_float32_to_float16 = self.owner.options.allow_fp16
         self.part = part
         self.inputs, self.outputs = part.input_tensors, part.output_tensors
-        self.input_dims = [capi.int_array(capi.tensor_at(context.ctx, t).dims) for t in self.inputs]
         o = self.owner.options
-        self.token = model_token(part.model, o.token_salt(), o.token_options())
-        self._prepare()
+        self.token = model_token(part.model, o.token_salt(), o.token_options())  # hashes the shapes too
+
+    def _live_shapes(self, context: DelegateContext) -> dict[int, tuple[tuple[int, ...], bool]]:
+        """The interpreter's current (dims, sized-at-run-time) of every non-constant tensor the
+        partition's nodes read or write."""
+        tensors = {t for n in self.params.nodes for t in (*self.graph.nodes[n].inputs, *self.graph.nodes[n].outputs)
+                   if t >= 0 and not self.graph.tensors[t].is_constant}
+        live = {}
+        for t in sorted(tensors):
+            ct = capi.tensor_at(context.ctx, t)
+            live[t] = (tuple(capi.int_array(ct.dims)), ct.allocation_type == capi.kTfLiteDynamic)
+        return live
 
     def prepare(self, context: DelegateContext) -> None:
-        """With AllowDynamicTensors, TFLite keeps this kernel when an input is resized: the partition
-        was prepared for fixed shapes, so say so instead of failing obscurely at invoke."""
-        for t, want in zip(self.inputs, self.input_dims):
-            dims = capi.int_array(capi.tensor_at(context.ctx, t).dims)
-            if dims != want:
-                raise ValueError(f"input tensor {t} was resized to {dims} after delegation (the partition was "
-                                 f"prepared for {want}); with CUSTOM-op support on, create a new Interpreter "
-                                 f"for the new shape")
+        """TFLite prepares the kernel on every allocate_tensors. Without AllowDynamicTensors a resize
+        re-delegates (this kernel is freed, a new one converts the new shapes); with it TFLite keeps
+        this kernel, and the shapes it propagated through the original nodes (context.shapes_propagated)
+        are converted again here and prepared on the service, the old prepared model released."""
+        live = self._live_shapes(context)
+        dims = {t: d for t, (d, _) in live.items()}
+        # Dimensions only: a tensor inside the partition that TFLite sizes at run time (kTfLiteDynamic)
+        # but whose shape the partition was built for as it stands runs as before.
+        if dims == self.dims:
+            return
+        if not context.shapes_propagated:
+            for t in self.inputs:
+                if dims[t] != self.dims[t]:
+                    raise ValueError(f"input tensor {t} was resized to {list(dims[t])} after delegation (the "
+                                     f"partition was prepared for {list(self.dims[t])}), and TFLite does not "
+                                     f"propagate the new shape to the delegate: {context.unpropagated_reason}; "
+                                     f"create a new Interpreter for the new shape")
+            return
+        tensors = list(self.graph.tensors)
+        for t, (d, runtime) in live.items():
+            # A partition input TFLite sizes at run time (a data-dependent shape from a CPU node) has its
+            # current shape now: TFLite prepares the nodes after the one that resized it. Inside the
+            # partition such a shape is unknown (its producer has not run): refused.
+            runtime = runtime and t not in self.params.inputs
+            tensors[t] = dataclasses.replace(tensors[t], shape=d, runtime_shape=runtime)
+        graph = dataclasses.replace(self.graph, tensors=tensors)
+        try:
+            self._convert(graph, validate=True)  # new shapes: hal's rules are checked again
+        except MappingError as e:
+            raise MappingError(f"the partition of nodes {self.params.nodes} cannot run at the resized shapes: "
+                               f"{e}") from None
+        self.graph, self.dims = graph, dims
+        log.info("partition of nodes %s converted again for resized shapes", self.params.nodes)
+        self._release()  # the prepared model of the old shapes
+        self.local = None
+        self._prepare()
 
     def _prepare(self) -> None:
         client = self.owner.client
@@ -337,7 +387,9 @@ class NnhalKernel(SimpleDelegateKernel):
                 runner = self.burst if self.burst is not None else self.remote
                 # Every wait is bounded (service.client: the deadline plus a grace, else a default
                 # scaled by this model's slowest execution): a stopped service times out as lost.
-                outs = runner.execute(inputs, timeout_s=timeout).outputs
+                loop_ms = self.owner.options.loop_timeout_ms
+                outs = runner.execute(inputs, timeout_s=timeout,
+                                      loop_timeout_s=loop_ms / 1e3 if loop_ms else None).outputs
             except ServiceError as e:
                 if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
                     raise
@@ -353,13 +405,16 @@ class NnhalKernel(SimpleDelegateKernel):
             np.copyto(context.tensor(t), out.reshape(context.tensor(t).shape), casting="no")
         for t, value in self.part.constant_outputs.items():
             np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
+        for t, out in zip(self.part.state_tensors, outs[len(self.outputs):]):  # LSTM/RNN state, kept by TFLite
+            np.copyto(context.tensor(t), out.reshape(context.tensor(t).shape), casting="no")
 
     def _run_locally(self, inputs):
         if self.local is None:
             self.local = hal.compile_model(self.part.model)
         self.fallbacks += 1
         t0 = time.perf_counter()
-        outs = hal.execute(self.local, inputs)
+        loop_ms = self.owner.options.loop_timeout_ms
+        outs = hal.execute(self.local, inputs, loop_timeout_ns=int(loop_ms * 1e6) if loop_ms else None)
         self.slowest_s = max(self.slowest_s, time.perf_counter() - t0)
         return outs
 
@@ -384,6 +439,10 @@ class NnhalKernel(SimpleDelegateKernel):
     def free(self) -> None:
         """TFLite frees the kernel (the Interpreter is gone): release the prepared model on the
         service now, not when the whole client goes."""
+        self.freed = True  # e.g. a resize undid the delegation: the next kernel created drops this one
+        self._release()
+
+    def _release(self) -> None:
         self._close_burst()
         remote, self.remote, self.burst = self.remote, None, None
         if remote is not None:
@@ -405,7 +464,7 @@ def load_delegate(service_address: str | None = None, **options) -> PythonDelega
 
     Options: max_delegated_partitions (3; 0 = unlimited), min_nodes_per_partition (1),
     partitions ("0-11,177-215"), cache_token, cache_dir, execution_preference, priority,
-    allow_fp16, deadline_ms, local_burst, allow_in_process_fallback, accelerator_name ("nnhal"),
+    allow_fp16, deadline_ms, loop_timeout_ms, local_burst, allow_in_process_fallback, accelerator_name ("nnhal"),
     tls_ca_file / tls_cert_file / tls_key_file (TLS to a HOST:PORT service_address, with a client
     certificate for mTLS); TFLite NNAPI delegate names are aliases (delegate.options.ALIASES).
     ``.report`` tells what went where.

@@ -61,6 +61,10 @@ class NnhalOptions:
     priority: Priority = Priority.MEDIUM
     allow_fp16: bool = False
     deadline_ms: float | None = None
+    #: NNAPI's loop timeout for each delegated WHILE (ANeuralNetworksExecution_setLoopTimeout):
+    #: None = NNAPI's default, 2 s; the service caps it at 15 s. A loop that runs longer fails the
+    #: invoke with MISSED_DEADLINE (TFLite's CPU WHILE has no bound).
+    loop_timeout_ms: float | None = None
     local_burst: bool = True
     #: False (TFLite: disallow_nnapi_cpu=True): a service failing during invoke fails the invoke
     #: with a clear error instead of running the partition in-process on hal's kernels. An
@@ -93,8 +97,10 @@ class NnhalOptions:
         o.priority = _enum(Priority, o.priority, "priority")
         if o.max_delegated_partitions < 0 or o.min_nodes_per_partition < 1:
             raise ValueError("max_delegated_partitions must be >= 0 and min_nodes_per_partition >= 1")
-        if o.deadline_ms is not None and not o.deadline_ms > 0:
-            raise ValueError(f"deadline_ms must be > 0, not {o.deadline_ms}")
+        for name in ("deadline_ms", "loop_timeout_ms"):
+            v = getattr(o, name)
+            if v is not None and not v > 0:
+                raise ValueError(f"{name} must be > 0, not {v}")
         if o.accelerator_name is not None and o.accelerator_name != DEVICE_NAME:
             raise ValueError(f"unknown accelerator_name {o.accelerator_name!r} (available: {DEVICE_NAME})")
         if o.cache_dir is not None:

@@ -69,6 +69,11 @@ class SimpleDelegateInterface:
 
     name = "PythonDelegate"
     flags = capi.kTfLiteDelegateFlagsNone
+    #: With AllowDynamicTensors TFLite keeps the kernels across resize_tensor_input and prepares only
+    #: them (their partitions' tensors keep stale shapes). True: TFLite prepares the original nodes first
+    #: (RequirePropagatedShapes) for a model with a -1 in a signature, unless a CUSTOM node it cannot
+    #: prepare (no kernel for it) would make that fail.
+    propagate_shapes = False
     partition_options = PartitionOptions()
     #: Exceptions that describe the model or its use, not a bug: reported in one line, no traceback.
     expected_errors: tuple[type[BaseException], ...] = (ValueError,)
@@ -102,6 +107,8 @@ class DelegateContext:
         #: The interpreter's index of this context's subgraph (0: the primary; negative: another one,
         #: on a runtime where the index cannot be read, numbered in the order TFLite prepared them).
         self.subgraph = 0
+        #: In kernel prepare: the partition's own tensors have TFLite's current shapes too (else why not).
+        self.shapes_propagated, self.unpropagated_reason = True, ""
         self._views: dict[int, tuple[tuple, np.ndarray]] = {}
 
     def tensor(self, index: int) -> np.ndarray:
@@ -209,10 +216,26 @@ def read_graph(ctx_p: int) -> tuple[TfLiteGraph, list[int]]:
         nodes.append(GraphNode(index=k, builtin_code=code, inputs=tuple(int_array(node.inputs)),
                                outputs=tuple(int_array(node.outputs)),
                                options=options if options is not None else {"__undecoded__": True},
-                               custom_code=custom, custom_options=custom_data, version=reg.version))
+                               custom_code=custom, custom_options=custom_data, version=reg.version,
+                               intermediates=tuple(int_array(node.intermediates))))
     constants = {i for i in range(ctx.tensors_size) if capi.tensor_at(ctx, i).allocation_type == capi.kTfLiteMmapRo}
     _check_dataflow(nodes, plan, constants)
     return TfLiteGraph(tensors=tensors, nodes=nodes, inputs=[], outputs=[]), plan
+
+
+def unpreparable_nodes(ctx_p: int, plan: list[int]) -> list[int]:
+    """CUSTOM nodes without a Prepare function: possibly ops TFLite's resolver lacks (a vendor op only
+    an extension runs), whose Prepare TFLite fails. Only callable while the delegate prepares."""
+    ctx = TfLiteContext.from_address(ctx_p)
+    found = []
+    for ni in plan:
+        node_p, reg_p = C.c_void_p(), C.c_void_p()
+        if ctx.GetNodeAndRegistration(ctx_p, ni, C.byref(node_p), C.byref(reg_p)) != kTfLiteOk:
+            raise RuntimeError(f"GetNodeAndRegistration({ni}) failed")
+        reg = TfLiteRegistration.from_address(reg_p.value)
+        if reg.builtin_code == capi.kTfLiteBuiltinCustom and not reg.prepare:
+            found.append(ni)
+    return found
 
 
 def _check_dataflow(nodes: list[GraphNode], plan: list[int], constants: set[int]) -> None:
@@ -273,7 +296,8 @@ def _read_tensor(ctx: TfLiteContext, i: int, memory: ReadableMemory) -> GraphTen
     return GraphTensor(index=i, name=name,
                        type=capi.TFLITE_TYPE_TO_SCHEMA.get(t.type, -1), shape=shape, shape_signature=sig,
                        scales=scales, zero_points=zps, quantized_dimension=qdim, data=data,
-                       is_variable=bool(t.is_variable), sparsity=sparsity)
+                       is_variable=bool(t.is_variable), sparsity=sparsity,
+                       runtime_shape=t.allocation_type == capi.kTfLiteDynamic)
 
 
 def named_subgraphs(node: GraphNode) -> list[int]:
@@ -323,9 +347,38 @@ class PythonDelegate:
         self._plans: dict[int, list[int]] = {}
         self._graphs: dict[int, TfLiteGraph] = {}
         self._unknown: dict[int, int] = {}  # context -> 0, -1, -2...: subgraphs whose index is not known
+        self._unpreparable = False  # a subgraph has a CUSTOM node TFLite cannot prepare
+        self._dynamic = False  # a subgraph has a dynamic dimension (-1) in a signature
 
     def _get_native_delegate_pointer(self) -> int:
         return C.addressof(self._struct)
+
+    @property
+    def shapes_propagated(self) -> bool:
+        """Whether TFLite prepares every original node before the kernels: always without
+        AllowDynamicTensors (it re-delegates on resize), else when RequirePropagatedShapes is set."""
+        f = self._struct.flags
+        return not f & capi.kTfLiteDelegateFlagsAllowDynamicTensors or bool(
+            f & capi.kTfLiteDelegateFlagsRequirePropagatedShapes)
+
+    @property
+    def unpropagated_reason(self) -> str:
+        return ("" if self.shapes_propagated else "the model has a CUSTOM op TFLite cannot prepare (only an "
+                "extension runs it)" if self._unpreparable else "no tensor of the model has a dynamic "
+                "dimension (-1) in its shape signature" if self._dynamic is False else "not asked for")
+
+    def _request_propagated_shapes(self, ctx_p: int, graph: TfLiteGraph, plan: list[int]) -> None:
+        """Set RequirePropagatedShapes if this or an earlier subgraph has a dynamic dimension and none
+        has a node TFLite cannot prepare. TFLite reads the flags when it prepares (after every subgraph
+        was delegated), from this struct: the last subgraph's answer holds for all."""
+        if not (self.impl.propagate_shapes and self.impl.flags & capi.kTfLiteDelegateFlagsAllowDynamicTensors):
+            return
+        self._dynamic = self._dynamic or any(t.is_dynamic for t in graph.tensors)
+        self._unpreparable = self._unpreparable or bool(unpreparable_nodes(ctx_p, plan))
+        if self._dynamic and not self._unpreparable:
+            self._struct.flags |= capi.kTfLiteDelegateFlagsRequirePropagatedShapes
+        else:
+            self._struct.flags &= ~capi.kTfLiteDelegateFlagsRequirePropagatedShapes
 
     @property
     def report(self):
@@ -350,6 +403,7 @@ class PythonDelegate:
         try:
             subgraphs = LiveSubgraphs(ctx_p, lambda p: read_graph(p)[0], ReadableMemory().readable)  # ~1 ms
             graph, plan = read_graph(ctx_p)
+            self._request_propagated_shapes(ctx_p, graph, plan)
             graph.subgraphs = subgraphs  # IF / WHILE mappers read the subgraphs they name from here
             context = DelegateContext(ctx_p, graph, plan)
             try:
@@ -431,6 +485,7 @@ class PythonDelegate:
     def _kernel_prepare(self, ctx_p: int, node_p: int) -> int:
         try:
             kernel, context = self._kernel(node_p)
+            context.shapes_propagated, context.unpropagated_reason = self.shapes_propagated, self.unpropagated_reason
             kernel.prepare(context)
             return kTfLiteOk
         except Exception:  # noqa: BLE001

@@ -318,13 +318,14 @@ class LocalBurst:
             raise ServiceUnavailableError(f"cannot open the local burst: {e}") from None
 
     def execute(self, inputs: list[np.ndarray], *, measure_timing: bool = False,
-                timeout_s: float | None = None) -> ExecutionOutput:
+                timeout_s: float | None = None, loop_timeout_s: float | None = None) -> ExecutionOutput:
+        """As RemotePreparedModel.execute, through the shared-memory slots."""
         arrays = [np.ascontiguousarray(x) for x in inputs]
-        bound = self.pm.wait_s(timeout_s)
+        bound = self.pm.wait_s(timeout_s, loop_timeout_s)
         t0 = time.perf_counter()
         try:
             status, message, shapes, outs, (t_dev, t_drv) = self.session.execute(
-                arrays, self.out_sizes, measure_timing, _timeout_ns(timeout_s), bound)
+                arrays, self.out_sizes, measure_timing, _timeout_ns(timeout_s), bound, _timeout_ns(loop_timeout_s))
         except TimeoutError:  # the session closed itself: the service may still write its slots
             raise ServiceTimeoutError(f"the nnhal service did not answer the local burst within {bound:g} s; "
                                       f"the burst is closed") from None

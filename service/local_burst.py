@@ -40,7 +40,7 @@ from hal.types import ErrorStatus
 log = logging.getLogger("nnhal.service")
 
 MAGIC = b"NNHB"
-VERSION = 1
+VERSION = 2  # 2: the request carries the loop timeout
 HEADER_BYTES = 4096
 REPLY_OFFSET = 2048
 DATA_OFFSET = HEADER_BYTES
@@ -75,7 +75,8 @@ def wait_doorbell(sock: socket.socket, spin_s: float, timeout_s: float | None = 
     finally:
         sock.setblocking(False)
 
-REQ = struct.Struct("<4sIQIIIq")       # magic, version, seq, n_inputs, n_outputs, measure, timeout_ns
+REQ = struct.Struct("<4sIQIIIqq")      # magic, version, seq, n_inputs, n_outputs, measure, timeout_ns,
+#                                        loop_timeout_ns (0: NNAPI's default)
 IN_DESC = struct.Struct("<I8IQQ")      # rank, dims[8], offset, length
 OUT_DESC = struct.Struct("<QQ")        # offset, capacity
 REP = struct.Struct("<QiIqq")          # seq, status, message length, time on device, time in driver
@@ -179,14 +180,14 @@ class LocalBurstServer:
         received = time.monotonic_ns()
         seq = 0
         try:
-            magic, version, seq, n_in, n_out, measure, timeout_ns = REQ.unpack_from(view, 0)
+            magic, version, seq, n_in, n_out, measure, timeout_ns, loop_ns = REQ.unpack_from(view, 0)
             if magic != MAGIC or version != VERSION:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"bad local burst header {magic!r} v{version}")
             if not fits(n_in, n_out):
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{n_in} inputs / {n_out} outputs do not fit")
             layout = bytes(view[REQ.size:REQ.size + n_in * IN_DESC.size + n_out * OUT_DESC.size])
             if self._fast is not None and self._fast.layout == layout:
-                self._serve_fast(view, seq, measure, timeout_ns, received)
+                self._serve_fast(view, seq, measure, timeout_ns, received, loop_ns)
                 return
             inputs, pos = [], REQ.size
             for _ in range(n_in):
@@ -204,7 +205,7 @@ class LocalBurstServer:
             deadline = received + timeout_ns if timeout_ns > 0 else None
             request = Request(inputs=inputs, outputs=outputs, pools=[data])
             try:
-                result = self.driver.execute(self.entry, request, deadline, received)
+                result = self.driver.execute(self.entry, request, deadline, received, loop_ns)
                 status, msg, shapes = ErrorStatus.NONE, "", result.output_shapes
                 t_dev, t_drv = (result.time_on_device_ns, result.time_in_driver_ns) if measure else (-1, -1)
                 self._fast = _FastLayout.build(self.entry.compiled, layout, inputs, outputs, data)
@@ -218,7 +219,8 @@ class LocalBurstServer:
             status, msg, shapes, t_dev, t_drv = ErrorStatus.GENERAL_FAILURE, f"internal error: {e!r}", [], -1, -1
         self._reply(view, seq, status, msg, shapes, t_dev, t_drv)
 
-    def _serve_fast(self, view: memoryview, seq: int, measure: int, timeout_ns: int, received: int) -> None:
+    def _serve_fast(self, view: memoryview, seq: int, measure: int, timeout_ns: int, received: int,
+                    loop_timeout_ns: int = 0) -> None:
         """A request laid out exactly like the last validated one: skip re-validation, reuse the
         numpy views onto the slots (inputs read in place, outputs written once)."""
         fast = self._fast
@@ -232,7 +234,8 @@ class LocalBurstServer:
                 if fast.runner is not None:  # one partition bound to the slots: computes in place
                     fast.runner(timings, deadline)
                 else:
-                    outs = hal_execute(self.entry.compiled, fast.inputs, timings, deadline, _validated=True)
+                    outs = hal_execute(self.entry.compiled, fast.inputs, timings, deadline, _validated=True,
+                                       loop_timeout_ns=loop_timeout_ns or None)
                     for dst, out in zip(fast.outputs, outs):
                         np.copyto(dst, out, casting="no")
             finally:
@@ -361,7 +364,7 @@ class LocalBurstSession:
         self.closed = False
 
     def execute(self, inputs, out_sizes, measure_timing: bool = False, timeout_ns: int = 0,
-                wait_s: float | None = None):
+                wait_s: float | None = None, loop_timeout_ns: int = 0):
         """Returns (status, message, output shapes, outputs, (t_dev, t_drv)). Waits for the reply at
         most ``wait_s``; after that the session is closed (TimeoutError): the service may still
         answer and write the slots later, so they must never be read or written again."""
@@ -374,7 +377,7 @@ class LocalBurstSession:
             self.seq += 1
             pos, off = REQ.size, 0
             REQ.pack_into(view, 0, MAGIC, VERSION, self.seq, len(inputs), len(out_sizes),
-                          int(measure_timing), timeout_ns)
+                          int(measure_timing), timeout_ns, loop_timeout_ns)
             for a in inputs:
                 n = a.nbytes
                 if DATA_OFFSET + off + n > self.size:

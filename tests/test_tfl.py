@@ -69,14 +69,16 @@ def test_unmapped_builtin_gives_mapping_error():
         convert_partition(read_model(b.build()))
 
 
-def test_dynamic_shape_tensor_is_not_mapped():
+def test_dynamic_dimension_maps_at_the_stored_shape():
+    """-1 in the signature: the stored shape is the one TFLite allocates first (resizes and unresolved
+    dimensions: tests/delegate/test_dynamic_shapes.py)."""
     b = TfLiteModelBuilder()
     x = b.add_input("x", [1, 4], shape_signature=[-1, 4])
     y = b.add_tensor("y", [1, 4], shape_signature=[-1, 4])
     b.add_operator("ADD", [x, x], [y], ("AddOptions", {"fused_activation_function": 0}))
     b.set_outputs([y])
-    with pytest.raises(MappingError, match="dynamic shape"):
-        convert_partition(read_model(b.build()))
+    main = convert_partition(read_model(b.build())).model.main
+    assert [tuple(main.operands[i].dimensions) for i in main.input_indexes + main.output_indexes] == [(1, 4)] * 2
 
 
 def test_partition_io_orders_by_graph_io_and_finds_escaping_tensors():

@@ -129,16 +129,20 @@ class MappingContext:
         #: already checked).
         self.validate = validate
         self._infos: dict[int, object] = {}  # operand index -> its validation info (operands never change)
+        #: TFLite variable tensor -> the NNAPI operand holding its new value (see state_output).
+        self.state_writes: dict[int, int] = {}
 
     def checkpoint(self) -> tuple:
-        return self.builder.mark(), len(self.operand_of)
+        return self.builder.mark(), len(self.operand_of), len(self.state_writes)
 
     def rollback(self, checkpoint: tuple) -> None:
         """Undo a node whose mapping failed half way: its operands, operations and constants."""
-        mark, n_tensors = checkpoint
+        mark, n_tensors, n_states = checkpoint
         self.builder.rewind(mark)
         for t in list(self.operand_of)[n_tensors:]:  # dicts keep insertion order
             del self.operand_of[t]
+        for t in list(self.state_writes)[n_states:]:
+            del self.state_writes[t]
         for i in [i for i in self._infos if i >= mark[0]]:
             del self._infos[i]
 
@@ -194,8 +198,9 @@ class MappingContext:
         if t in self.operand_of:
             return self.operand_of[t]
         info = self.tensor_info(t)
-        if info.is_dynamic:
-            raise MappingError(f"tensor {info.name!r} has a dynamic shape {list(info.shape_signature)}")
+        why = unresolved_shape(info)
+        if why:
+            raise MappingError(f"tensor {info.name!r} {why}")
         if info.sparse:
             raise MappingError(f"tensor {info.name!r} is sparse")
         if not info.shape and not info.is_constant and (type is None or not type >> 16):
@@ -228,6 +233,24 @@ class MappingContext:
         src = self.builder.operands[like]
         return self.builder.add_operand(src.type, src.dimensions if shape is None else shape,
                                         src.scale, src.zero_point, src.channel_quant)
+
+    def state_output(self, t: int) -> int:
+        """A new NNAPI operand for the value a stateful node (LSTM, RNN, SVDF) writes into its TFLite
+        variable tensor ``t``. NNAPI has no variable operands: the state is a model input
+        (``tensor(t)``) and its new value an extra model output that the delegate kernel copies
+        back into ``t`` after each run, so TFLite keeps owning the state (reset_all_variables works)."""
+        info = self.tensor_info(t)
+        if not info.is_variable:
+            raise MappingError(f"state tensor {info.name!r} is not a variable tensor")
+        if t in self.state_writes:
+            raise MappingError(f"variable tensor {info.name!r} is written by two nodes")
+        readers = [n.index for n in self.graph.nodes if t in n.inputs]
+        if readers != [self.node.index]:
+            raise MappingError(f"variable tensor {info.name!r} is read by nodes {readers}, not only by the "
+                               f"node that updates it")
+        operand = self.new_temporary(self.tensor(t))
+        self.state_writes[t] = operand
+        return operand
 
     # ---- scalars and options ------------------------------------------------
     def int32(self, v: int) -> int:
@@ -301,6 +324,9 @@ class ConvertedPartition:
     constant_outputs: dict[int, np.ndarray] = field(default_factory=dict)
     #: TFLite node index -> range [first, last) of the NNAPI operations it became.
     node_operations: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: Variable tensors (LSTM/RNN state) the partition updates: their new values are the NNAPI
+    #: model's outputs after those of output_tensors, in this order, and are copied back into them.
+    state_tensors: list[int] = field(default_factory=list)
 
 
 def partition_io(graph: TfLiteGraph, node_indexes: list[int]) -> tuple[list[int], list[int]]:
@@ -324,6 +350,24 @@ def partition_io(graph: TfLiteGraph, node_indexes: list[int]) -> tuple[list[int]
     return inputs, outputs
 
 
+def unresolved_shape(info: TfLiteTensor) -> str | None:
+    """Why the NNAPI model cannot be built for this tensor's shape, or None.
+
+    A -1 in the signature (a dynamic batch: the converter's default for Keras models) is no reason:
+    ``shape`` is the one TFLite resolved, the live interpreter's current dims (or, read from a file,
+    the stored shape TFLite starts from), and a resize makes the delegate convert again (TFLite
+    re-delegates, or NnhalKernel.prepare re-converts). Refused: a shape TFLite knows only once the
+    producer ran (kTfLiteDynamic), and a dimension still unknown (negative, or 0 where the signature
+    has -1: NNAPI reads 0 as "unknown")."""
+    if info.runtime_shape:
+        return "has a data-dependent (dynamic) shape: TFLite sizes it only when its producer runs"
+    sig = info.shape_signature
+    if any(d < 0 for d in info.shape) or (sig is not None and len(sig) == len(info.shape)
+                                          and any(d == 0 and s < 0 for d, s in zip(info.shape, sig))):
+        return f"has an unresolved dynamic shape {list(info.shape)} (signature {list(sig or ())})"
+    return None
+
+
 def map_node(ctx: MappingContext, node: TfLiteNode) -> None:
     ctx.node = node
     if node.outputs and all(0 <= t < len(ctx.graph.tensors) and ctx.graph.tensors[t].is_constant
@@ -339,8 +383,9 @@ def map_node(ctx: MappingContext, node: TfLiteNode) -> None:
     if not node.outputs:
         raise MappingError(f"{builtin_name(node.builtin_code)} node has no outputs")
     for k, t in enumerate(node.outputs):
-        if t >= 0 and ctx.tensor_info(t).is_dynamic:  # -1: unused (WHILE); a mapper reading it fails cleanly
-            raise MappingError(f"output {k} has a dynamic shape")
+        why = unresolved_shape(ctx.tensor_info(t)) if t >= 0 else None  # -1: unused (WHILE)
+        if why:
+            raise MappingError(f"output {k} (tensor {ctx.tensor_info(t).name!r}) {why}")
     first = len(ctx.builder.model.main.operations)
     try:
         fn(ctx, node)
@@ -396,12 +441,15 @@ def convert_partition(graph: TfLiteGraph, node_indexes: list[int] | None = None,
     outputs = computed_out if outputs is None else list(outputs)
     constant_outputs = {t: ctx.tensor_info(t).data for t in outputs if ctx.tensor_info(t).is_constant}
     outputs = [t for t in outputs if t not in constant_outputs]
-    in_ops = [ctx.tensor(t) for t in inputs]
     spans = {}
     for n in node_indexes:
         first = len(ctx.builder.model.main.operations)
         map_node(ctx, graph.nodes[n])
         spans[n] = (first, len(ctx.builder.model.main.operations))
+    # Inputs become operands when a mapper first reads them (as in the support query), so the type a
+    # mapper gives one (the integer LSTM's int16 cell state: TENSOR_QUANT16_SYMM) is the input's.
+    in_ops = [ctx.tensor(t) for t in inputs]
     out_ops = [ctx.operand_of[t] for t in outputs]
-    ctx.builder.identify_inputs_and_outputs(in_ops, out_ops)
-    return ConvertedPartition(ctx.builder.finish(), inputs, outputs, constant_outputs, spans)
+    states = list(ctx.state_writes)
+    ctx.builder.identify_inputs_and_outputs(in_ops, out_ops + [ctx.state_writes[t] for t in states])
+    return ConvertedPartition(ctx.builder.finish(), inputs, outputs, constant_outputs, spans, states)

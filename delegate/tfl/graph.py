@@ -43,6 +43,9 @@ class TfLiteTensor:
     data: np.ndarray | None = None  # constant contents (shaped), None for activations
     is_variable: bool = False
     sparsity: Sparsity | None = None  # data then holds only the stored (non-zero) values, 1-D
+    #: Live graph only: TFLite allocates it at run time (kTfLiteDynamic), its shape set by its producer
+    #: as it runs (data-dependent: WHERE, UNIQUE, a RESHAPE to a computed shape...). ``shape`` is not it.
+    runtime_shape: bool = False
 
     @property
     def sparse(self) -> bool:
@@ -62,6 +65,8 @@ class TfLiteTensor:
 
     @property
     def is_dynamic(self) -> bool:
+        """A dimension may change (-1 in the signature: resize_tensor_input). ``shape`` is still the
+        one TFLite uses until then (the file's, or the interpreter's current dims)."""
         return self.shape_signature is not None and any(d < 0 for d in self.shape_signature)
 
 
@@ -75,6 +80,8 @@ class TfLiteNode:
     custom_code: str | None = None
     custom_options: bytes = b""
     version: int = 1
+    #: Tensors a kernel reads only the quantization of (the integer LSTM's internal scales).
+    intermediates: tuple[int, ...] = ()
 
 
 @dataclass

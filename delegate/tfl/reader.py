@@ -63,7 +63,7 @@ def _read_subgraph(model, sg, codes) -> TfLiteGraph:
         buf_index = t.Buffer()
         if 0 < buf_index < model.BuffersLength():
             buf = model.Buffers(buf_index)
-            if buf.DataLength():
+            if buf.DataLength() and not t.IsVariable():  # TFLite refuses variables with data
                 dtype = TENSOR_DTYPE.get(t.Type())
                 raw = buf.DataAsNumpy().tobytes()
                 if dtype is not None:
@@ -83,7 +83,9 @@ def _read_subgraph(model, sg, codes) -> TfLiteGraph:
                                 inputs=tuple(int(x) for x in op.InputsAsNumpy()) if op.InputsLength() else (),
                                 outputs=tuple(int(x) for x in op.OutputsAsNumpy()) if op.OutputsLength() else (),
                                 options=_options(op), custom_code=custom,
-                                custom_options=custom_opts, version=version))
+                                custom_options=custom_opts, version=version,
+                                intermediates=tuple(int(x) for x in op.IntermediatesAsNumpy())
+                                if op.IntermediatesLength() else ()))
     return TfLiteGraph(tensors=tensors, nodes=nodes,
                        inputs=[int(x) for x in sg.InputsAsNumpy()] if sg.InputsLength() else [],
                        outputs=[int(x) for x in sg.OutputsAsNumpy()] if sg.OutputsLength() else [])

@@ -201,6 +201,23 @@ def test_while_loop_delegated_whole_matches_cpu(server, scalar_cond):
 
 
 @needs_layout
+@pytest.mark.parametrize("local_burst", [True, False])
+def test_delegated_while_obeys_loop_timeout_ms(server, local_burst):
+    """A delegated WHILE longer than loop_timeout_ms fails the invoke with MISSED_DEADLINE (NNAPI's
+    semantics) instead of hanging or falling back; the next, shorter run is right."""
+    model = counter_loop_model()
+    d = load_delegate(server.address, loop_timeout_ms=50, local_burst=local_burst)
+    it, ref = interpreter(model, d), interpreter(model)
+    x = np.ones(SHAPE, np.float32)
+    with pytest.raises(RuntimeError, match="failed to invoke"):
+        run(it, [x, np.int32([2 ** 31 - 1])])
+    assert "MISSED_DEADLINE_TRANSIENT: operation 1 (WHILE): the loop ran longer than the loop timeout (0.05 s)" \
+        in d.last_error
+    assert_outputs_equal(run(it, [x, np.int32([3])]), run(ref, [x, np.int32([3])]))
+    assert [k.fallbacks for k in d.impl.kernels] == [0]
+
+
+@needs_layout
 def test_if_both_branches_delegated_match_cpu(server):
     model = if_model()
     d = load_delegate(server.address)

@@ -44,6 +44,22 @@ def test_an_endless_loop_ends_at_the_loop_timeout_and_the_service_goes_on(client
     assert client.get_supported_operations(counter_loop().model) == [True]
 
 
+def test_the_local_burst_carries_the_loop_timeout(client):
+    """The shared-memory burst passes the request's loop timeout too (twice: the second request
+    takes the burst's fast path)."""
+    remote = client.prepare_model(counter_loop().model)
+    try:
+        burst = remote.local_burst()
+    except ServiceError as e:
+        pytest.skip(f"no local burst here: {e}")
+    with burst:
+        for _ in range(2):
+            with pytest.raises(ServiceError) as e:
+                burst.execute(loop_inputs(2 ** 31 - 1), loop_timeout_s=0.05)
+            assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT and "loop timeout" in str(e.value)
+            assert burst.execute(loop_inputs(3), loop_timeout_s=5).outputs[0].tolist() == [3]
+
+
 def test_a_control_flow_model_comes_back_from_the_cache(client):
     loop = counter_loop(seed=9)
     token = model_token(loop.model)

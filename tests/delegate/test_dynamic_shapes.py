@@ -1,0 +1,201 @@
+"""Models with dynamic dimensions (shape_signature -1, the TFLite converter's default batch for Keras
+models) are delegated at the shapes TFLite resolved, and keep matching TFLite's CPU kernels after
+resize_tensor_input + allocate_tensors, with and without kTfLiteDelegateFlagsAllowDynamicTensors
+(TFLite re-delegates, or the kernel converts its partition again)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from delegate import capi, load_delegate
+from delegate.mapping import MappingError, convert_partition
+from delegate.tfl import TfLiteModelBuilder, read_model
+from delegate.tfl.schema import ActivationFunctionType as Act
+from delegate.tfl.schema import Padding
+from tests.delegate.helpers import assert_outputs_equal, interpreter, random_inputs, run
+
+H = W = 6
+
+
+def _q(dtype, scale, zp):
+    return {} if dtype == np.float32 else {"scale": scale, "zero_point": zp}
+
+
+def convnet(dtype=np.float32, dynamic=(0,), seed: int = 0) -> bytes:
+    """x -> CONV_2D 3x3 (4 channels) -> RELU -> MEAN over H, W -> FULLY_CONNECTED (5) -> SOFTMAX,
+    built at batch 1 / HxW with -1 in the signatures at the ``dynamic`` axes of the NHWC tensors
+    (0: batch; 1, 2: height, width; only the batch reaches the FC and softmax)."""
+    rng = np.random.default_rng(seed)
+    q8 = dtype != np.float32
+
+    def nhwc(c):
+        return [1, H, W, c], [-1 if a in dynamic else d for a, d in enumerate([1, H, W, c])]
+
+    def flat(n):
+        return [1, n], [-1 if 0 in dynamic else 1, n]
+
+    b = TfLiteModelBuilder()
+    shape, sig = nhwc(3)
+    x = b.add_input("x", shape, dtype, shape_signature=sig, **_q(dtype, 0.05, 3))
+    if q8:
+        w = b.add_constant("w", rng.integers(-100, 100, (4, 3, 3, 3)).astype(np.int8), scale=0.02, zero_point=0)
+        bias = b.add_constant("b", rng.integers(-300, 300, 4).astype(np.int32), scale=0.05 * 0.02)
+    else:
+        w = b.add_constant("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+        bias = b.add_constant("b", rng.standard_normal(4).astype(np.float32))
+    shape, sig = nhwc(4)
+    c = b.add_tensor("conv", shape, dtype, shape_signature=sig, **_q(dtype, 0.1, -10))
+    b.add_operator("CONV_2D", [x, w, bias], [c], ("Conv2DOptions", {
+        "padding": Padding.SAME, "stride_w": 1, "stride_h": 1, "fused_activation_function": Act.NONE}))
+    r = b.add_tensor("relu", shape, dtype, shape_signature=sig, **_q(dtype, 0.1, -10))  # NNAPI: as its input
+    b.add_operator("RELU", [c], [r])
+    shape, sig = flat(4)
+    m = b.add_tensor("mean", shape, dtype, shape_signature=sig, **_q(dtype, 0.1, -10))  # NNAPI: as its input
+    b.add_operator("MEAN", [r, b.add_constant("axes", np.array([1, 2], np.int32))], [m],
+                   ("ReducerOptions", {"keep_dims": False}))
+    if q8:
+        fw = b.add_constant("fw", rng.integers(-100, 100, (5, 4)).astype(np.int8), scale=0.03, zero_point=0)
+        fb = b.add_constant("fb", rng.integers(-200, 200, 5).astype(np.int32), scale=0.1 * 0.03)
+    else:
+        fw = b.add_constant("fw", rng.standard_normal((5, 4)).astype(np.float32))
+        fb = b.add_constant("fb", rng.standard_normal(5).astype(np.float32))
+    shape, sig = flat(5)
+    logits = b.add_tensor("logits", shape, dtype, shape_signature=sig, **_q(dtype, 0.1, 0))
+    b.add_operator("FULLY_CONNECTED", [m, fw, fb], [logits], ("FullyConnectedOptions", {
+        "fused_activation_function": Act.NONE}))
+    out = b.add_tensor("probs", shape, dtype, shape_signature=sig, **_q(dtype, 1 / 256, -128))
+    b.add_operator("SOFTMAX", [logits], [out], ("SoftmaxOptions", {"beta": 1.0}))
+    b.set_outputs([out])
+    return b.build()
+
+
+def _resize(it, shape) -> None:
+    it.resize_tensor_input(it.get_input_details()[0]["index"], list(shape))
+    it.allocate_tensors()
+
+
+def _check_all_delegated(d) -> None:
+    rep = d.report
+    assert rep.delegated == len(rep.nodes) == 5, [(n.op, n.reason) for n in rep.nodes]
+    assert rep.partitions == [[0, 1, 2, 3, 4]]
+
+
+@pytest.fixture(params=["AllowDynamicTensors", "static-only delegate"])
+def delegate_flags(request, monkeypatch):
+    """The delegate's two TFLite lives: with an extension claiming CUSTOM ops (the flag is set: TFLite
+    keeps the kernels on resize) and without (TFLite undoes and redoes the delegation on resize)."""
+    if request.param == "static-only delegate":
+        monkeypatch.setattr("extensions.registry.registered", lambda: [])
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+@pytest.mark.parametrize("dynamic", [(0,), (0, 1, 2)], ids=["batch", "batch+spatial"])
+def test_dynamic_model_is_delegated_and_follows_resizes(server, delegate_flags, dtype, dynamic):
+    model = convnet(dtype, dynamic)
+    d = load_delegate(server.address)
+    want = capi.kTfLiteDelegateFlagsAllowDynamicTensors if delegate_flags == "AllowDynamicTensors" else 0
+    assert d.impl.flags == want
+    it, ref = interpreter(model, d), interpreter(model)  # reference kernels: int8 bit-exact
+    rng = np.random.default_rng(1)
+    sizes = [(1, H, W, 3), (4, H, W, 3), (2, H, W, 3)]
+    if dynamic != (0,):
+        sizes += [(3, 9, 5, 3)]
+    for k, shape in enumerate(sizes):
+        if k:
+            _resize(it, shape)
+            _resize(ref, shape)
+        for _ in range(2):
+            xs = random_inputs(ref, rng)
+            assert xs[0].shape == shape
+            got, want_out = run(it, xs), run(ref, xs)
+            assert got[0].shape == (shape[0], 5)
+            assert_outputs_equal(got, want_out)
+        _check_all_delegated(d)
+        kernels = [k for k in d.impl.kernels if not k.freed]
+        assert len(kernels) == 1 and kernels[0].remote is not None and kernels[0].fallbacks == 0
+        (operand,) = [kernels[0].part.model.main.operands[i] for i in kernels[0].part.model.main.input_indexes]
+        assert tuple(operand.dimensions) == shape  # the service ran the partition at this shape
+
+
+def test_resize_prepares_a_new_model_and_releases_the_old(server):
+    """Each shape is its own NNAPI model (its own compilation-cache token); the old one is released."""
+    model = convnet(np.float32)
+    d = load_delegate(server.address)
+    it = interpreter(model, d)
+    tokens, remotes = [], []
+    for shape in [(1, H, W, 3), (4, H, W, 3), (1, H, W, 3)]:
+        if tokens:
+            _resize(it, shape)
+        it.set_tensor(it.get_input_details()[0]["index"], np.zeros(shape, np.float32))
+        it.invoke()
+        (k,) = [k for k in d.impl.kernels if not k.freed]
+        tokens.append(k.token)
+        remotes.append(k.remote)
+    assert tokens[0] != tokens[1] and tokens[2] == tokens[0]
+    assert len({r.id for r in remotes}) == 3
+    assert [_known(r) for r in remotes] == [False, False, True]  # the service holds the current one only
+    assert d.impl.kernels[-1].from_cache  # batch 1 again: the service's cache had it
+
+
+def _known(remote) -> bool:
+    """The service still holds this prepared model."""
+    from service.client import ServiceError
+    try:
+        remote.perf_info()
+    except ServiceError:
+        return False
+    return True
+
+
+def test_shapes_of_the_file_map_offline():
+    """Read from a file (no interpreter), a -1 dimension maps at the stored shape, the one TFLite
+    allocates first (`nnhal report` loads the model in TFLite and shows what it resolved)."""
+    part = convert_partition(read_model(convnet(np.float32, (0, 1, 2))))
+    inputs = [part.model.main.operands[i].dimensions for i in part.model.main.input_indexes]
+    assert [tuple(d) for d in inputs] == [(1, H, W, 3)]
+
+
+def test_unresolved_dimension_is_refused():
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [0, 4], shape_signature=[-1, 4])
+    y = b.add_tensor("y", [0, 4], shape_signature=[-1, 4])
+    b.add_operator("ADD", [x, x], [y], ("AddOptions", {"fused_activation_function": 0}))
+    b.set_outputs([y])
+    with pytest.raises(MappingError, match=r"unresolved dynamic shape \[0, 4\]"):
+        convert_partition(read_model(b.build()))
+
+
+def test_data_dependent_partition_input_follows_each_invoke(server):
+    """RESHAPE to a shape given at run time stays on CPU (its shape input is no constant) and TFLite
+    sizes its output only when it runs (kTfLiteDynamic); the delegated ADD after it is prepared again
+    at each new shape (AllowDynamicTensors: without it TFLite refuses delegates on such graphs)."""
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [1, 12], shape_signature=[-1, 12])
+    s = b.add_input("s", [2], np.int32)
+    y = b.add_tensor("y", [3, 4], shape_signature=[-1, -1])
+    b.add_operator("RESHAPE", [x, s], [y], ("ReshapeOptions", {"new_shape": []}))
+    z = b.add_tensor("z", [3, 4], shape_signature=[-1, -1])
+    b.add_operator("ADD", [y, y], [z], ("AddOptions", {"fused_activation_function": Act.RELU}))
+    b.set_outputs([z])
+    model = b.build()
+    d = load_delegate(server.address)
+    assert d.impl.flags == capi.kTfLiteDelegateFlagsAllowDynamicTensors
+    it, ref = interpreter(model, d), interpreter(model)
+    assert [n.placement for n in d.report.nodes] == ["CPU", "nnhal"]
+    x = np.random.default_rng(3).standard_normal((1, 12)).astype(np.float32)
+    for shape in [(3, 4), (12, 1), (2, 6), (3, 4)]:
+        xs = [x, np.array(shape, np.int32)]
+        got = run(it, xs)
+        assert got[0].shape == shape
+        assert_outputs_equal(got, run(ref, xs))
+        assert d.impl.kernels[-1].dims[z] == shape and d.impl.kernels[-1].fallbacks == 0
+
+
+def test_data_dependent_shape_inside_a_partition_is_refused():
+    import dataclasses
+    graph = read_model(convnet(np.float32))
+    relu = next(t for t in graph.tensors if t.name == "relu")
+    graph.tensors[relu.index] = dataclasses.replace(relu, runtime_shape=True)
+    with pytest.raises(MappingError, match=r"tensor 'relu'\)? has a data-dependent"):
+        convert_partition(graph)
