@@ -157,7 +157,10 @@ def load_object(spec: str) -> Extension:
 
 
 def load_plugins(entry_points=None) -> list[PluginLoad]:
-    """Load every ``nnhal.extensions`` entry point. A broken plugin is reported, never fatal."""
+    """Load every ``nnhal.extensions`` entry point. A broken plugin is reported, never fatal.
+    nnhal's own extension (extensions.tflite_compat: TFLite semantics NNAPI lacks) comes first."""
+    from extensions.tflite_compat import ensure_registered
+    ensure_registered()
     if entry_points is None:
         entry_points = metadata.entry_points(group=ENTRY_POINT_GROUP)
     results = []

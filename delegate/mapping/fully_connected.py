@@ -1,18 +1,44 @@
 """FULLY_CONNECTED: TFLite -> NNAPI.
 
-NNAPI's FULLY_CONNECTED always has a bias and a 2-D output, and no hybrid,
-shuffled or per-channel variants; those TFLite variants are not delegated (NNAPI's own
-rules are checked by hal's spec).
+NNAPI's FULLY_CONNECTED always has a bias and a 2-D output, and no hybrid, shuffled or per-channel
+variants. Hybrid and shuffled TFLite variants are not delegated (NNAPI's own rules are checked by
+hal's spec). Per-channel int8 weights (what the TFLite converter writes for int8 models: one scale
+per output unit) become an exact NNAPI rewrite with a 1x1 CONV_2D, which has per-channel filters:
+
+    RESHAPE  x [.., K] -> [B, 1, 1, K]                (B = elements / K, TFLite's flattening)
+    CONV_2D  filter [N, 1, 1, K] TENSOR_QUANT8_SYMM_PER_CHANNEL (channelDim 0, TFLite's scales),
+             int32 bias (NNAPI's per-channel bias scale 0: input_scale * filter_scale[c] implied),
+             VALID, stride 1, the node's fused activation          -> [B, 1, 1, N]
+    RESHAPE  -> the TFLite output's shape [B, N]
+
+(keep_num_dims with an input of rank > 2 stays on the CPU: TFLite 2.14's reference per-channel
+kernel computes only dims(0) x dims(1) of such an output; other outputs are 2-D either way.)
+
+Why it is bit-exact (TFLite 2.14, BUILTIN_REF): fully_connected.cc's per-channel Prepare and
+conv.cc's PopulateConvolutionQuantizationParams both compute each channel's multiplier as
+QuantizeMultiplier(double(input_scale) * double(filter_scale[c]) / double(output_scale)), and both
+take the activation range from CalculateActivationRangeQuantized. The kernels then agree term by
+term: reference_integer_ops::FullyConnectedPerChannel computes, per batch row b and unit c,
+acc = sum_k filter[c][k] * (input[b][k] + input_offset) + bias[c];
+MultiplyByQuantizedMultiplier(acc, output_multiplier[c], output_shift[c]) + output_offset, clamped
+to [act_min, act_max]; reference_integer_ops::ConvPerChannel on a 1x1 filter over a 1x1 image sums
+exactly the same K products (int32, order irrelevant for integers), adds the same bias, and applies
+the same multiplier, offset and clamp per output channel. The filter zero point is 0 in both (the
+per-channel spec; other zero points are refused). Checked against tflite-runtime 2.14 in
+tests/delegate/test_quantized_rewrites.py.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
 from delegate.mapping.options import OptionsReader, bools, ints
-from delegate.tfl.graph import TfLiteNode
+from delegate.tfl.graph import TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import BuiltinOperator, TensorType
-from hal.types import OperandType, OperationType
+from hal.model import SymmPerChannelQuantParams
+from hal.types import OperandType, OperationType, PaddingScheme
 
 _WEIGHTS_FORMAT_DEFAULT = 0
 
@@ -32,16 +58,19 @@ def map_fully_connected(ctx: MappingContext, node: TfLiteNode) -> None:
     if w.type != x.type:
         raise MappingError(f"weights type {w.type} differs from input type {x.type} "
                            f"(hybrid FULLY_CONNECTED is not supported)")
+    if len(node.outputs) != 1:
+        raise MappingError(f"expected 1 output, got {len(node.outputs)}")
+    if w.per_channel:
+        _map_per_channel(ctx, node, x, w)
+        return
     if ctx.option("keep_num_dims", False) and (len(x.shape) > 2 or (
             len(x.shape) == 2 and len(w.shape) == 2 and x.shape[-1] != w.shape[1])):
         raise MappingError("keep_num_dims with an input of rank > 2 or whose last dimension is "
                            "not input_size (NNAPI output is [batch, num_units])")
-    if len(node.outputs) != 1:
-        raise MappingError(f"expected 1 output, got {len(node.outputs)}")
 
     act = ctx.fused_activation()
     x_op = ctx.tensor(node.inputs[0])
-    w_op = ctx.tensor(node.inputs[1])  # per-channel weights raise MappingError here
+    w_op = ctx.tensor(node.inputs[1])
     quantized = x.type in (TensorType.UINT8, TensorType.INT8)
     bias_scale = x.scales[0] * w.scales[0] if quantized else None
     if len(node.inputs) > 2 and node.inputs[2] >= 0:
@@ -55,3 +84,53 @@ def map_fully_connected(ctx: MappingContext, node: TfLiteNode) -> None:
             b_op = ctx.constant(OperandType.TENSOR_FLOAT32, np.zeros(units, np.float32))
     ctx.operation(OperationType.FULLY_CONNECTED, [x_op, w_op, b_op, act],
                   [ctx.tensor(node.outputs[0])])
+
+
+def _per_channel_filter(ctx: MappingContext, w: TfLiteTensor) -> int:
+    """The TFLite [N, K] per-channel weights as a constant NNAPI [N, 1, 1, K] per-channel filter."""
+    if w.type != TensorType.INT8 or any(z != 0 for z in w.zero_points):
+        raise MappingError("per-channel weights must be int8 with zero points 0")
+    if len(w.shape) != 2 or w.quantized_dimension != 0 or len(w.scales) != w.shape[0]:
+        raise MappingError(f"per-channel weights {list(w.shape)} must be 2-D with one scale per output unit "
+                           f"(quantized_dimension 0, got {w.quantized_dimension}, {len(w.scales)} scales)")
+    if not w.is_constant or w.sparse:
+        raise MappingError("per-channel weights must be a dense constant (NNAPI cannot reshape them)")
+    n, k = w.shape
+    cq = SymmPerChannelQuantParams(tuple(float(s) for s in w.scales), 0)
+    return ctx.constant(OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL,
+                        np.asarray(w.data, np.int8).reshape(n, 1, 1, k), channel_quant=cq)
+
+
+def _map_per_channel(ctx: MappingContext, node: TfLiteNode, x: TfLiteTensor, w: TfLiteTensor) -> None:
+    """RESHAPE -> 1x1 CONV_2D with the per-channel filter -> RESHAPE (see the module docstring)."""
+    out = ctx.output_tensor(0)
+    if x.type != TensorType.INT8:
+        raise MappingError("per-channel FULLY_CONNECTED weights with a non-int8 input")
+    filt = _per_channel_filter(ctx, w)
+    n, k = w.shape
+    elements = math.prod(x.shape)
+    if k <= 0 or not x.shape or elements % k:
+        raise MappingError(f"input {list(x.shape)} does not flatten into rows of input_size {k}")
+    batch = elements // k
+    if len(out.shape) != 2 or out.shape[0] * out.shape[1] != batch * n:
+        # keep_num_dims with an input of rank > 2: TFLite 2.14's FullyConnectedPerChannel reads the
+        # output as 2-D [dims(0), dims(1)] and leaves the rest unwritten; nothing to be exact with.
+        raise MappingError(f"per-channel FULLY_CONNECTED with output {list(out.shape)} (TFLite's reference kernel "
+                           f"computes only a 2-D [batch, units] output)")
+    act = ctx.fused_activation()
+    x_op, y_op = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
+    if len(node.inputs) > 2 and node.inputs[2] >= 0:
+        if ctx.input_tensor(2).type != TensorType.INT32:
+            raise MappingError(f"bias type {ctx.input_tensor(2).type} is not int32")
+        b_op = ctx.tensor(node.inputs[2], scale=0.0)  # NNAPI: per-channel bias scales are implied
+    else:
+        b_op = ctx.constant(OperandType.TENSOR_INT32, np.zeros(n, np.int32))
+    rows = ctx.new_temporary(x_op, [batch, 1, 1, k])
+    ctx.operation(OperationType.RESHAPE,
+                  [x_op, ctx.constant(OperandType.TENSOR_INT32, np.array([batch, 1, 1, k], np.int32))], [rows])
+    conv = ctx.new_temporary(y_op, [batch, 1, 1, n])
+    one = ctx.int32(1)
+    ctx.operation(OperationType.CONV_2D, [rows, filt, b_op, ctx.int32(PaddingScheme.VALID), one, one, act],
+                  [conv])
+    shape = ctx.constant(OperandType.TENSOR_INT32, np.array(out.shape, np.int32))
+    ctx.operation(OperationType.RESHAPE, [conv, shape], [y_op])

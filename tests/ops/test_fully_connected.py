@@ -114,7 +114,8 @@ def test_keep_num_dims_rank3_not_mapped():
     assert "keep_num_dims" in _mapping_error(m.build())
 
 
-def test_per_channel_weights_not_mapped():
+def test_per_channel_weights_are_mapped():
+    """Mapped as RESHAPE + 1x1 CONV_2D + RESHAPE (tests/delegate/test_quantized_rewrites.py)."""
     m = TfLiteModelBuilder()
     x = m.add_input("x", [2, 4], np.int8, scale=0.1, zero_point=0)
     w = m.add_constant("w", np.ones((3, 4), np.int8), scale=[0.1, 0.2, 0.3], zero_point=[0, 0, 0])
@@ -122,7 +123,7 @@ def test_per_channel_weights_not_mapped():
     y = m.add_tensor("y", [2, 3], np.int8, scale=0.5, zero_point=0)
     m.add_operator("FULLY_CONNECTED", [x, w, b], [y], ("FullyConnectedOptions", {}))
     m.set_outputs([y])
-    assert "per-channel" in _mapping_error(m.build())
+    assert_matches_tflite(m.build(), [np.arange(-4, 4, dtype=np.int8).reshape(2, 4) * 9])
 
 
 def test_hybrid_not_mapped():
