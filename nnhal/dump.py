@@ -42,8 +42,10 @@ def _run_operations(model, inputs: list[np.ndarray]) -> tuple[dict[int, np.ndarr
     """Every operand's value after an in-process hal run (none released), the steps run, and the
     graph backends left out to get there."""
     from hal.compiler import RuntimeValueNeeded
-    from hal.executor import _run_step, _zero_sized_output
+    from hal.control_flow import loop_timeout_ns
+    from hal.executor import _Run, _run_step, _zero_sized_output
     compiled, fused = _per_operation(model)
+    run = _Run(compiled, None, None, loop_timeout_ns(None))  # untimed, no deadline, NNAPI's loop timeout
     arrays = [np.asarray(a) for a in inputs]
     values: dict[int, np.ndarray] = dict(compiled.constants)
     values.update(zip(compiled.input_indexes, arrays))
@@ -54,7 +56,7 @@ def _run_operations(model, inputs: list[np.ndarray]) -> tuple[dict[int, np.ndarr
         plan = compiled.plan_for(tuple(a.shape for a in arrays))
         infos = list(plan.infos)
         for step in plan.program:
-            _run_step(step, values, infos, None, None)
+            _run_step(step, values, infos, run)
             steps.append(step)
     except RuntimeValueNeeded:  # planned operation by operation from the values, as hal.execute does
         import dataclasses
@@ -66,7 +68,7 @@ def _run_operations(model, inputs: list[np.ndarray]) -> tuple[dict[int, np.ndarr
             if _zero_sized_output(step, infos):
                 values.update((o, np.zeros(infos[o].shape, infos[o].dtype)) for o in step.outputs)
             else:
-                _run_step(step, values, infos, None, None)
+                _run_step(step, values, infos, run)
             steps.append(step)
     return values, steps, fused
 

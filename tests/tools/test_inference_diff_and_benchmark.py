@@ -158,7 +158,9 @@ def test_benchmark_missing_model(tmp_path):
 
 def test_cli_output_into_a_closed_pipe_ends_quietly():
     """`nnhal cts ... | head -1`: the reader goes away; no traceback, exit 141 (SIGPIPE's)."""
-    p = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "cts", "--op", "CONV_2D", "--show", "all"],
+    # ~120 KB of output, well over a pipe's 64 KB buffer: the writer must meet the closed pipe
+    p = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "cts", "--op", "CONV_2D", "--op", "DEPTHWISE_CONV_2D",
+                          "--op", "TRANSPOSE_CONV_2D", "--show", "all"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.readline()
     p.stdout.close()
