@@ -250,7 +250,8 @@ def _profile(kernels) -> list[dict]:
         model = k.part.model
         for op in info.operations:
             members = range(op.index, op.index + max(op.count, 1))  # a graph backend's partition: its operations
-            rows.append({"partition": p, "index": op.index, "op": op.name, "backend": op.backend,
+            nodes = sorted(n for n, (lo, hi) in k.part.node_operations.items() if lo < members.stop and hi > op.index)
+            rows.append({"partition": p, "index": op.index, "op": op.name, "backend": op.backend, "nodes": nodes,
                          "avg_us": op.total_ns / max(op.executions, 1) / 1e3, "executions": op.executions,
                          "operations": len(members), "macs": sum(operation_macs(model, k) for k in members)})
     return rows

@@ -134,32 +134,75 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
+def _load_report(args: argparse.Namespace, prog: str):
+    """The delegate's report on args.model_file, or the exit status after saying what is wrong."""
     import os
 
-    from delegate.report import delegation_report, format_report, report_json
+    from delegate.report import delegation_report
     if not os.path.isfile(args.model_file):
-        print(f"nnhal report: no such file: {args.model_file}", file=sys.stderr)
+        print(f"{prog}: no such file: {args.model_file}", file=sys.stderr)
         return 2
     from nnhal.inference_diff import model_file_error
     from nnhal.tool_support import delegate_options, interrupts_after_tflite_calls, tflite_call, tflite_error
     error = model_file_error(args.model_file)  # before TFLite, whose loader would crash on a bad file
     if error:
-        print(f"nnhal report: cannot load {args.model_file}: {error}", file=sys.stderr)
+        print(f"{prog}: cannot load {args.model_file}: {error}", file=sys.stderr)
         return 2
     try:  # bad flag values and TLS files: before TFLite loads anything
         options = delegate_options(args)
     except ValueError as e:
-        print(f"nnhal report: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return 2
     try:
-        with interrupts_after_tflite_calls("nnhal report"), tflite_call():
-            r = delegation_report(args.model_file, args.service_address, **options)
+        with interrupts_after_tflite_calls(prog), tflite_call():
+            return delegation_report(args.model_file, args.service_address, **options)
     except (ValueError, RuntimeError) as e:
-        print(f"nnhal report: cannot load {args.model_file}: {tflite_error(e, args.model_file)}", file=sys.stderr)
+        print(f"{prog}: cannot load {args.model_file}: {tflite_error(e, args.model_file)}", file=sys.stderr)
         return 2
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from delegate.report import format_report, report_json
+    r = _load_report(args, "nnhal report")
+    if isinstance(r, int):
+        return r
     print(report_json(r) if args.json else format_report(r))
+    if args.model_explorer:
+        from nnhal.model_explorer import read_benchmark, write_overlays
+        try:
+            paths = write_overlays(args.model_explorer, args.model_file, r,
+                                   read_benchmark(args.benchmark_json, args.model_file))
+        except (OSError, ValueError) as e:
+            print(f"nnhal report: --model_explorer: {e}", file=sys.stderr)
+            return 2
+        print("Model Explorer overlays: " + ", ".join(paths), file=sys.stderr)
     return 0
+
+
+def _cmd_explore(args: argparse.Namespace) -> int:
+    import importlib.util
+    import os
+    import tempfile
+
+    from nnhal.model_explorer import INSTALL_HINT, explore, read_benchmark, write_overlays
+    if importlib.util.find_spec("model_explorer") is None:  # before the delegate runs
+        print(f"nnhal explore: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    r = _load_report(args, "nnhal explore")
+    if isinstance(r, int):
+        return r
+    out = args.out_dir or tempfile.mkdtemp(prefix="nnhal-explore-")
+    stem = os.path.splitext(os.path.basename(args.model_file))[0]
+    try:
+        os.makedirs(out, exist_ok=True)
+        paths = write_overlays(os.path.join(out, stem), args.model_file, r,
+                               read_benchmark(args.benchmark_json, args.model_file))
+    except (OSError, ValueError) as e:
+        print(f"nnhal explore: {e}", file=sys.stderr)
+        return 2
+    # Model Explorer shows the overlay added last: placement first on screen.
+    return explore(args.model_file, sorted(paths, key=lambda p: p.endswith(".placement.json")), args.port,
+                   not args.no_browser)
 
 
 def _cmd_extensions(args: argparse.Namespace) -> int:
@@ -259,7 +302,24 @@ def build_parser() -> argparse.ArgumentParser:
     from nnhal.tool_support import add_delegate_arguments
     add_delegate_arguments(report)
     report.add_argument("--json", action="store_true")
+    report.add_argument("--model_explorer", metavar="FILE", default=None,
+                        help="also write Model Explorer overlays (node data): FILE.placement.json, "
+                             "FILE.partition.json and, with --benchmark_json, FILE.latency.json")
+    report.add_argument("--benchmark_json", metavar="FILE", default=None,
+                        help="nnhal benchmark --json output for this model: per-node latency overlay")
     report.set_defaults(func=_cmd_report)
+
+    explore = sub.add_parser("explore", help="open a .tflite model in Model Explorer with nnhal's overlays "
+                             "(needs the optional ai-edge-model-explorer)")
+    explore.add_argument("model_file", metavar="MODEL")
+    add_delegate_arguments(explore)
+    explore.add_argument("--benchmark_json", metavar="FILE", default=None,
+                         help="nnhal benchmark --json output for this model: adds a latency overlay")
+    explore.add_argument("--out_dir", default=None, help="where the overlay files go (default: a temp folder)")
+    explore.add_argument("--port", type=int, default=8080, help="Model Explorer's port (default 8080 or the next "
+                         "free one)")
+    explore.add_argument("--no_browser", action="store_true", help="do not open a browser tab")
+    explore.set_defaults(func=_cmd_explore)
 
     from nnhal import inference_diff
     diff = sub.add_parser("inference-diff", help="accuracy/latency of the delegate vs TFLite CPU (TFLite's format)",
