@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help setup test test-litert run bench lint clean ops cts soak fuzz
+.PHONY: help setup test test-litert run bench lint clean ops cts soak fuzz wheel
 
 help:  ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -24,6 +24,12 @@ $(BIN)/nnhal: pyproject.toml requirements.lock
 
 $(PROTO_OUT) &: service/proto/nnhal.proto $(BIN)/nnhal
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. service/proto/nnhal.proto
+
+EXAMPLE_EXTENSIONS := $(dir $(wildcard extensions/examples/*/pyproject.toml))
+
+wheel: setup  ## Build dist/: the nnhal wheel (only the nnhal namespace + the nnhal, inference_diff commands) and the example extensions' wheels
+	rm -rf build dist/nnhal-*.whl
+	$(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist . $(EXAMPLE_EXTENSIONS)
 
 test: setup  ## Run the test suite (parallel on all cores)
 	$(BIN)/pytest -n auto $(PYTEST_ARGS)
@@ -47,7 +53,7 @@ fuzz: setup  ## Fuzz (FUZZ_CASES=10000 FUZZ_SECONDS=1200): mutated models, reque
 	$(BIN)/python -m tests.fuzz --cases $(FUZZ_CASES) --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
 
 lint: setup  ## ruff
-	$(BIN)/ruff check hal service delegate extensions cache nnhal tests bench
+	$(BIN)/ruff check hal service delegate extensions cache nnhal tests bench build_support setup.py
 
 cts: setup  ## NNAPI CTS corpus (cts/), in-process then through a real service: a table per operation
 	$(BIN)/nnhal cts
@@ -57,7 +63,7 @@ ops: setup  ## Supported (operation, operand type) matrix
 	$(BIN)/nnhal ops
 
 clean:  ## Remove the venv and caches
-	rm -rf $(VENV) $(LITERT_VENV) .pytest_cache .hypothesis build *.egg-info $(PROTO_OUT)
+	rm -rf $(VENV) $(LITERT_VENV) .pytest_cache .hypothesis build dist *.egg-info $(PROTO_OUT)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 LITERT_VENV := .venv-litert

@@ -7,10 +7,9 @@ TFLite models carry it as a CUSTOM op with custom_code "com.example.fibonacci".
 from __future__ import annotations
 
 import numpy as np
-
-from extensions import Extension, ExtensionOperation, OperandTypeSpec
-from hal.errors import HalError
-from hal.types import ErrorStatus, OperandType
+from nnhal.extensions import Extension, ExtensionOperation, OperandTypeSpec
+from nnhal.hal.errors import HalError
+from nnhal.hal.types import ErrorStatus, OperandType
 
 NAME = "com.example.fibonacci"
 EXAMPLE_INT64 = 0
@@ -60,8 +59,8 @@ def execute(ctx, inputs):
 
 def map_tflite(ctx, node, code: int) -> None:
     """CUSTOM(com.example.fibonacci): float32 stays float32, int64 becomes EXAMPLE_INT64."""
-    from delegate.mapping import MappingError
-    from delegate.tfl.schema import TensorType
+    from nnhal.delegate.mapping import MappingError
+    from nnhal.delegate.tfl.schema import TensorType
     src = ctx.input_tensor(0)
     if len(node.inputs) != 1 or len(node.outputs) != 1:
         raise MappingError("com.example.fibonacci takes one input and one output")

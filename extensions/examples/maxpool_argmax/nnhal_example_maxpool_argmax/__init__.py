@@ -29,10 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from extensions import Extension, ExtensionOperation
-from hal.operations.common import F32, INT32, fused_activation, implicit_padding, padding_scheme, param
-from hal.types import FusedActivationFunc, PaddingScheme
+from nnhal.extensions import Extension, ExtensionOperation
+from nnhal.hal.operations.common import F32, INT32, fused_activation, implicit_padding, padding_scheme, param
+from nnhal.hal.types import FusedActivationFunc, PaddingScheme
 
 NAME = "com.nnhal.maxpool_argmax"
 MAX_POOL_WITH_ARGMAX = 0
@@ -166,8 +165,8 @@ def unpool_execute(ctx, inputs):
 
 
 def _pool_params(node, op: str) -> dict:
-    from delegate.mapping import MappingError
-    from extensions.options import tflite_pool_params
+    from nnhal.delegate.mapping import MappingError
+    from nnhal.extensions.options import tflite_pool_params
     try:
         return tflite_pool_params(node.custom_options, op)
     except ValueError as e:
@@ -176,7 +175,7 @@ def _pool_params(node, op: str) -> dict:
 
 def map_pool(ctx, node, code: int) -> None:
     """CUSTOM(MaxPoolingWithArgmax2D) + TfLitePoolParams -> MAX_POOL_WITH_ARGMAX."""
-    from delegate.mapping import MappingError
+    from nnhal.delegate.mapping import MappingError
     p = _pool_params(node, POOL_CODE)
     if len(node.inputs) != 1 or len(node.outputs) != 2:
         raise MappingError(f"{POOL_CODE}: expected 1 input and 2 outputs")
@@ -189,7 +188,7 @@ def map_pool(ctx, node, code: int) -> None:
 def map_unpool(ctx, node, code: int) -> None:
     """CUSTOM(MaxUnpooling2D) + TfLitePoolParams -> MAX_UNPOOLING (padding and activation unused, as in
     MediaPipe's kernel)."""
-    from delegate.mapping import MappingError
+    from nnhal.delegate.mapping import MappingError
     p = _pool_params(node, UNPOOL_CODE)
     if len(node.inputs) != 2 or len(node.outputs) != 1:
         raise MappingError(f"{UNPOOL_CODE}: expected 2 inputs and 1 output")
