@@ -76,3 +76,19 @@ def assert_delegation_refused(path, service_address: str, why: str) -> None:
     r = load_in_subprocess(path, service_address)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert refused_by_the_delegate(r, why), r.stdout
+
+
+def live_and_file_options(model: bytes, node: int = 0) -> tuple[dict, dict]:
+    """A node's options as the delegate decodes them from the C struct TFLite hands it (through a
+    delegate that claims nothing) and as the flatbuffer stores them, for option-reader tests."""
+    from delegate.simple import PythonDelegate, SimpleDelegateInterface
+    from delegate.tfl import read_model
+
+    class Probe(SimpleDelegateInterface):
+        def initialize(self, context):
+            self.graph = context.graph
+            return False
+
+    probe = Probe()
+    interpreter(model, PythonDelegate(probe))
+    return probe.graph.nodes[node].options, read_model(model).nodes[node].options

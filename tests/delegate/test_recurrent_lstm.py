@@ -17,12 +17,12 @@ import pytest
 from delegate import load_delegate
 from delegate.mapping import MappingContext, MappingError, map_node
 from delegate.mapping.core import options_reader
-from delegate.simple import PythonDelegate, SimpleDelegateInterface
+from delegate.simple import PythonDelegate
 from delegate.tfl import read_model
 from delegate.tfl.builder import TfLiteModelBuilder
 from delegate.tfl.schema import BuiltinOperator
 from hal.types import OperationType
-from tests.delegate.helpers import assert_outputs_equal, interpreter, run
+from tests.delegate.helpers import assert_outputs_equal, interpreter, live_and_file_options, run
 from tests.delegate.kws_model import CLASSES, kws_model, mfcc_like
 from tests.delegate.lstm_models import Cell, bidirectional_model, lstm_model, unidirectional_model
 from tests.harness import assert_float_close
@@ -268,14 +268,6 @@ def test_a_state_that_is_not_a_variable_tensor_is_refused():
 
 # ---- options read from TFLite's C structs ---------------------------------------------------------
 
-class _Probe(SimpleDelegateInterface):
-    """Claims nothing; records the graph (options decoded from live builtin_data)."""
-
-    def initialize(self, context):
-        self.graph = context.graph
-        return False
-
-
 @pytest.mark.parametrize("model", [
     lstm_model(Cell(), cell_clip=0.25, proj_clip=0.5),
     unidirectional_model(Cell(), time_major=True, cell_clip=1.5, proj_clip=2.5),
@@ -285,9 +277,7 @@ class _Probe(SimpleDelegateInterface):
 def test_live_options_match_the_flatbuffer(model):
     """Every field a reader gives, read from the C struct TFLite 2.14 hands a delegate, equals the
     flatbuffer's value (non-default values, so a wrong offset reads a wrong one)."""
-    probe = _Probe()
-    interpreter(model, PythonDelegate(probe))
-    live, file = probe.graph.nodes[0].options, read_model(model).nodes[0].options
+    live, file = live_and_file_options(model)
     assert live and "__undecoded__" not in live
     for key, value in live.items():
         assert file[key] == pytest.approx(value), key

@@ -16,13 +16,13 @@ import pytest
 from delegate import load_delegate
 from delegate.mapping.core import options_reader
 from delegate.mapping.rnn import MAX_UNROLLED_STEPS
-from delegate.simple import PythonDelegate, SimpleDelegateInterface
+from delegate.simple import PythonDelegate
 from delegate.tfl import read_model
 from delegate.tfl.builder import TfLiteModelBuilder
 from delegate.tfl.schema import ActivationFunctionType as Act
 from delegate.tfl.schema import BuiltinOperator
 from hal.types import OperationType
-from tests.delegate.helpers import assert_outputs_equal, interpreter, run
+from tests.delegate.helpers import assert_outputs_equal, interpreter, live_and_file_options, run
 
 F32 = np.float32
 BATCH, INPUT, UNITS, TIME = 2, 3, 4, 5
@@ -284,20 +284,6 @@ def test_integer_svdf_is_refused():
 
 # ---- options read from TFLite's C structs ---------------------------------------------------------
 
-class _Probe(SimpleDelegateInterface):
-    """Claims nothing; records the graph (options decoded from live builtin_data)."""
-
-    def initialize(self, context):
-        self.graph = context.graph
-        return False
-
-
-def _live_options(model: bytes) -> tuple[dict, dict]:
-    probe = _Probe()
-    interpreter(model, PythonDelegate(probe))
-    return probe.graph.nodes[0].options, read_model(model).nodes[0].options
-
-
 def _with_options(model_fn, *args, options: dict) -> bytes:
     """The model ``model_fn`` builds, with its only node's options replaced."""
     import delegate.tfl.builder as builder
@@ -324,7 +310,7 @@ def _with_options(model_fn, *args, options: dict) -> bytes:
 def test_live_options_match_the_flatbuffer(model):
     """Every field a reader gives, read from the C struct TFLite 2.14 hands a delegate, equals the
     flatbuffer's value (non-default values, so a wrong offset reads a wrong one)."""
-    live, file = _live_options(model)
+    live, file = live_and_file_options(model)
     assert live and "__undecoded__" not in live
     for key, value in live.items():
         assert file[key] == value, key
