@@ -13,6 +13,11 @@ difference relative to the reference output's range:
     Test run latency: avg=...(us), std_dev=...(us)
     OutputDiff[0]: avg_error=1.2e-07, std_dev=3e-08
     OutputMaxError[0]: max_abs_error=4.8e-07, relative_error=2.4e-07
+    Delegation: ...
+    Input 0 range [0, 255] (from metadata Stats)
+
+The last lines say where each input's values came from (the flags, the model's metadata, its
+quantization, the default): a model fed values it does not expect compares the wrong thing.
 """
 from __future__ import annotations
 
@@ -165,6 +170,7 @@ def evaluate(model_file: str, num_runs: int = 50, threads: int = 1, delegate: st
         "test_latency_us": dict(zip(("avg", "std_dev"), _stats(test_lat))),
         "output_errors": [e.metrics() for e in errors],
         "input_ranges": {s.name: ("file" if s.data is not None else s.value_range) for s in sources},
+        "inputs": [{"name": s.name, "range": s.drawn_range(), "source": s.range_source} for s in sources],
     }
     if dump is not None:
         metrics["dump"] = dump
@@ -196,7 +202,17 @@ def format_metrics(m: dict) -> str:
         where = (f"largest max_abs_diff {big['max_abs_diff']:.6g} at partition {big['partition']} operation "
                  f"{big['operation']} ({big['type']})") if big else "no difference"
         lines.append(f"Dump: {dump['operations']} operations in {dump['dir']} (index.json; {where})")
+    lines += [input_line(k, i) for k, i in enumerate(m.get("inputs", []))]  # last: where the inputs came from
     return "\n".join(lines)
+
+
+def input_line(k: int, i: dict) -> str:
+    """``Input 0 range [0, 255] (from metadata Stats)``: where input k's values came from."""
+    if i["range"] is None:
+        if i["source"] == "--input_layer_value_files":
+            return f"Input {k} values from its file ({i['source']})"
+        return f"Input {k} random booleans (from {i['source']})"
+    return f"Input {k} range [{i['range'][0]:g}, {i['range'][1]:g}] (from {i['source']})"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

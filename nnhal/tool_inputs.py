@@ -2,19 +2,27 @@
 ``--input_layer_shape=1,224,224,3:1,20``, ``--input_layer_value_range=a,0,255:b,-1,1`` and
 ``--input_layer_value_files=a:/path/a.bin,b:/path/b.bin`` (raw binary, the tensor's exact bytes).
 
-Without a range or a file, an input is drawn from the range the model says it expects: a float
-input the model quantizes first (its only consumers are QUANTIZE nodes, the usual float-I/O
-quantized model) gets the float range its uint8/int8 covers, one whose tensor records min/max gets
-those; integer inputs get their type's range (what their quantization covers) and other float
-inputs [-1, 1], as TFLite's inference_diff. Uniform [-1, 1] would leave half of a model that
-expects [0, 255] or [0, 1] saturated at zero.
+Without a range or a file, an input is drawn from the range the model says it expects, first
+found of: its TFLite Support metadata (Stats, else an image input's NormalizationOptions:
+delegate.tfl.metadata.input_range); its quantization (a float input the model quantizes first, its
+only consumers being QUANTIZE nodes as in the usual float-I/O quantized model, gets the float range
+its uint8/int8 covers; one whose tensor records min/max gets those); else integer inputs get their
+type's range (what their quantization covers) and other float inputs [-1, 1], as TFLite's
+inference_diff. Uniform [-1, 1] would leave half of a model that expects [0, 255] or [0, 1]
+saturated at zero. Each InputSource says where its range came from (``range_source``).
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
 import numpy as np
+
+log = logging.getLogger("nnhal.tools")
+
+#: ``range_source`` of an input the flags give: explicit ranges and files win over the model.
+FLAG_RANGE, FLAG_FILE = "--input_layer_value_range", "--input_layer_value_files"
 
 
 @dataclass
@@ -92,15 +100,16 @@ def parse_input_flags(names: str | None, shapes: str | None, ranges: str | None,
     return layers
 
 
-def expected_ranges(model_path: str) -> dict[int, tuple[float, float]]:
-    """Tensor index -> the float range the model expects on that float input, when it says so."""
+def expected_ranges(model_path: str) -> dict[int, tuple[tuple[float, float], str]]:
+    """Tensor index -> (the range the model expects on that input, what said so), when it says so:
+    its metadata, else its quantization."""
     from delegate.tfl.reader import read_model
     from delegate.tfl.schema import TENSOR_DTYPE, builtin_name
     with open(model_path, "rb") as f:
         data = f.read()
     graph = read_model(data)
     users = graph.consumers()
-    ranges: dict[int, tuple[float, float]] = {}
+    ranges: dict[int, tuple[tuple[float, float], str]] = {}
     for t in graph.inputs:
         tensor = graph.tensors[t]
         if not np.issubdtype(TENSOR_DTYPE.get(tensor.type, np.int8), np.floating):
@@ -112,11 +121,45 @@ def expected_ranges(model_path: str) -> dict[int, tuple[float, float]]:
             for o in outs:
                 info, scale, zp = np.iinfo(TENSOR_DTYPE[o.type]), o.scales[0], o.zero_points[0]
                 covered.append((scale * (info.min - zp), scale * (info.max - zp)))
-            ranges[t] = (max(lo for lo, _ in covered), min(hi for _, hi in covered))
+            ranges[t] = (max(lo for lo, _ in covered), min(hi for _, hi in covered)), "quantization"
             continue
         recorded = _recorded_min_max(data, t)
         if recorded is not None:
-            ranges[t] = recorded
+            ranges[t] = recorded, "quantization min/max"
+    ranges.update(_metadata_ranges(model_path, data, graph))
+    return ranges
+
+
+def _metadata_ranges(model_path: str, data: bytes, graph) -> dict[int, tuple[tuple[float, float], str]]:
+    """The inputs' ranges by their TFLITE_METADATA (input_tensor_metadata[k] is SubGraph.inputs[k]).
+    Metadata that cannot be read, or an input's values it cannot mean, is a warning: the ranges
+    then come from the quantization or the defaults."""
+    from delegate.tfl.metadata import MetadataError, input_range, read_input_metadata
+    from delegate.tfl.schema import TENSOR_DTYPE
+    try:
+        metas = read_input_metadata(data)
+    except MetadataError as e:
+        log.warning("%s: TFLITE_METADATA ignored: %s; input ranges come from the quantization or the defaults",
+                    model_path, e)
+        return {}
+    if metas is None:
+        return {}
+    if len(metas) != len(graph.inputs):
+        log.warning("%s: TFLITE_METADATA ignored: it describes %d inputs, the model has %d", model_path,
+                    len(metas), len(graph.inputs))
+        return {}
+    ranges = {}
+    for k, (t, meta) in enumerate(zip(graph.inputs, metas)):
+        dtype = TENSOR_DTYPE.get(graph.tensors[t].type)
+        if dtype is None:
+            continue
+        try:
+            found = input_range(meta, dtype)
+        except MetadataError as e:
+            log.warning("%s: input %d (%s): metadata ignored: %s", model_path, k, graph.tensors[t].name, e)
+            continue
+        if found is not None:
+            ranges[t] = found
     return ranges
 
 
@@ -133,7 +176,9 @@ def _recorded_min_max(data: bytes, t: int) -> tuple[float, float] | None:
 @dataclass
 class InputSource:
     """How one input of the model is filled on every run: its file's bytes, else random values
-    in ``value_range`` (None: the type's own default)."""
+    in ``value_range`` (None: the type's own default); ``range_source`` says which (FLAG_RANGE,
+    FLAG_FILE, "metadata Stats", "metadata NormalizationOptions", "quantization",
+    "quantization min/max", "default")."""
 
     index: int
     name: str
@@ -141,11 +186,18 @@ class InputSource:
     dtype: np.dtype
     value_range: tuple[float, float] | None = None
     data: np.ndarray | None = None
+    range_source: str = "default"
 
     def value(self, rng: np.random.Generator) -> np.ndarray:
         if self.data is not None:
             return self.data
         return random_input(rng, self.shape, self.dtype, self.value_range)
+
+    def drawn_range(self) -> tuple[float, float] | None:
+        """The range random values are drawn from (the default included); None: a file, booleans."""
+        if self.data is not None or self.dtype == np.bool_:
+            return None
+        return _draw_range(self.dtype, self.value_range)
 
 
 def input_sources(details: list[dict], layers: dict[str, InputLayer], model_path: str) -> list[InputSource]:
@@ -167,9 +219,11 @@ def input_sources(details: list[dict], layers: dict[str, InputLayer], model_path
                 raise ValueError(f"input {d['name']!r} has shape {list(signature)}; --input_layer_shape gives "
                                  f"{list(layer.shape)}")
             shape = layer.shape
-        src = InputSource(d["index"], d["name"], shape, np.dtype(d["dtype"]),
-                          layer.value_range or defaults.get(d["index"]))
+        value_range, source = (layer.value_range, FLAG_RANGE) if layer.value_range else \
+            defaults.get(d["index"], (None, "default"))
+        src = InputSource(d["index"], d["name"], shape, np.dtype(d["dtype"]), value_range, range_source=source)
         if layer.file is not None:
+            src.range_source = FLAG_FILE
             size = os.path.getsize(layer.file)
             want = int(np.prod(shape)) * src.dtype.itemsize
             if size != want:
@@ -194,13 +248,21 @@ def random_input(rng: np.random.Generator, shape, dtype, value_range: tuple[floa
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return v > 0.5
+    low, high = _draw_range(dtype, value_range)
+    if np.issubdtype(dtype, np.floating):
+        return (low + (high - low) * v).astype(dtype)
+    return np.round(low + (high - low) * v).astype(dtype)
+
+
+def _draw_range(dtype: np.dtype, value_range: tuple[float, float] | None) -> tuple[float, float]:
+    """The ends random_input draws between: ``value_range`` (integers: the whole numbers in it
+    the type holds), else [-1, 1] for floats and the type's range for integers."""
     if np.issubdtype(dtype, np.floating):
         low, high = value_range or (-1.0, 1.0)
-        return (low + (high - low) * v).astype(dtype)
+        return float(low), float(high)
     info = np.iinfo(dtype)
     low, high = value_range or (info.min, info.max)
-    low, high = max(float(info.min), np.ceil(low)), min(float(info.max), np.floor(high))
-    return np.round(low + (high - low) * v).astype(dtype)
+    return max(float(info.min), float(np.ceil(low))), min(float(info.max), float(np.floor(high)))
 
 
 def add_input_arguments(p) -> None:
@@ -210,7 +272,7 @@ def add_input_arguments(p) -> None:
                    help="their shapes, colon-separated, e.g. 1,224,224,3:1,20 (dynamic dimensions only)")
     p.add_argument("--input_layer_value_range", default=None, metavar="RANGES",
                    help="NAME,LOW,HIGH items, colon-separated: random values in [LOW, HIGH] (default: the range "
-                        "the model's quantization or tensor says, else the type's range / [-1, 1])")
+                        "the model's metadata, else its quantization says, else the type's range / [-1, 1])")
     p.add_argument("--input_layer_value_files", default=None, metavar="FILES",
                    help="NAME:PATH items, comma-separated: the input's raw bytes (escape ':' in a name as '\\:')")
 

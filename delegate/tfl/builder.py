@@ -64,6 +64,8 @@ class TfLiteModelBuilder:
     #: Subgraphs 1.. (IF branches, WHILE cond/body): builders sharing this model's buffers and opcodes.
     _subgraphs: list[TfLiteModelBuilder] = field(default_factory=list, repr=False, compare=False)
     _root: TfLiteModelBuilder | None = field(default=None, repr=False, compare=False)
+    #: Model.metadata entries: (name, buffer index), e.g. TFLite Support's "TFLITE_METADATA".
+    _metadata: list[tuple[str, int]] = field(default_factory=list)
 
     # ---- subgraphs ----------------------------------------------------------
     def add_subgraph(self, name: str | None = None) -> TfLiteModelBuilder:
@@ -115,6 +117,13 @@ class TfLiteModelBuilder:
 
     def set_outputs(self, outputs: Sequence[int]) -> None:
         self._outputs = list(outputs)
+
+    def add_metadata(self, name: str, data: bytes) -> int:
+        """A Model.metadata entry ``name`` whose buffer holds ``data`` (returns the buffer index)."""
+        root = self._root or self
+        root._buffers.append(bytes(data))
+        root._metadata.append((name, len(root._buffers) - 1))
+        return len(root._buffers) - 1
 
     # ---- operators ----------------------------------------------------------
     def add_operator(self, op: str | int, inputs: Sequence[int], outputs: Sequence[int],
@@ -179,6 +188,14 @@ class TfLiteModelBuilder:
         sgv = tvec(M.ModelStartSubgraphsVector, sg_offs)
         ocv = tvec(M.ModelStartOperatorCodesVector, oc_offs)
         bv = tvec(M.ModelStartBuffersVector, buf_offs)
+        md_offs, MD = [], module("Metadata")
+        for name, buf in self._metadata:
+            md_name = b.CreateString(name)
+            MD.MetadataStart(b)
+            MD.MetadataAddName(b, md_name)
+            MD.MetadataAddBuffer(b, buf)
+            md_offs.append(MD.MetadataEnd(b))
+        mdv = tvec(M.ModelStartMetadataVector, md_offs) if md_offs else None
         desc = b.CreateString(self.description)
         M.ModelStart(b)
         M.ModelAddVersion(b, 3)
@@ -186,6 +203,8 @@ class TfLiteModelBuilder:
         M.ModelAddSubgraphs(b, sgv)
         M.ModelAddBuffers(b, bv)
         M.ModelAddDescription(b, desc)
+        if mdv is not None:
+            M.ModelAddMetadata(b, mdv)
         b.Finish(M.ModelEnd(b), file_identifier=b"TFL3")
         return bytes(b.Output())
 

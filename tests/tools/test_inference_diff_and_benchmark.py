@@ -20,6 +20,7 @@ DIFF_FORMAT = [
     r"^OutputDiff\[0\]: avg_error=([\d.e+-]+), std_dev=([\d.e+-]+)$",
     r"^OutputMaxError\[0\]: max_abs_error=([\d.e+-]+), relative_error=([\d.e+-]+)$",
     r"^Delegation: (\d+)/(\d+) nodes in (\d+) partition\(s\) on nnhal",
+    r"^Input 0 range \[-128, 127\] \(from default\)$",  # the int8 input's type range
 ]
 
 
