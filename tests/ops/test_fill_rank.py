@@ -184,7 +184,8 @@ def test_mapping_refusals():
     y = m.add_tensor("y", [2], np.float32)
     m.add_operator("FILL", [d, v], [y])
     m.set_outputs([y])
-    _refused(m.build(), "rank-0")  # a non-constant scalar value cannot even be a partition input
+    # a non-constant scalar value: NNAPI's FILL takes it as a scalar operand, so it must be a constant
+    _refused(m.build(), r"value \(input 1\) must be a constant: NNAPI takes it as a scalar operand")
     _refused(_fill_model([], np.array(1.0, np.float32)), "NNAPI has no rank-0 tensor")
     m = TfLiteModelBuilder()
     d = m.add_constant("d", np.array([2], np.int32))
