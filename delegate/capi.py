@@ -157,6 +157,29 @@ def make_int_array(values) -> C.Array:
     return (C.c_int * (len(values) + 1))(len(values), *values)
 
 
+#: TfLiteContext::ResizeTensor(context, tensor, new_size): TFLite takes ownership of new_size.
+ResizeTensorFn = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_void_p, C.c_void_p)
+_libc = C.CDLL(None)
+_libc.malloc.restype, _libc.malloc.argtypes = C.c_void_p, [C.c_size_t]
+
+
+def resize_tensor(ctx_p: int, index: int, dims) -> None:
+    """Give tensor ``index`` new dims through the context (a kernel's Prepare may resize its
+    outputs; TFLite reallocates them). TFLite frees the TfLiteIntArray it is handed (free(), as
+    TfLiteIntArrayFree does), so it is malloc'ed here, not owned by Python."""
+    dims = [int(d) for d in dims]
+    ctx = TfLiteContext.from_address(ctx_p)
+    if not ctx.ResizeTensor:
+        raise RuntimeError("TfLiteContext.ResizeTensor is not set")
+    addr = _libc.malloc(4 * (len(dims) + 1))
+    if not addr:
+        raise MemoryError("malloc failed for a TfLiteIntArray")
+    (C.c_int * (len(dims) + 1)).from_address(addr)[:] = [len(dims), *dims]
+    status = ResizeTensorFn(ctx.ResizeTensor)(ctx_p, ctx.tensors + index * C.sizeof(TfLiteTensor), addr)
+    if status != kTfLiteOk:
+        raise RuntimeError(f"TFLite could not resize tensor {index} to {dims}")
+
+
 def tensor_at(ctx: TfLiteContext, index: int) -> TfLiteTensor:
     return TfLiteTensor.from_address(ctx.tensors + index * C.sizeof(TfLiteTensor))
 

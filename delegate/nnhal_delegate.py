@@ -27,6 +27,7 @@ import numpy as np
 
 import hal
 from delegate import capi
+from delegate.cost import CostModel, PartitionEstimate
 from delegate.mapping import (
     InvalidNnapiOperation,
     MappingContext,
@@ -79,6 +80,8 @@ class DelegationReport:
     #: Other subgraphs TFLite prepared the delegate on, by subgraph index (negative: not known):
     #: those of IF / WHILE nodes left to TFLite's CPU (a delegated IF / WHILE runs its subgraphs).
     subgraphs: dict[int, DelegationReport] = field(default_factory=dict)
+    #: Each partition candidate's estimated cost (CPU vs nnhal, delegate.cost) and the decision.
+    candidates: list[PartitionEstimate] = field(default_factory=list)
 
     @property
     def delegated(self) -> int:
@@ -109,7 +112,8 @@ class NnhalDelegate(SimpleDelegateInterface):
         self.options = options
         self.partition_options = PartitionOptions(options.max_delegated_partitions,
                                                   options.min_nodes_per_partition,
-                                                  parse_node_ranges(options.partitions))
+                                                  parse_node_ranges(options.partitions), options.partitioning)
+        self._cost: tuple[Client, CostModel] | None = None  # the cost model of the connected service
         self.client: Client | None = None
         self.report = DelegationReport()
         self._current = self.report  # the report of the subgraph being prepared
@@ -145,7 +149,23 @@ class NnhalDelegate(SimpleDelegateInterface):
             for r in report.nodes:
                 r.reason = "nnhal service unreachable"
             return False
+        self.partition_options = dataclasses.replace(self.partition_options, cost=self._cost_model())
         return True
+
+    def _cost_model(self) -> CostModel | None:
+        """The connected service's relative speeds (getCapabilities), asked once per connection;
+        None if it cannot say (then "cost" partitioning keeps everything on the CPU)."""
+        client = self.client
+        if self._cost is None or self._cost[0] is not client:
+            try:
+                caps = client.get_capabilities()
+            except ServiceError as e:
+                log.info("capabilities unavailable: %s", e)
+                return None
+            local = self.options.local_burst and client.address.startswith("unix:")  # TCP: no local burst
+            self._cost = (client, CostModel.from_capabilities(caps, local_burst=local,
+                                                              allow_fp16=self.options.allow_fp16))
+        return self._cost[1]
 
     def supported_nodes(self, context: DelegateContext) -> dict[int, str | None]:
         return supported_nodes(context.graph, self.client)
@@ -256,6 +276,7 @@ def _strip_operation(message: str) -> str:
 
 def fill_report(report: DelegationReport, plan: PartitionPlan, reasons: dict[int, str | None]) -> None:
     report.partitions = plan.partitions
+    report.candidates = plan.estimates
     part_of = {n: p for p, nodes in enumerate(plan.partitions) for n in nodes}
     for r in report.nodes:
         if r.index in part_of:
@@ -286,9 +307,9 @@ class NnhalKernel(SimpleDelegateKernel):
         self.dims = {t: d for t, (d, _) in self._live_shapes(context).items()}  # what the partition is built for
         self._prepare()
 
-    def _convert(self, graph, validate: bool) -> None:
+    def _convert(self, graph, validate: bool, infer_shapes: bool = False) -> None:
         p = self.params
-        part = convert_partition(graph, p.nodes, p.inputs, p.outputs, validate=validate)
+        part = convert_partition(graph, p.nodes, p.inputs, p.outputs, validate=validate, infer_shapes=infer_shapes)
         part.model.relax_computation_float32_to_float16 = self.owner.options.allow_fp16
         self.part = part
         self.inputs, self.outputs = part.input_tensors, part.output_tensors
@@ -310,7 +331,13 @@ class NnhalKernel(SimpleDelegateKernel):
         """TFLite prepares the kernel on every allocate_tensors. Without AllowDynamicTensors a resize
         re-delegates (this kernel is freed, a new one converts the new shapes); with it TFLite keeps
         this kernel, and the shapes it propagated through the original nodes (context.shapes_propagated)
-        are converted again here and prepared on the service, the old prepared model released."""
+        are converted again here and prepared on the service, the old prepared model released.
+
+        TFLite stops propagating at a node it sizes only when it runs (a RESHAPE to a computed shape,
+        Keras' Flatten of a dynamic batch): the tensors after it keep stale dims. So only the partition
+        inputs' shapes are taken from TFLite; the rest are inferred by hal (convert_partition's
+        infer_shapes, which folds SHAPE arithmetic again for the new shapes), and the partition's
+        outputs are resized to them here, as a kernel's Prepare resizes its outputs."""
         live = self._live_shapes(context)
         dims = {t: d for t, (d, _) in live.items()}
         # Dimensions only: a tensor inside the partition that TFLite sizes at run time (kTfLiteDynamic)
@@ -334,19 +361,37 @@ class NnhalKernel(SimpleDelegateKernel):
             tensors[t] = dataclasses.replace(tensors[t], shape=d, runtime_shape=runtime)
         graph = dataclasses.replace(self.graph, tensors=tensors)
         try:
-            self._convert(graph, validate=True)  # new shapes: hal's rules are checked again
+            self._convert(graph, validate=True, infer_shapes=True)  # new shapes: hal's rules are checked again
         except MappingError as e:
             raise MappingError(f"the partition of nodes {self.params.nodes} cannot run at the resized shapes: "
                                f"{e}") from None
-        self.graph, self.dims = graph, dims
+        self._resize_outputs(context)
+        self.graph = graph
+        self.dims = {t: d for t, (d, _) in self._live_shapes(context).items()}  # outputs resized now
         log.info("partition of nodes %s converted again for resized shapes", self.params.nodes)
         self._release()  # the prepared model of the old shapes
         self.local = None
         self._prepare()
 
+    def _resize_outputs(self, context: DelegateContext) -> None:
+        """Give TFLite's partition outputs the shapes the converted partition computes (those
+        after a node TFLite sizes at run time are stale in TFLite)."""
+        main = self.part.model.main
+        want = {t: tuple(main.operands[i].dimensions) for t, i in zip(self.outputs, main.output_indexes)}
+        want.update({t: tuple(v.shape) for t, v in self.part.constant_outputs.items()})
+        for t, dims in want.items():
+            if tuple(capi.int_array(capi.tensor_at(context.ctx, t).dims)) != dims:
+                capi.resize_tensor(context.ctx_p, t, dims)
+
+    @property
+    def folded_only(self) -> bool:
+        """Every node of the partition was folded into constants (e.g. a SHAPE whose readers run on
+        the CPU): there is nothing for the service to run, eval writes the constants."""
+        return not self.part.model.main.operations
+
     def _prepare(self) -> None:
         client = self.owner.client
-        if client is None:  # another partition lost the service meanwhile
+        if client is None or self.folded_only:  # another partition lost the service meanwhile; or nothing to run
             self.remote = None
             return
         o = self.owner.options
@@ -374,6 +419,10 @@ class NnhalKernel(SimpleDelegateKernel):
             self._lose(client)
 
     def eval(self, context: DelegateContext) -> None:
+        if self.folded_only:
+            for t, value in self.part.constant_outputs.items():
+                np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
+            return
         inputs = [context.tensor(t) for t in self.inputs]
         outs = None
         if self.remote is not None and self.remote.client is not self.owner.client:
@@ -463,8 +512,10 @@ def load_delegate(service_address: str | None = None, **options) -> PythonDelega
     """The nnhal delegate for ``Interpreter(..., experimental_delegates=[load_delegate()])``.
 
     Options: max_delegated_partitions (3; 0 = unlimited), min_nodes_per_partition (1),
-    partitions ("0-11,177-215"), cache_token, cache_dir, execution_preference, priority,
-    allow_fp16, deadline_ms, loop_timeout_ms, local_burst, allow_in_process_fallback, accelerator_name ("nnhal"),
+    partitions ("0-11,177-215"), partitioning ("largest", TFLite's rule; or "cost": only partitions
+    estimated faster on the service than on the CPU, delegate.cost), cache_token, cache_dir,
+    execution_preference, priority, allow_fp16, deadline_ms, loop_timeout_ms, local_burst,
+    allow_in_process_fallback, accelerator_name ("nnhal"),
     tls_ca_file / tls_cert_file / tls_key_file (TLS to a HOST:PORT service_address, with a client
     certificate for mTLS); TFLite NNAPI delegate names are aliases (delegate.options.ALIASES).
     ``.report`` tells what went where.

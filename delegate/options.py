@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 
-from delegate.partition import parse_node_ranges
+from delegate.partition import PARTITIONING, parse_node_ranges
 from hal.types import ExecutionPreference, Priority
 from service import DEVICE_NAME
 from service.server import check_socket_path
@@ -47,6 +47,10 @@ class NnhalOptions:
     max_delegated_partitions: int = 3  # 0 = unlimited
     min_nodes_per_partition: int = 1
     partitions: str | None = None
+    #: "largest" (TFLite's rule, the default) or "cost": delegate only the partitions estimated to
+    #: run faster on the service than on the CPU, from its capabilities (delegate.cost says why
+    #: "largest" stays the default).
+    partitioning: str = "largest"
     #: Mixed into every partition's cache token (service.token.model_token), never a replacement
     #: for it: the token is derived from the partition's structure and weights, so entries are
     #: shared across processes as long as this (and cache_dir) is the same in each; a token that
@@ -108,6 +112,8 @@ class NnhalOptions:
                 raise ValueError(f"cache_dir {o.cache_dir!r} is not a directory")
             o.cache_dir = os.path.realpath(o.cache_dir)
         parse_node_ranges(o.partitions)  # validate early
+        if o.partitioning not in PARTITIONING:
+            raise ValueError(f"unknown partitioning {o.partitioning!r} (one of: {', '.join(PARTITIONING)})")
         if o.service_address and o.service_address.startswith("unix:"):
             check_socket_path(o.service_address.removeprefix("unix:").removeprefix("//"))
         o.tls = client_tls(o.tls_ca_file, o.tls_cert_file, o.tls_key_file)  # a bad file: ValueError now

@@ -8,9 +8,15 @@ CPU subset produces.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from delegate.cost import CostModel, PartitionEstimate
 from delegate.tfl.graph import TfLiteGraph
+
+#: ``partitioning``: "largest" keeps the largest partitions (TFLite NNAPI delegate's rule, the
+#: default); "cost" keeps those the cost model says save the most time, never one estimated slower
+#: on nnhal than on the CPU (delegate.cost says why "largest" stays the default).
+PARTITIONING = ("largest", "cost")
 
 
 def independent_subsets(graph: TfLiteGraph, delegated: set[int]) -> list[tuple[bool, list[int]]]:
@@ -48,6 +54,9 @@ class PartitionOptions:
     max_delegated_partitions: int = 3  # TFLite NNAPI delegate's default; 0 = unlimited
     min_nodes_per_partition: int = 1
     node_ranges: tuple[tuple[int, int], ...] | None = None  # manual "0-11,177-215", inclusive
+    partitioning: str = "largest"
+    #: The device's speeds and invoke costs: estimates for the report in either mode; "cost" needs it.
+    cost: CostModel | None = None
 
 
 def parse_node_ranges(spec: str | None) -> tuple[tuple[int, int], ...] | None:
@@ -68,8 +77,10 @@ def parse_node_ranges(spec: str | None) -> tuple[tuple[int, int], ...] | None:
 
 @dataclass
 class PartitionPlan:
-    partitions: list[list[int]]          # chosen, largest first
+    partitions: list[list[int]]          # chosen: largest first, or (cost) largest saving first
     rejected: dict[int, str]             # node -> why a supported node stays on CPU
+    #: Every partition candidate's estimate and decision, in run order (empty without a cost model).
+    estimates: list[PartitionEstimate] = field(default_factory=list)
 
     @property
     def nodes(self) -> set[int]:
@@ -77,6 +88,8 @@ class PartitionPlan:
 
 
 def choose_partitions(graph: TfLiteGraph, supported: set[int], options: PartitionOptions) -> PartitionPlan:
+    if options.partitioning not in PARTITIONING:
+        raise ValueError(f"unknown partitioning {options.partitioning!r} (one of: {', '.join(PARTITIONING)})")
     rejected: dict[int, str] = {}
     candidates = set(supported)
     if options.node_ranges is not None:
@@ -85,17 +98,37 @@ def choose_partitions(graph: TfLiteGraph, supported: set[int], options: Partitio
             rejected[n] = "outside the requested node ranges"
         candidates &= inside
     parts = [nodes for kind, nodes in independent_subsets(graph, candidates) if kind]
+    model = options.cost
+    estimates = {p[0]: model.estimate(graph, p) for p in parts} if model is not None else {}
+
+    def drop(p: list[int], why: str) -> None:
+        for n in p:
+            rejected[n] = why
+        if p[0] in estimates:
+            estimates[p[0]].reason = why if why.startswith("kept on CPU") else f"kept on CPU: {why}"
+
     keep = []
     for p in parts:
         if len(p) < options.min_nodes_per_partition:
-            for n in p:
-                rejected[n] = f"partition of {len(p)} nodes < min_nodes_per_partition"
+            drop(p, f"partition of {len(p)} nodes < min_nodes_per_partition")
+        elif options.partitioning == "cost" and model is None:
+            drop(p, "cost partitioning: the service's capabilities are unknown")
+        elif options.partitioning == "cost" and estimates[p[0]].saving_us <= 0:
+            drop(p, f"kept on CPU: estimated {-estimates[p[0]].saving_us:.1f} us slower")
         else:
             keep.append(p)
-    keep.sort(key=lambda p: (-len(p), p[0]))
+    if options.partitioning == "cost":
+        keep.sort(key=lambda p: (-estimates[p[0]].saving_us, p[0]))
+    else:
+        keep.sort(key=lambda p: (-len(p), p[0]))
     if options.max_delegated_partitions > 0:
         for p in keep[options.max_delegated_partitions:]:
-            for n in p:
-                rejected[n] = f"beyond max_delegated_partitions={options.max_delegated_partitions}"
+            drop(p, f"beyond max_delegated_partitions={options.max_delegated_partitions}")
         keep = keep[:options.max_delegated_partitions]
-    return PartitionPlan(keep, rejected)
+    for k, p in enumerate(keep):
+        if p[0] in estimates:
+            e = estimates[p[0]]
+            e.delegated, e.partition = True, k
+            e.reason = (f"delegated: saves {e.saving_us:.1f} us" if e.saving_us > 0
+                        else f"delegated (largest first): estimated {-e.saving_us:.1f} us slower")
+    return PartitionPlan(keep, rejected, [estimates[p[0]] for p in parts if p[0] in estimates])

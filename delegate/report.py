@@ -50,6 +50,7 @@ def format_report(r: DelegationReport) -> str:
         lines.append(f"{n.index:>5}  {n.op:<24} {n.placement:<9} {part:>9}  {n.backend or '':<10}  {n.reason or ''}")
     lines.append(f"{r.delegated}/{len(r.nodes)} nodes delegated in {len(r.partitions)} partition(s)"
                  + (f" to {r.service}" if r.service else "") + (f"; {r.error}" if r.error else ""))
+    lines += format_candidates(r.candidates)
     for k, sub in sorted(r.subgraphs.items()):  # IF / WHILE subgraphs TFLite runs itself
         lines.append(f"subgraph {k}: {sub.delegated}/{len(sub.nodes)} nodes delegated in {len(sub.partitions)} "
                      f"partition(s)" + "".join(f"; node {n.index} {n.op}: {n.reason}" for n in sub.nodes
@@ -61,3 +62,26 @@ def report_json(r: DelegationReport) -> str:
     d = dataclasses.asdict(r)
     d["delegated"] = r.delegated
     return json.dumps(d, indent=1)
+
+
+def _ranges(nodes: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    out: list[str] = []
+    for n in sorted(nodes):
+        if out and n == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ",".join(out)
+
+
+def format_candidates(candidates) -> list[str]:
+    """One line per partition candidate: its estimate (delegate.cost) and the decision."""
+    if not candidates:
+        return []
+    lines = ["partition candidates (estimated us: CPU | nnhal = compute + invoke + transfer):"]
+    for e in candidates:
+        lines.append(f"  nodes {_ranges(e.nodes)} ({len(e.nodes)}): CPU {e.cpu_us:.1f} | nnhal {e.nnhal_us:.1f} = "
+                     f"{e.compute_us:.1f} + {e.overhead_us:.1f} + {e.transfer_us:.1f} ({e.transfer_bytes} bytes)"
+                     f" -> {e.reason}")
+    return lines

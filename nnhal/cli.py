@@ -89,7 +89,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             raise ValueError("--max-clients and --client-max-bytes must be >= 1")
         return serve(args.socket, args.listen, args.workers, tls, args.insecure, cache_dir, args.cache_max_bytes,
                      backends=args.backend, parent_pid=args.parent_pid, max_clients=args.max_clients,
-                     client_max_bytes=args.client_max_bytes)
+                     client_max_bytes=args.client_max_bytes, relative_speed=args.relative_speed)
     except ValueError as e:
         print(f"nnhal serve: {e}", file=sys.stderr)
         return 2
@@ -280,6 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--client-max-bytes", type=int, default=DEFAULT_CLIENT_MAX_BYTES, metavar="N",
                        help="memory one client's prepared models and buffers may hold, estimated "
                             "(default %(default)s); beyond it: RESOURCE_EXHAUSTED")
+    serve.add_argument("--relative-speed", type=float, default=1.0, metavar="R",
+                       help="the execution time the capabilities report, relative to the CPU (NNAPI "
+                            "PerformanceInfo.exec_time; default 1.0: the service runs on this CPU; 0.5 = twice "
+                            "as fast); the delegate's --partitioning=cost weighs partitions with it")
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # embedded: die with it
     serve.set_defaults(func=_cmd_serve)
 

@@ -74,6 +74,9 @@ def add_delegate_arguments(p: argparse.ArgumentParser) -> None:
                    help="the same as TFLite's NNAPI delegate counts it: <= 0 = unlimited")
     p.add_argument("--min_nodes_per_partition", type=int, default=1)
     p.add_argument("--partitions", default=None, help='manual node ranges, e.g. "0-11,177-215"')
+    p.add_argument("--partitioning", choices=("largest", "cost"), default="largest",
+                   help="largest: keep the largest partitions (default, TFLite's rule); cost: only those "
+                        "estimated faster on the service than on the CPU (its capabilities' relative speed)")
     p.add_argument("--cache_dir", "--delegate_serialize_dir", dest="cache_dir", default=None,
                    help="an existing directory whose real path keys the service's compilation cache")
     p.add_argument("--model_token", "--delegate_serialize_token", "--cache_token", dest="cache_token", default=None,
@@ -86,7 +89,7 @@ def delegate_options(args: argparse.Namespace) -> dict:
     from delegate.nnhal_delegate import NnhalOptions
     options = {name: getattr(args, name) for name in (
         "tls_ca_file", "tls_cert_file", "tls_key_file", "execution_preference", "priority", "accelerator_name",
-        "allow_fp16", "min_nodes_per_partition", "partitions", "cache_dir")}
+        "allow_fp16", "min_nodes_per_partition", "partitions", "partitioning", "cache_dir")}
     options["allow_in_process_fallback"] = not args.disable_nnapi_cpu
     for name in ("max_delegated_partitions", "max_number_delegated_partitions", "cache_token"):
         if getattr(args, name) is not None:  # given: both partition flags at once is refused

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import os
 import signal
 import socket
@@ -161,12 +162,15 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
                   tls: ServerTls | tuple[bytes, bytes] | None = None, insecure: bool = False,
                   cache_dir: str | None = None, cache_max_bytes: int | None = None,
                   backends: str | None = None, max_clients: int = DEFAULT_MAX_CLIENTS,
-                  client_max_bytes: int = DEFAULT_CLIENT_MAX_BYTES) -> RunningServer:
+                  client_max_bytes: int = DEFAULT_CLIENT_MAX_BYTES, relative_speed: float = 1.0) -> RunningServer:
     """Start a server on a unix socket (default) or on HOST:PORT (TLS, or insecure loopback only).
 
     ``cache_dir=None`` disables compilation caching. ``backends`` is the compute backend
     preference ("numba,reference"; default $NNHAL_BACKENDS, else every available backend by
-    priority); an unknown name is a ValueError before anything listens."""
+    priority); an unknown name is a ValueError before anything listens. ``relative_speed``: the
+    exec_time the capabilities report (the device's time relative to the CPU's, > 0)."""
+    if not (math.isfinite(relative_speed) and relative_speed > 0):
+        raise ValueError(f"--relative-speed must be a number > 0, not {relative_speed}")
     if listen is None and socket_path is None:
         socket_path = default_socket_path()
     if listen is None:  # refuse early, before the backends load; checked again under the lock
@@ -192,7 +196,7 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2 * max_clients + max(8, 4 * workers),
                                                     thread_name_prefix="nnhal-rpc"),
                          options=grpc_options() + KEEPALIVE)
-    pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver), server)
+    pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver, relative_speed), server)
     prepared_servicer = PreparedModelServicer(
         driver, scheduler, os.path.dirname(socket_path) if listen is None else None)
     pb_grpc.add_PreparedModelServicer_to_server(prepared_servicer, server)
@@ -280,7 +284,7 @@ def serve(socket_path: str | None, listen: str | None, workers: int, tls: Server
           parent_pid: int | None = None, **limits) -> int:
     """Run until SIGTERM/SIGINT (or, with ``parent_pid``, until that process exits: an embedded
     service must not outlive the program that started it); then stop gracefully (in-flight
-    executions finish). ``limits``: max_clients, client_max_bytes (create_server)."""
+    executions finish). ``limits``: max_clients, client_max_bytes, relative_speed (create_server)."""
     running = create_server(socket_path, listen, workers=workers, tls=tls, insecure=insecure,
                             cache_dir=cache_dir, cache_max_bytes=cache_max_bytes, backends=backends, **limits)
     stop = threading.Event()

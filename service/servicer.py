@@ -157,8 +157,12 @@ def _session(driver: Driver, context):
 
 
 class DeviceServicer(pb_grpc.DeviceServicer):
-    def __init__(self, driver: Driver):
+    def __init__(self, driver: Driver, relative_speed: float = 1.0):
         self.driver = driver
+        #: The exec_time getCapabilities reports for every operand type (and relaxed float): the device's
+        #: time relative to the CPU's. 1.0 by default (we are the CPU); `nnhal serve --relative-speed`
+        #: states another figure, which the delegate's cost partitioning reads (delegate.cost).
+        self.relative_speed = relative_speed
 
     def OpenSession(self, request_iterator, context):
         """Held open by each client; its end (client close, disconnect, death) releases what the
@@ -186,7 +190,7 @@ class DeviceServicer(pb_grpc.DeviceServicer):
 
     def GetCapabilities(self, request, context):
         def body():
-            perf = pb.PerformanceInfo(exec_time=1.0, power_usage=1.0)  # we are the CPU: ratio 1
+            perf = pb.PerformanceInfo(exec_time=self.relative_speed, power_usage=1.0)  # power: not known
             caps = pb.Capabilities(
                 relaxed_float32_to_float16_performance_scalar=perf,
                 relaxed_float32_to_float16_performance_tensor=perf,

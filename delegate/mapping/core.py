@@ -327,6 +327,8 @@ class ConvertedPartition:
     #: Variable tensors (LSTM/RNN state) the partition updates: their new values are the NNAPI
     #: model's outputs after those of output_tensors, in this order, and are copied back into them.
     state_tensors: list[int] = field(default_factory=list)
+    #: TFLite tensor index -> the NNAPI operand standing for it (inputs, outputs and inside).
+    tensor_operands: dict[int, int] = field(default_factory=dict)
 
 
 def partition_io(graph: TfLiteGraph, node_indexes: list[int]) -> tuple[list[int], list[int]]:
@@ -422,15 +424,22 @@ def _map_custom(ctx: MappingContext, node: TfLiteNode) -> None:
 
 def convert_partition(graph: TfLiteGraph, node_indexes: list[int] | None = None,
                       inputs: list[int] | None = None, outputs: list[int] | None = None, *,
-                      validate: bool = True) -> ConvertedPartition:
+                      validate: bool = True, infer_shapes: bool = False) -> ConvertedPartition:
     """Translate the given nodes (default: all) into one NNAPI Model.
 
     ``inputs``/``outputs`` (tensor indexes) override the computed boundary, e.g. with the
     one TFLite hands a delegate kernel; constant and internally produced inputs are dropped.
     ``validate=False`` skips hal's validate of the emitted operations: only for nodes that just
-    passed it (the service validates the model again anyway)."""
+    passed it (the service validates the model again anyway).
+    ``infer_shapes=True``: only the inputs' shapes are trusted; the shapes of the tensors the
+    partition produces are inferred by hal and constants folded again for them (a partition
+    converted again after a resize, where TFLite left some dims stale: see
+    delegate.mapping.shape_inference). The model's output operands then carry the new shapes."""
     if node_indexes is None:
         node_indexes = list(range(len(graph.nodes)))
+    if infer_shapes:
+        from delegate.mapping.shape_inference import convert_with_inferred_shapes
+        return convert_with_inferred_shapes(convert_partition, graph, node_indexes, inputs, outputs, validate)
     ctx = MappingContext(graph, validate)
     computed_in, computed_out = partition_io(graph, node_indexes)
     if inputs is None:
@@ -452,4 +461,5 @@ def convert_partition(graph: TfLiteGraph, node_indexes: list[int] | None = None,
     out_ops = [ctx.operand_of[t] for t in outputs]
     states = list(ctx.state_writes)
     ctx.builder.identify_inputs_and_outputs(in_ops, out_ops + [ctx.state_writes[t] for t in states])
-    return ConvertedPartition(ctx.builder.finish(), inputs, outputs, constant_outputs, spans, states)
+    return ConvertedPartition(ctx.builder.finish(), inputs, outputs, constant_outputs, spans, states,
+                              dict(ctx.operand_of))

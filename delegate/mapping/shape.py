@@ -84,13 +84,36 @@ def _read_block(a: int) -> dict:
 
 @mapper(BuiltinOperator.RESHAPE, options=OptionsReader("ReshapeOptions", _read_reshape))
 def map_reshape(ctx: MappingContext, node: TfLiteNode) -> None:
-    """TFLite gives the shape as ReshapeOptions.new_shape and/or input 1; the output tensor's
-    static shape is the result of either, and becomes NNAPI's constant shape operand."""
-    _, y, _ = same_io(ctx, node, OperationType.RESHAPE, (1, 2))
+    """TFLite gives the shape as input 1 (a 1-D tensor; here a constant, possibly folded from
+    SHAPE arithmetic) or ReshapeOptions.new_shape; the result, its -1 resolved from the input's
+    size, becomes NNAPI's constant shape operand. It is computed, not read from the output
+    tensor: after a resize TFLite leaves that tensor's dims stale (a RESHAPE to a computed
+    shape is prepared only when it runs), and the partition's shapes are inferred from it."""
+    x, y, _ = same_io(ctx, node, OperationType.RESHAPE, (1, 2))
+    shape = None
     if len(node.inputs) == 2 and node.inputs[1] >= 0:
-        constant_ints(ctx, 1, "shape")
-    ins = [ctx.tensor(node.inputs[0]), int32_constant(ctx, y.shape)]
+        given = constant_ints(ctx, 1, "shape")
+        shape = given.tolist() if given.ndim == 1 else None
+    if shape is None and ctx.option("new_shape"):
+        shape = [int(d) for d in ctx.option("new_shape")]
+    ins = [ctx.tensor(node.inputs[0]), int32_constant(ctx, y.shape if shape is None else
+                                                      _resolve_shape(shape, x.shape))]
     ctx.operation(OperationType.RESHAPE, ins, [ctx.tensor(node.outputs[0])])
+
+
+def _resolve_shape(shape: list[int], input_shape) -> list[int]:
+    """TFLite's RESHAPE output shape: at most one -1, which takes the input's remaining size."""
+    size = int(np.prod(input_shape, dtype=np.int64))
+    known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        raise MappingError(f"shape {shape} has more than one -1 or a negative dimension")
+    if -1 in shape:
+        if known == 0 or size % known:
+            raise MappingError(f"shape {shape} does not fit the input {list(input_shape)}")
+        shape = [size // known if d == -1 else d for d in shape]
+    elif known != size:
+        raise MappingError(f"shape {shape} has {known} elements, the input {list(input_shape)} {size}")
+    return shape
 
 
 @mapper(BuiltinOperator.SQUEEZE, options=OptionsReader("SqueezeOptions", _read_squeeze))

@@ -36,8 +36,8 @@ EXPECT: dict[str, bool] = {
     "cnn_int8": True,
     # QUANTIZE uint8 <-> int8 at the edges (requantization: no NNAPI 1.3 equivalent)
     "cnn_uint8_io": False,
-    # Flatten of a -1 batch: SHAPE -> STRIDED_SLICE (scalar) -> PACK -> RESHAPE with a computed shape
-    "cnn_dynamic_batch_float32": False,
+    # Flatten of a -1 batch: SHAPE -> STRIDED_SLICE (scalar) -> PACK folded, RESHAPE to a constant shape
+    "cnn_dynamic_batch_float32": True,
     "se_float32": True,
     "se_int8": True,
     # Dense on a 4-D [1, 1, 1, C]: FULLY_CONNECTED keep_num_dims with a rank-4 input
@@ -106,17 +106,17 @@ def test_converted_model_matches_tflite(service, name, record_property):
         assert not any(sub.delegated < len(sub.nodes) for sub in rep.subgraphs.values()), format_report(rep)
 
 
-#: Resizing the -1 batch fails today: the partition after the CPU-side RESHAPE (computed shape) is
-#: converted again with the FULLY_CONNECTED output still [1, 32] while its input is [3, 64] ("output
-#: 0 shape [1, 32] is incompatible with the computed shape [3, 32]"), so allocate_tensors raises.
-#: Strict: once dynamic batches are fixed this XPASSes and fails; then set it to True.
-RESIZED_BATCH_WORKS = False
+#: Resizing the -1 batch works: the Flatten's SHAPE arithmetic is folded again for the new batch
+#: and the shapes TFLite leaves stale after its RESHAPE (kTfLiteDynamic) are inferred by the delegate
+#: (delegate.mapping.shape_inference). Strict xfail when False: a fix XPASSes and fails.
+RESIZED_BATCH_WORKS = True
 
 
 @pytest.mark.xfail(not RESIZED_BATCH_WORKS, raises=RuntimeError, strict=True,
                    reason="delegate re-prepare after resize of a -1 batch behind a computed-shape RESHAPE")
 def test_dynamic_batch_model_after_resize(service):
-    """The converter's -1 batch: resized to 3 after delegation, outputs still match TFLite's."""
+    """The converter's -1 batch: resized to 3 after delegation, outputs still match TFLite's, and the
+    whole model stays in its one partition (prepared on the service at batch 3, no fallback)."""
     model = _model("cnn_dynamic_batch_float32")
     d = load_delegate(service.address)
     it, ref = interpreter(model, d), interpreter(model)
@@ -131,3 +131,8 @@ def test_dynamic_batch_model_after_resize(service):
         got, want = run(it, xs), run(ref, xs)
         assert got[0].shape == (3, 10)
         assert_model_outputs_close(got, want)
+    assert d.report.partitions == [list(range(len(d.report.nodes)))], format_report(d.report)
+    (kernel,) = [k for k in d.impl.kernels if not k.freed]
+    main = kernel.part.model.main
+    assert [tuple(main.operands[i].dimensions) for i in main.input_indexes] == [(3, 16, 16, 3)]
+    assert kernel.remote is not None and kernel.fallbacks == 0

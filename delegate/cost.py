@@ -1,0 +1,243 @@
+"""Estimated cost of running a partition on TFLite's CPU or on the nnhal service, in microseconds.
+
+Why: TFLite's NNAPI delegate keeps the largest partitions, and its users report that this can be
+slower than no delegation at all (tensorflow issues 66677, 43541, 28283): every partition boundary
+costs an invoke round trip plus copying the partition's inputs and outputs. ``partitioning="cost"``
+(delegate.partition.choose_partitions) delegates a partition only when this estimate says it
+saves time.
+
+The estimate of one partition, every figure in microseconds:
+
+- ``cpu_us``: sum over its nodes of work / rate. Work is multiply-accumulates for CONV_2D,
+  DEPTHWISE_CONV_2D, FULLY_CONNECTED, BATCH_MATMUL and TRANSPOSE_CONV (``node_work``: formulas
+  from the TFLite tensor shapes), elements touched (inputs + outputs) for every other node.
+- ``compute_us``: each node's CPU figure times the device's ``exec_time`` for the node's operand
+  type, as the service's getCapabilities reports it (NNAPI PerformanceInfo: the device's time
+  relative to the CPU's for the same work; lower is faster). float32 with ``allow_fp16`` uses
+  ``relaxed_float32_to_float16_performance_tensor``.
+- ``overhead_us``: one invoke of the partition (request, doorbell, reply), and ``transfer_us``:
+  the bytes of its non-constant input and output tensors times a per-byte cost.
+- ``nnhal_us = compute_us + overhead_us + transfer_us``; ``saving_us = cpu_us - nnhal_us``.
+
+Constants (this machine: x86_64, 2 cores, Python 3.11, tflite_runtime 2.14; measured 2026-11-26,
+best of 30 invokes, 1 thread, the default op resolver (XNNPACK for float), on one-op models built
+with delegate.tfl.TfLiteModelBuilder; the script is not part of the project, the figures are):
+
+- ``FLOAT_MACS_PER_US = 65_000``: CONV_2D 3x3, 1x56x56x64 -> 64 channels float32 (115.6 M MACs)
+  ran in 1731 us: 66,800 MACs/us (under load from other jobs, medians of 36k-65k).
+- ``QUANT_MACS_PER_US = 35_000``: the same conv in int8 (per-tensor): 3283 us, 35,200 MACs/us.
+  TFLite's int8 path here is about half the float speed, so the type of a node matters: a per
+  element-type factor for MACs.
+- ``ELEMENTS_PER_US = 6_800``: float32 ADD of two 2^20-element tensors (3 x 2^20 elements
+  touched) in 462 us. int8 ADD measured 324 elements/us (its rescaling runs scalar on x86), but one
+  op's figure is not the family's (an int8 RESHAPE or MAX_POOL is a copy), so elements have a
+  single rate; that under-estimates the CPU side of int8 arithmetic, i.e. errs towards the CPU.
+- ``LOCAL_BURST_INVOKE_US = 49``: bench/results.md, shared-memory burst on a 1-op [2,3] model,
+  median overhead over hal in-process 48.6 us.
+- ``LOCAL_BURST_US_PER_BYTE = 4.7e-5``: bench/results.md, the same burst on a 224x224x3 float32
+  ADD-of-a-constant (602,112 bytes in, 602,112 out): overhead 105.0 us, 56.4 us above the 1-op
+  figure, over 1,204,224 bytes. A numpy copy of 1 MiB here: 41-55 us, 3.9e-5..5.3e-5 us/byte.
+- ``GRPC_INVOKE_US = 1284`` and ``GRPC_US_PER_BYTE = 9.1e-4``: bench/results.md, gRPC unary
+  Execute (a TCP service, or ``local_burst=False``): 1284.1 us overhead on the 1-op model, 2375.5
+  on the 224x224x3 one (1091 us more for 1,204,224 bytes).
+
+Why the delegate's default stays ``partitioning="largest"`` (issue 17 asked for "cost"): nnhal's
+service runs on the host CPU, and it says so: its capabilities report exec_time 1.0 for every
+operand type unless ``nnhal serve --relative-speed R`` configures otherwise. With exec_time 1.0 a
+partition's nnhal estimate is its CPU estimate plus the invoke and transfer costs, so the cost
+rule would keep every partition on the CPU: loading the delegate on the default service would
+silently do nothing. NNAPI's own runtime agrees on the principle (runtime/ExecutionPlan.cpp,
+findBestDeviceForEachOperation: the device with the lowest exec_time, the CPU on a tie): with honest
+figures for a CPU-backed device there is nothing to gain. So "cost" is the rule to choose when
+the service states a speed that is real (an accelerator behind a vendor extension, a remote
+machine, or a measured ``--relative-speed``), and "largest" (TFLite's rule) stays the default for
+users who load the delegate to run on nnhal whatever the cost. The report shows the estimates in
+both modes (``nnhal report``), so a user can see when largest-first delegation is a loss.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from delegate.tfl.graph import TfLiteGraph, TfLiteNode, TfLiteTensor
+from delegate.tfl.schema import TENSOR_DTYPE, BuiltinOperator, TensorType
+from hal.types import OperandType
+
+FLOAT_MACS_PER_US = 65_000.0
+QUANT_MACS_PER_US = 35_000.0
+ELEMENTS_PER_US = 6_800.0
+LOCAL_BURST_INVOKE_US = 49.0
+LOCAL_BURST_US_PER_BYTE = 4.7e-5
+GRPC_INVOKE_US = 1284.0
+GRPC_US_PER_BYTE = 9.1e-4
+
+#: TFLite tensor type -> the NNAPI operand type whose PerformanceInfo applies (quantized 8-bit
+#: tensors are QUANT8_ASYMM(_SIGNED); an unquantized INT8 maps nowhere and gets exec_time 1.0).
+_OPERAND_TYPE = {
+    TensorType.FLOAT32: OperandType.TENSOR_FLOAT32,
+    TensorType.FLOAT16: OperandType.TENSOR_FLOAT16,
+    TensorType.INT32: OperandType.TENSOR_INT32,
+    TensorType.BOOL: OperandType.TENSOR_BOOL8,
+    TensorType.UINT8: OperandType.TENSOR_QUANT8_ASYMM,
+    TensorType.INT8: OperandType.TENSOR_QUANT8_ASYMM_SIGNED,
+    TensorType.INT16: OperandType.TENSOR_QUANT16_SYMM,
+}
+_FLOAT_TYPES = (TensorType.FLOAT32, TensorType.FLOAT16)
+
+
+def _elements(t: TfLiteTensor) -> int:
+    return math.prod(max(d, 1) for d in t.shape)
+
+
+def _nbytes(t: TfLiteTensor) -> int:
+    dtype = TENSOR_DTYPE.get(t.type)
+    return _elements(t) * (dtype.itemsize if dtype is not None else 4)
+
+
+def _tensor(graph: TfLiteGraph, k: int) -> TfLiteTensor | None:
+    return graph.tensors[k] if 0 <= k < len(graph.tensors) else None
+
+
+def node_work(graph: TfLiteGraph, node: TfLiteNode) -> tuple[str, int]:
+    """("macs", n) for the matrix-multiply family, else ("elements", n).
+
+    - CONV_2D: filter [OC, KH, KW, IC/groups]: MACs = output elements x KH x KW x (IC/groups).
+    - DEPTHWISE_CONV_2D: filter [1, KH, KW, OC]: MACs = output elements x KH x KW.
+    - FULLY_CONNECTED: weights [units, K]: MACs = output elements x K.
+    - BATCH_MATMUL: MACs = output elements x K, K the lhs's last dimension (second last with adj_x).
+    - TRANSPOSE_CONV: inputs (output_shape, filter [OC, KH, KW, IC], input): every input element is
+      scattered into KH x KW x OC outputs: MACs = input elements x KH x KW x OC.
+    - Anything else: elements of its outputs and inputs; a constant input counts at most as many
+      elements as the outputs (a GATHER's table is not read whole). A shape this cannot read (a
+      missing tensor) counts as elements.
+    """
+    code = node.builtin_code if node.custom_code is None else None
+    ins = [_tensor(graph, k) if k >= 0 else None for k in node.inputs]
+    outs = [t for t in (_tensor(graph, k) for k in node.outputs) if t is not None]
+    out_elements = sum(_elements(t) for t in outs)
+
+    def shape(k: int) -> tuple[int, ...]:
+        t = ins[k] if k < len(ins) else None
+        return tuple(t.shape) if t is not None else ()
+
+    if code == BuiltinOperator.CONV_2D and len(shape(1)) == 4:
+        _, kh, kw, ic = shape(1)
+        return "macs", out_elements * kh * kw * ic
+    if code == BuiltinOperator.DEPTHWISE_CONV_2D and len(shape(1)) == 4:
+        _, kh, kw, _ = shape(1)
+        return "macs", out_elements * kh * kw
+    if code == BuiltinOperator.FULLY_CONNECTED and len(shape(1)) == 2:
+        return "macs", out_elements * shape(1)[1]
+    if code == BuiltinOperator.BATCH_MATMUL and len(shape(0)) >= 2:
+        lhs = shape(0)
+        return "macs", out_elements * (lhs[-2] if node.options.get("adj_x") else lhs[-1])
+    if code == BuiltinOperator.TRANSPOSE_CONV and len(shape(1)) == 4 and len(ins) > 2 and ins[2] is not None:
+        oc, kh, kw, _ = shape(1)
+        return "macs", _elements(ins[2]) * kh * kw * oc
+    touched = out_elements
+    for t in ins:
+        if t is not None:
+            touched += min(_elements(t), max(out_elements, 1)) if t.is_constant else _elements(t)
+    return "elements", touched
+
+
+def _node_type(graph: TfLiteGraph, node: TfLiteNode) -> int | None:
+    """The TFLite type that decides a node's speed: its first non-constant input's, else its
+    first output's."""
+    for k in (*node.inputs, *node.outputs):
+        t = _tensor(graph, k) if k >= 0 else None
+        if t is not None and not t.is_constant:
+            return t.type
+    return None
+
+
+@dataclass
+class PartitionEstimate:
+    """One partition candidate: what it would cost on each side, and what was decided."""
+
+    nodes: list[int]
+    cpu_us: float
+    compute_us: float       # its nodes on the service, relative speeds applied
+    overhead_us: float      # one invoke
+    transfer_bytes: int     # non-constant inputs + outputs of the partition
+    transfer_us: float
+    nnhal_us: float         # compute + overhead + transfer
+    saving_us: float        # cpu_us - nnhal_us (negative: slower on nnhal)
+    delegated: bool = False
+    partition: int | None = None  # index in the plan's partitions when delegated
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The device's relative speeds and the per-invoke constants (see the module docstring)."""
+
+    #: NNAPI operand type -> exec_time (the device's time / the CPU's); missing types: 1.0.
+    exec_time: tuple[tuple[int, float], ...] = ()
+    relaxed_exec_time: float = 1.0
+    allow_fp16: bool = False
+    invoke_us: float = LOCAL_BURST_INVOKE_US
+    us_per_byte: float = LOCAL_BURST_US_PER_BYTE
+    float_macs_per_us: float = FLOAT_MACS_PER_US
+    quant_macs_per_us: float = QUANT_MACS_PER_US
+    elements_per_us: float = ELEMENTS_PER_US
+    _speeds: dict = field(default=None, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_speeds", dict(self.exec_time))
+
+    @classmethod
+    def uniform(cls, relative_speed: float, **kw) -> "CostModel":
+        """Every operand type (and relaxed float) at ``relative_speed``."""
+        return cls(tuple((int(t), relative_speed) for t in OperandType if t != OperandType.SUBGRAPH),
+                   relaxed_exec_time=relative_speed, **kw)
+
+    @classmethod
+    def from_capabilities(cls, caps, *, local_burst: bool = True, allow_fp16: bool = False) -> "CostModel":
+        """From the service's getCapabilities answer (service.proto Capabilities). ``local_burst``:
+        invokes go through the shared-memory burst (a unix-socket service), else gRPC's costs."""
+        speeds = tuple((int(p.type), float(p.info.exec_time)) for p in caps.operand_performance
+                       if p.info.exec_time > 0)
+        relaxed = caps.relaxed_float32_to_float16_performance_tensor.exec_time
+        return cls(speeds, relaxed_exec_time=float(relaxed) if relaxed > 0 else 1.0, allow_fp16=allow_fp16,
+                   invoke_us=LOCAL_BURST_INVOKE_US if local_burst else GRPC_INVOKE_US,
+                   us_per_byte=LOCAL_BURST_US_PER_BYTE if local_burst else GRPC_US_PER_BYTE)
+
+    def speed(self, tflite_type: int | None) -> float:
+        """exec_time for a node whose data is of ``tflite_type``."""
+        if tflite_type == TensorType.FLOAT32 and self.allow_fp16:
+            return self.relaxed_exec_time
+        otype = _OPERAND_TYPE.get(tflite_type)
+        return self._speeds.get(int(otype), 1.0) if otype is not None else 1.0
+
+    def node_cpu_us(self, graph: TfLiteGraph, node: TfLiteNode) -> float:
+        kind, work = node_work(graph, node)
+        if kind == "elements":
+            return work / self.elements_per_us
+        rate = self.float_macs_per_us if _node_type(graph, node) in _FLOAT_TYPES else self.quant_macs_per_us
+        return work / rate
+
+    def estimate(self, graph: TfLiteGraph, nodes: list[int]) -> PartitionEstimate:
+        cpu = compute = 0.0
+        for k in nodes:
+            node = graph.nodes[k]
+            us = self.node_cpu_us(graph, node)
+            cpu += us
+            compute += us * self.speed(_node_type(graph, node))
+        nbytes = sum(_nbytes(graph.tensors[t]) for t in boundary_tensors(graph, nodes))
+        transfer = nbytes * self.us_per_byte
+        nnhal = compute + self.invoke_us + transfer
+        return PartitionEstimate(list(nodes), cpu, compute, self.invoke_us, nbytes, transfer, nnhal, cpu - nnhal)
+
+
+def boundary_tensors(graph: TfLiteGraph, nodes: list[int]) -> list[int]:
+    """The tensors crossing the partition's boundary on every invoke: non-constant tensors its
+    nodes read that no node of it writes, and tensors it writes that a node outside it reads or
+    that are outputs of the graph."""
+    inside = set(nodes)
+    written = {t for k in nodes for t in graph.nodes[k].outputs if t >= 0}
+    read_outside = {t for n in graph.nodes if n.index not in inside for t in n.inputs if t >= 0}
+    ins = {t for k in nodes for t in graph.nodes[k].inputs
+           if t >= 0 and t not in written and not graph.tensors[t].is_constant}
+    outs = {t for t in written if t in read_outside or t in graph.outputs}
+    return sorted(ins | outs)

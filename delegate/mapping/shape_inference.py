@@ -1,0 +1,101 @@
+"""Shapes TFLite did not propagate, inferred by hal for a partition converted again.
+
+After resize_tensor_input TFLite prepares the original nodes up to the first one whose output it
+can size only when it runs (kTfLiteDynamic: e.g. a RESHAPE to a computed shape, as Keras' Flatten
+of a dynamic batch is converted) and stops there: the tensors after it keep their old dims. A
+partition holding such nodes is still computable, since folding (delegate.mapping.folding)
+makes the computed shapes constants of the current input shapes, but its tensors' shapes must
+come from the partition itself. hal's operation specs know them: each spec's ``prepare`` sets
+its outputs' shapes from its inputs' (NNAPI's shape rules, as the driver compiles them).
+
+convert_with_inferred_shapes converts the partition, infers every operand's shape in operation
+order, gives the TFLite tensors the partition produces those shapes, folds again (a SHAPE of one
+of them changes) and repeats until nothing changes. Mappers then see consistent shapes, and the
+model's output operands carry the shapes the delegate kernel resizes TFLite's outputs to.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from delegate.mapping.core import ConvertedPartition, InvalidNnapiOperation, MappingError
+from delegate.mapping.folding import fold_constants
+from delegate.tfl.graph import TfLiteGraph
+from hal.control_flow import CONTROL_FLOW
+from hal.errors import HalError, RuntimeValueNeeded
+from hal.model import Model
+from hal.operands import operand_infos, operation_context
+from hal.registry import lookup_in_model, model_prefixes
+from hal.types import operation_name
+from hal.validation import validate_model
+
+
+def infer_operand_shapes(model: Model) -> list[tuple[int, ...]]:
+    """Every operand's shape, each operation's outputs computed by its spec's ``prepare`` from its
+    inputs' shapes (and constant values), whatever the outputs' declared dimensions.
+
+    IF / WHILE keep their declared output shapes (their subgraphs are not re-planned here).
+    MappingError when an operation cannot say: no spec, an output sized by values known only
+    at run time, or inputs its rules reject."""
+    infos = operand_infos(model, copy=False)
+    prefixes = model_prefixes(model)
+    operands = model.main.operands
+    for k, operation in enumerate(model.main.operations):
+        if operation.type in CONTROL_FLOW:
+            continue
+        spec = lookup_in_model(operation.type, prefixes)
+        name = operation_name(operation.type)
+        if spec is None:
+            raise MappingError(f"NNAPI {name}: no shape rules to infer its output shapes from")
+        if spec.data_dependent_outputs:
+            raise MappingError(f"NNAPI {name}: its output shapes depend on values known only at run time")
+        for o in operation.outputs:  # declared dims may be stale: the spec computes them
+            infos[o] = dataclasses.replace(infos[o], shape=())
+        ctx = operation_context(k, operation, operands, infos, model=model)
+        try:
+            spec.prepare(ctx)
+        except RuntimeValueNeeded as e:
+            raise MappingError(f"NNAPI {name}: its output shapes depend on run-time values "
+                               f"({getattr(e, 'detail', None) or e.message})") from None
+        except HalError as e:
+            raise InvalidNnapiOperation(f"NNAPI {name} rejects the resized shapes: "
+                                        f"{getattr(e, 'detail', None) or e.message}") from None
+        except Exception as e:  # noqa: BLE001 - a spec's bug: the partition cannot be resized, no crash
+            raise MappingError(f"NNAPI {name}: cannot infer its output shapes: {e!r}") from None
+        for j, o in enumerate(operation.outputs):
+            shape = ctx.output_shapes[j]
+            if shape is None:
+                raise MappingError(f"NNAPI {name}: prepare set no shape for output {j}")
+            infos[o] = dataclasses.replace(infos[o], shape=tuple(shape))
+    return [info.shape for info in infos]
+
+
+def convert_with_inferred_shapes(convert, graph: TfLiteGraph, node_indexes: list[int], inputs, outputs,
+                                 validate: bool) -> ConvertedPartition:
+    """``convert(graph, nodes, inputs, outputs, validate=)`` (core's converter) until the shapes of
+    the tensors the partition produces are those hal infers from its inputs' (TFLite's current
+    ones). Those tensors are sized here, so TFLite's kTfLiteDynamic on one of them is no reason
+    to refuse the partition."""
+    produced = {t for n in node_indexes for t in graph.nodes[n].outputs if t >= 0}
+    tensors = list(graph.tensors)
+    for t in produced:
+        tensors[t] = dataclasses.replace(tensors[t], runtime_shape=False)
+    graph = dataclasses.replace(graph, tensors=tensors)
+    for _ in range(len(node_indexes) + 2):  # each pass fixes at least the first stale tensor
+        graph, _ = fold_constants(graph)
+        part = convert(graph, node_indexes, inputs, outputs, validate=False)
+        shapes = infer_operand_shapes(part.model)
+        changed = {t: shapes[o] for t, o in part.tensor_operands.items()
+                   if t in produced and not graph.tensors[t].is_constant and shapes[o] != tuple(graph.tensors[t].shape)}
+        if not changed:
+            if validate and part.model.main.operations:  # none: every node folded (nothing to validate)
+                try:
+                    validate_model(part.model)
+                except HalError as e:
+                    raise InvalidNnapiOperation(f"NNAPI rejects the partition at its new shapes: "
+                                                f"{getattr(e, 'detail', None) or e.message}") from None
+            return part
+        tensors = list(graph.tensors)
+        for t, shape in changed.items():
+            tensors[t] = dataclasses.replace(tensors[t], shape=shape)
+        graph = dataclasses.replace(graph, tensors=tensors)
+    raise MappingError("the partition's shapes do not settle: inferring them again keeps changing them")

@@ -1,0 +1,311 @@
+"""Cost-aware partitioning (issue 17, item 4): the op-cost function, the "cost" rule of
+choose_partitions, and a real `nnhal serve --relative-speed` service behind the delegate."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from delegate import load_delegate
+from delegate.cost import (
+    FLOAT_MACS_PER_US,
+    GRPC_INVOKE_US,
+    QUANT_MACS_PER_US,
+    CostModel,
+    boundary_tensors,
+    node_work,
+)
+from delegate.options import NnhalOptions
+from delegate.partition import PartitionOptions, choose_partitions, parse_node_ranges
+from delegate.report import format_report, report_json
+from delegate.tfl import TfLiteModelBuilder, read_model
+from delegate.tfl.schema import ActivationFunctionType as Act
+from delegate.tfl.schema import Padding
+from hal.types import OperandType
+from service.proto import nnhal_pb2 as pb
+from tests.delegate.helpers import assert_outputs_equal, interpreter, random_inputs, run
+from tests.service.conftest import HANG_LIMIT_S, ServerProcess
+
+RNG = np.random.default_rng(17)
+
+
+def _tflite_shapes(model: bytes) -> dict[int, tuple[int, ...]]:
+    """Every tensor's shape as TFLite itself allocated it: the formulas below read these, not the
+    shapes the builder was given."""
+    return {d["index"]: tuple(int(x) for x in d["shape"]) for d in interpreter(model).get_tensor_details()}
+
+
+def _weights(shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+# ---- the op-cost function ------------------------------------------------------------------------
+
+def _conv(stride: int, padding: int, ic: int, oc: int, k: int, size: int) -> tuple[bytes, int, int]:
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [1, size, size, ic])
+    w = b.add_constant("w", _weights((oc, k, k, ic)))
+    bias = b.add_constant("b", _weights(oc))
+    o = (size + stride - 1) // stride if padding == Padding.SAME else (size - k) // stride + 1
+    y = b.add_tensor("y", [1, o, o, oc])
+    b.add_operator("CONV_2D", [x, w, bias], [y], ("Conv2DOptions", {
+        "padding": padding, "stride_w": stride, "stride_h": stride, "fused_activation_function": Act.NONE}))
+    b.set_outputs([y])
+    return b.build(), w, y
+
+
+@pytest.mark.parametrize("stride,padding,ic,oc,k,size", [(1, Padding.SAME, 3, 8, 3, 9), (2, Padding.VALID, 4, 6, 3, 11),
+                                                         (2, Padding.SAME, 5, 2, 1, 7)])
+def test_conv_macs_are_output_elements_times_filter_taps(stride, padding, ic, oc, k, size):
+    model, w, y = _conv(stride, padding, ic, oc, k, size)
+    shapes = _tflite_shapes(model)
+    oc_, kh, kw, ic_ = shapes[w]
+    assert node_work(read_model(model), read_model(model).nodes[0]) == ("macs", math.prod(shapes[y]) * kh * kw * ic_)
+
+
+def test_depthwise_fc_batch_matmul_and_transpose_conv_macs():
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [1, 8, 8, 4])
+    dw = b.add_constant("dw", _weights((1, 3, 3, 8)))
+    d = b.add_tensor("d", [1, 6, 6, 8])
+    b.add_operator("DEPTHWISE_CONV_2D", [x, dw, b.add_constant("db", _weights(8))], [d], ("DepthwiseConv2DOptions", {
+        "padding": Padding.VALID, "stride_w": 1, "stride_h": 1, "depth_multiplier": 2,
+        "fused_activation_function": Act.NONE}))
+    f_in = b.add_input("f", [3, 10])
+    fw = b.add_constant("fw", _weights((5, 10)))
+    f = b.add_tensor("fc", [3, 5])
+    b.add_operator("FULLY_CONNECTED", [f_in, fw, b.add_constant("fb", _weights(5))], [f],
+                   ("FullyConnectedOptions", {"fused_activation_function": Act.NONE}))
+    lhs, rhs = b.add_input("lhs", [2, 4, 3]), b.add_input("rhs", [2, 4, 5])
+    mm = b.add_tensor("mm", [2, 3, 5])
+    b.add_operator("BATCH_MATMUL", [lhs, rhs], [mm], ("BatchMatMulOptions", {"adj_x": True, "adj_y": False}))
+    t_in = b.add_input("t", [1, 4, 4, 3])
+    tw = b.add_constant("tw", _weights((2, 3, 3, 3)))
+    t = b.add_tensor("tc", [1, 8, 8, 2])
+    b.add_operator("TRANSPOSE_CONV", [b.add_constant("os", np.array([1, 8, 8, 2], np.int32)), tw, t_in], [t],
+                   ("TransposeConvOptions", {"padding": Padding.SAME, "stride_w": 2, "stride_h": 2}))
+    b.set_outputs([d, f, mm, t])
+    model = b.build()
+    s = _tflite_shapes(model)
+    g = read_model(model)
+    works = [node_work(g, n) for n in g.nodes]
+    _, dkh, dkw, _ = s[dw]
+    assert works[0] == ("macs", math.prod(s[d]) * dkh * dkw)
+    assert works[1] == ("macs", math.prod(s[f]) * s[fw][1])
+    assert works[2] == ("macs", math.prod(s[mm]) * s[lhs][-2])  # adj_x: K is the lhs's second last
+    toc, tkh, tkw, _ = s[tw]
+    assert works[3] == ("macs", math.prod(s[t_in]) * tkh * tkw * toc)
+
+
+def test_other_ops_count_elements_touched_and_a_constant_table_only_as_far_as_read():
+    b = TfLiteModelBuilder()
+    x, y = b.add_input("x", [2, 6]), b.add_input("y", [2, 6])
+    s = b.add_tensor("s", [2, 6])
+    b.add_operator("ADD", [x, y], [s], ("AddOptions", {"fused_activation_function": 0}))
+    table = b.add_constant("table", _weights((1000, 4)))
+    ids = b.add_input("ids", [3], np.int32)
+    rows = b.add_tensor("rows", [3, 4])
+    b.add_operator("GATHER", [table, ids], [rows], ("GatherOptions", {"axis": 0}))
+    b.set_outputs([s, rows])
+    model = b.build()
+    sh, g = _tflite_shapes(model), read_model(model)
+    assert node_work(g, g.nodes[0]) == ("elements", math.prod(sh[x]) + math.prod(sh[y]) + math.prod(sh[s]))
+    out = math.prod(sh[rows])
+    assert node_work(g, g.nodes[1]) == ("elements", out + min(math.prod(sh[table]), out) + math.prod(sh[ids]))
+
+
+def test_cpu_cost_uses_the_rate_of_the_node_type():
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [1, 5, 5, 4], np.int8, scale=0.5, zero_point=1)
+    w = b.add_constant("w", RNG.integers(-9, 9, (6, 3, 3, 4)).astype(np.int8), scale=[0.1] * 6, zero_point=[0] * 6)
+    c = b.add_tensor("c", [1, 5, 5, 6], np.int8, scale=0.3, zero_point=-2)
+    b.add_operator("CONV_2D", [x, w, b.add_constant("b", np.zeros(6, np.int32), scale=[0.05] * 6)], [c],
+                   ("Conv2DOptions", {"padding": Padding.SAME, "stride_w": 1, "stride_h": 1,
+                                      "fused_activation_function": Act.NONE}))
+    b.set_outputs([c])
+    q = read_model(b.build())
+    f = read_model(_conv(1, Padding.SAME, 4, 6, 3, 5)[0])
+    m = CostModel()
+    assert m.node_cpu_us(q, q.nodes[0]) == node_work(q, q.nodes[0])[1] / QUANT_MACS_PER_US
+    assert m.node_cpu_us(f, f.nodes[0]) == node_work(f, f.nodes[0])[1] / FLOAT_MACS_PER_US
+
+
+def test_speeds_come_from_the_capabilities_per_operand_type():
+    perf = {OperandType.TENSOR_FLOAT32: 0.25, OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 2.0}
+    caps = pb.Capabilities(
+        relaxed_float32_to_float16_performance_tensor=pb.PerformanceInfo(exec_time=0.125, power_usage=1),
+        operand_performance=[pb.OperandPerformance(type=int(t), info=pb.PerformanceInfo(exec_time=v, power_usage=1))
+                             for t, v in perf.items()])
+    from delegate.tfl.schema import TensorType
+    m = CostModel.from_capabilities(caps)
+    assert (m.speed(TensorType.FLOAT32), m.speed(TensorType.INT8), m.speed(TensorType.UINT8)) == (0.25, 2.0, 1.0)
+    assert CostModel.from_capabilities(caps, allow_fp16=True).speed(TensorType.FLOAT32) == 0.125
+    assert CostModel.from_capabilities(caps, local_burst=False).invoke_us == GRPC_INVOKE_US
+
+
+# ---- choosing partitions by cost -------------------------------------------------------------------
+
+def _sections_model(adds: int = 0) -> bytes:
+    """0 CONV_2D 3x3 32x32x64 (big) -> 1 MAX_POOL to 1x1 -> 2 COS -> 3 RESHAPE -> 4 FULLY_CONNECTED(10)
+    -> 5 COS; with ``adds``, a run of that many ADDs on a 128x64x10 input after it (nodes 6...)."""
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [1, 32, 32, 64])
+    c = b.add_tensor("c", [1, 32, 32, 64])
+    b.add_operator("CONV_2D", [x, b.add_constant("w", _weights((64, 3, 3, 64)) * 0.05),
+                               b.add_constant("b", _weights(64))], [c],
+                   ("Conv2DOptions", {"padding": Padding.SAME, "stride_w": 1, "stride_h": 1,
+                                      "fused_activation_function": Act.RELU}))
+    p = b.add_tensor("p", [1, 1, 1, 64])
+    b.add_operator("MAX_POOL_2D", [c], [p], ("Pool2DOptions", {
+        "padding": Padding.VALID, "stride_w": 1, "stride_h": 1, "filter_width": 32, "filter_height": 32,
+        "fused_activation_function": Act.NONE}))
+    k = b.add_tensor("k", [1, 1, 1, 64])
+    b.add_operator("COS", [p], [k])
+    r = b.add_tensor("r", [1, 64])
+    b.add_operator("RESHAPE", [k, b.add_constant("shape", np.array([1, 64], np.int32))], [r],
+                   ("ReshapeOptions", {"new_shape": [1, 64]}))
+    fc = b.add_tensor("fc", [1, 10])
+    b.add_operator("FULLY_CONNECTED", [r, b.add_constant("fw", _weights((10, 64)) * 0.02),
+                                       b.add_constant("fb", _weights(10))], [fc],
+                   ("FullyConnectedOptions", {"fused_activation_function": Act.NONE}))
+    out = b.add_tensor("out", [1, 10])
+    b.add_operator("COS", [fc], [out])
+    outputs = [out]
+    if adds:  # the first ADD broadcasts `out` over z: the run depends on the last CPU node
+        z = b.add_input("z", [1, 128, 64, 10])
+        cur = out
+        for i in range(adds):
+            nxt = b.add_tensor(f"a{i}", [1, 128, 64, 10])
+            b.add_operator("ADD", [z, cur], [nxt], ("AddOptions", {"fused_activation_function": 0}))
+            cur = nxt
+        outputs.append(cur)
+    b.set_outputs(outputs)
+    return b.build()
+
+
+SUPPORTED = {0, 1, 3, 4}  # every node but the COSes
+
+
+def _plan(speed: float, partitioning: str = "cost", graph=None, supported=SUPPORTED, **kw):
+    graph = graph or read_model(_sections_model())
+    return choose_partitions(graph, supported, PartitionOptions(
+        kw.pop("max_delegated_partitions", 0), partitioning=partitioning, cost=CostModel.uniform(speed), **kw))
+
+
+def test_a_tiny_partition_between_cpu_sections_is_rejected_and_the_big_one_taken():
+    graph = read_model(_sections_model())
+    plan = _plan(0.5, graph=graph)
+    big, tiny = plan.estimates
+    assert plan.partitions == [[0, 1]] and big.delegated and not tiny.delegated
+    assert big.reason == f"delegated: saves {big.saving_us:.1f} us"
+    assert tiny.reason == f"kept on CPU: estimated {-tiny.saving_us:.1f} us slower"
+    assert plan.rejected[3] == plan.rejected[4] == tiny.reason
+    # The estimate is its parts: CPU time x the device's relative speed, one invoke, the boundary bytes.
+    model = CostModel.uniform(0.5)
+    assert big.cpu_us == sum(model.node_cpu_us(graph, graph.nodes[k]) for k in (0, 1))
+    assert big.compute_us == pytest.approx(0.5 * big.cpu_us)
+    crossing = [graph.tensors[t] for t in boundary_tensors(graph, [0, 1])]
+    assert [t.name for t in crossing] == ["x", "p"]  # c stays inside; the weights are sent once
+    assert big.transfer_bytes == sum(math.prod(t.shape) * 4 for t in crossing)
+    assert big.nnhal_us == pytest.approx(big.compute_us + big.overhead_us + big.transfer_bytes * model.us_per_byte)
+
+
+def test_relative_speed_changes_the_choice():
+    assert _plan(0.5).partitions == [[0, 1]]
+    slow = _plan(2.0)
+    assert slow.partitions == [] and all(not e.delegated and e.saving_us < 0 for e in slow.estimates)
+    assert "kept on CPU: estimated" in slow.rejected[0]
+    # NNAPI's tie rule: a device exactly as fast as the CPU gains nothing and pays the invoke.
+    assert _plan(1.0).partitions == []
+
+
+def test_cost_orders_by_saving_and_still_honours_the_limits():
+    graph = read_model(_sections_model(adds=6))
+    supported = SUPPORTED | set(range(6, 12))
+    plan = _plan(0.25, graph=graph, supported=supported, max_delegated_partitions=1)
+    by_first = {e.nodes[0]: e for e in plan.estimates}
+    assert by_first[6].saving_us > 0 and by_first[0].saving_us > by_first[6].saving_us
+    assert plan.partitions == [[0, 1]]  # the conv saves most; the 6-node run has more nodes
+    assert plan.rejected[6] == "beyond max_delegated_partitions=1"
+    assert by_first[6].reason == "kept on CPU: beyond max_delegated_partitions=1"
+    assert _plan(0.25, "largest", graph, supported, max_delegated_partitions=1).partitions == [list(range(6, 12))]
+    assert _plan(0.25, graph=graph, supported=supported).partitions == [[0, 1], list(range(6, 12))]
+    min3 = _plan(0.25, graph=graph, supported=supported, min_nodes_per_partition=3)
+    assert min3.partitions == [list(range(6, 12))] and "min_nodes_per_partition" in min3.rejected[0]
+    ranged = _plan(0.25, graph=graph, supported=supported, node_ranges=parse_node_ranges("1-11"))
+    assert ranged.partitions == [list(range(6, 12))]  # node 1 alone: too little work to pay an invoke
+    assert ranged.rejected[0] == "outside the requested node ranges"
+
+
+def test_largest_is_unchanged_and_reports_the_estimates_too():
+    graph = read_model(_sections_model())
+    plain = choose_partitions(graph, SUPPORTED, PartitionOptions(0))
+    estimated = _plan(0.5, "largest", graph)
+    assert plain.partitions == estimated.partitions == [[0, 1], [3, 4]] and plain.estimates == []
+    assert plain.rejected == estimated.rejected == {}
+    tiny = estimated.estimates[1]
+    assert tiny.delegated and tiny.reason == f"delegated (largest first): estimated {-tiny.saving_us:.1f} us slower"
+
+
+def test_cost_without_capabilities_keeps_everything_on_cpu():
+    plan = choose_partitions(read_model(_sections_model()), SUPPORTED, PartitionOptions(0, partitioning="cost"))
+    assert plan.partitions == [] and plan.rejected[0] == "cost partitioning: the service's capabilities are unknown"
+
+
+def test_partitioning_option_is_checked():
+    with pytest.raises(ValueError, match="unknown partitioning 'fastest'"):
+        NnhalOptions.from_kwargs(partitioning="fastest")
+    with pytest.raises(ValueError, match="unknown partitioning"):
+        choose_partitions(read_model(_sections_model()), SUPPORTED, PartitionOptions(partitioning="fastest"))
+    assert NnhalOptions.from_kwargs().partitioning == "largest"
+
+
+# ---- end to end: a real service stating its speed -----------------------------------------------
+
+@pytest.fixture
+def fast_server(tmp_path):
+    s = ServerProcess(tmp_path, "--relative-speed", "0.5")
+    yield s
+    s.stop()
+
+
+def test_delegate_on_a_faster_service_takes_the_big_partition_only(fast_server, tmp_path):
+    model = _sections_model()
+    want_it = interpreter(model)  # TFLite's reference kernels
+    inputs = random_inputs(want_it, RNG)
+    d = load_delegate(fast_server.address, partitioning="cost", max_delegated_partitions=0)
+    got = run(interpreter(model, d), inputs)
+    assert_outputs_equal(got, run(want_it, inputs))
+    r = d.report
+    assert r.partitions == [[0, 1]] and r.delegated == 2
+    big, tiny = r.candidates
+    assert big.compute_us == pytest.approx(0.5 * big.cpu_us)  # the service's exec_time reached the delegate
+    assert (big.reason, tiny.reason) == (f"delegated: saves {big.saving_us:.1f} us",
+                                         f"kept on CPU: estimated {-tiny.saving_us:.1f} us slower")
+    assert r.nodes[3].reason == tiny.reason and r.nodes[2].reason == "no NNAPI mapping for COS"
+    text = format_report(r)
+    assert "nodes 0-1 (2): CPU" in text and f"-> {big.reason}" in text and f"-> {tiny.reason}" in text
+    assert json.loads(report_json(r))["candidates"][1]["reason"] == tiny.reason
+
+    # The same through `nnhal report`'s flags; "largest" (the default) takes both partitions.
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    for flags, partitions in ((("--partitioning", "cost"), [[0, 1]]), ((), [[0, 1], [3, 4]])):
+        out = subprocess.run([sys.executable, "-m", "nnhal.cli", "report", "--model_file", str(path), "--json",
+                              "--service_address", fast_server.address, "--max_delegated_partitions", "0", *flags],
+                             capture_output=True, text=True, timeout=HANG_LIMIT_S)
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        assert report["partitions"] == partitions
+        assert [c["delegated"] for c in report["candidates"]] == [True, partitions != [[0, 1]]]
+
+
+def test_serve_refuses_a_relative_speed_that_is_not_positive(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "nnhal.cli", "serve", "--socket", str(tmp_path / "s.sock"),
+                          "--no-cache", "--relative-speed", "0"], capture_output=True, text=True,
+                         timeout=HANG_LIMIT_S)
+    assert out.returncode == 2 and "--relative-speed must be a number > 0" in out.stderr
