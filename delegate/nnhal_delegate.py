@@ -96,19 +96,16 @@ class NnhalDelegate(SimpleDelegateInterface):
     name = "NnhalDelegate"
     expected_errors = (ValueError, MappingError, NoFallbackError)  # InvalidNnapiOperation is a MappingError
     propagate_shapes = True  # a resized input: NnhalKernel.prepare converts the partition again
+    #: Always: without it TFLite prepares every node before the delegate sees the graph, fails on a
+    #: CUSTOM op only an extension runs, and refuses the delegate outright for a graph with a tensor
+    #: sized at run time (Keras' Flatten of a dynamic batch): the Interpreter constructor raises. With
+    #: it TFLite keeps the kernels across resize_tensor_input, and PythonDelegate asks it to propagate
+    #: the new shapes (RequirePropagatedShapes) so NnhalKernel.prepare converts the partition again.
+    flags = capi.kTfLiteDelegateFlagsAllowDynamicTensors
 
     def __init__(self, options: NnhalOptions):
-        from extensions.registry import ensure_plugins_loaded, registered
+        from extensions.registry import ensure_plugins_loaded
         ensure_plugins_loaded()  # installed vendor extensions: CUSTOM ops they implement can be delegated
-        # TFLite prepares every node before a delegate without kTfLiteDelegateFlagsAllowDynamicTensors
-        # sees the graph, and fails on CUSTOM ops it has no kernel for. The flag has a cost: TFLite then
-        # keeps our kernels across resize_tensor_input instead of re-delegating, and they must convert
-        # their partition again for the new shapes (NnhalKernel.prepare; PythonDelegate asks TFLite to
-        # propagate them, unless the model has a CUSTOM op TFLite cannot prepare). So it is set only when
-        # an extension could claim a CUSTOM op. The delegate is created before it sees the model: "could"
-        # is all it can know.
-        if any(op.custom_codes for ext in registered() for op in ext.operations):
-            self.flags = capi.kTfLiteDelegateFlagsAllowDynamicTensors
         self.options = options
         self.partition_options = PartitionOptions(options.max_delegated_partitions,
                                                   options.min_nodes_per_partition,

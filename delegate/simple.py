@@ -348,7 +348,6 @@ class PythonDelegate:
         self._graphs: dict[int, TfLiteGraph] = {}
         self._unknown: dict[int, int] = {}  # context -> 0, -1, -2...: subgraphs whose index is not known
         self._unpreparable = False  # a subgraph has a CUSTOM node TFLite cannot prepare
-        self._dynamic = False  # a subgraph has a dynamic dimension (-1) in a signature
 
     def _get_native_delegate_pointer(self) -> int:
         return C.addressof(self._struct)
@@ -364,18 +363,17 @@ class PythonDelegate:
     @property
     def unpropagated_reason(self) -> str:
         return ("" if self.shapes_propagated else "the model has a CUSTOM op TFLite cannot prepare (only an "
-                "extension runs it)" if self._unpreparable else "no tensor of the model has a dynamic "
-                "dimension (-1) in its shape signature" if self._dynamic is False else "not asked for")
+                "extension runs it)" if self._unpreparable else "not asked for")
 
     def _request_propagated_shapes(self, ctx_p: int, graph: TfLiteGraph, plan: list[int]) -> None:
-        """Set RequirePropagatedShapes if this or an earlier subgraph has a dynamic dimension and none
-        has a node TFLite cannot prepare. TFLite reads the flags when it prepares (after every subgraph
-        was delegated), from this struct: the last subgraph's answer holds for all."""
+        """Set RequirePropagatedShapes unless this or an earlier subgraph has a node TFLite cannot
+        prepare: any input may be resized (a -1 batch, or a user's resize_tensor_input of a fixed one),
+        and the kernels then need the new shapes. TFLite reads the flags when it prepares (after every
+        subgraph was delegated), from this struct: the last subgraph's answer holds for all."""
         if not (self.impl.propagate_shapes and self.impl.flags & capi.kTfLiteDelegateFlagsAllowDynamicTensors):
             return
-        self._dynamic = self._dynamic or any(t.is_dynamic for t in graph.tensors)
         self._unpreparable = self._unpreparable or bool(unpreparable_nodes(ctx_p, plan))
-        if self._dynamic and not self._unpreparable:
+        if not self._unpreparable:
             self._struct.flags |= capi.kTfLiteDelegateFlagsRequirePropagatedShapes
         else:
             self._struct.flags &= ~capi.kTfLiteDelegateFlagsRequirePropagatedShapes

@@ -82,10 +82,11 @@ def _check_all_delegated(d) -> None:
 
 @pytest.fixture(params=["AllowDynamicTensors", "static-only delegate"])
 def delegate_flags(request, monkeypatch):
-    """The delegate's two TFLite lives: with an extension claiming CUSTOM ops (the flag is set: TFLite
-    keeps the kernels on resize) and without (TFLite undoes and redoes the delegation on resize)."""
+    """TFLite's two lives for a delegate: with AllowDynamicTensors (nnhal's: TFLite keeps the kernels
+    on resize and propagates the new shapes to them) and without (a static-only SimpleDelegate: TFLite
+    undoes and redoes the delegation on resize), which the kernel must survive too."""
     if request.param == "static-only delegate":
-        monkeypatch.setattr("extensions.registry.registered", lambda: [])
+        monkeypatch.setattr("delegate.nnhal_delegate.NnhalDelegate.flags", 0)
     return request.param
 
 
@@ -323,17 +324,34 @@ def test_dynamic_batch_flatten_is_delegated_whole_and_follows_resizes(server, dt
 
 
 def test_static_only_delegate_is_refused_such_a_graph_by_tflite(server, monkeypatch):
-    """Without AllowDynamicTensors TFLite prepares every node before the delegate sees the graph and
-    refuses the delegate if one has a kTfLiteDynamic output (subgraph.cc, ModifyGraphWithDelegate:
-    "a delegate that only supports static-sized tensors"): the Flatten's RESHAPE has one at any
-    batch, so no static-only delegate can take this model, whatever it supports. The delegate's
-    Prepare is never called."""
-    monkeypatch.setattr("extensions.registry.registered", lambda: [])
+    """Why nnhal's delegate always allows dynamic tensors: without the flag TFLite prepares every node
+    before the delegate sees the graph and refuses the delegate if one has a kTfLiteDynamic output
+    (subgraph.cc, ModifyGraphWithDelegate: "a delegate that only supports static-sized tensors"); the
+    Flatten's RESHAPE has one at any batch, so the Interpreter constructor itself would fail."""
+    monkeypatch.setattr("delegate.nnhal_delegate.NnhalDelegate.flags", 0)
     d = load_delegate(server.address)
-    assert d.impl.flags == 0
     with pytest.raises(RuntimeError):
         interpreter(flatten_net(), d)
     assert d.report.nodes == [] and d.last_error is None
+
+
+def test_without_any_extension_the_delegate_takes_such_a_graph(server, monkeypatch):
+    """No installed extension claims a CUSTOM op (a plain `pip install nnhal`): the flag is still set,
+    so the Flatten model loads, is delegated whole and follows a resize."""
+    monkeypatch.setattr("extensions.registry.registered", lambda: [])
+    d = load_delegate(server.address)
+    assert d.impl.flags == capi.kTfLiteDelegateFlagsAllowDynamicTensors
+    model = flatten_net()
+    it, ref = interpreter(model, d), interpreter(model)
+    rng = np.random.default_rng(3)
+    for batch in (1, 3):
+        for i in (it, ref):
+            shape = [batch, *i.get_input_details()[0]["shape"][1:]]
+            i.resize_tensor_input(i.get_input_details()[0]["index"], shape)
+            i.allocate_tensors()
+        xs = random_inputs(ref, rng)
+        assert_outputs_equal(run(it, xs), run(ref, xs))
+    assert d.report.delegated == len(d.report.nodes) and len(d.report.partitions) == 1
 
 
 def test_partition_of_folded_nodes_only_follows_resizes(server, delegate_flags):

@@ -253,14 +253,6 @@ def test_report_names_the_extension_when_the_service_is_missing(tmp_path):
         assert "'MaxPoolingWithArgmax2D' is provided by extension com.nnhal.maxpool_argmax" in r.stderr
 
 
-def test_dynamic_tensors_flag_only_when_an_extension_claims_custom_ops(monkeypatch):
-    from delegate import capi
-    from delegate.nnhal_delegate import NnhalDelegate, NnhalOptions
-    assert NnhalDelegate(NnhalOptions.from_kwargs()).flags == capi.kTfLiteDelegateFlagsAllowDynamicTensors
-    monkeypatch.setattr("extensions.registry.registered", lambda: [])
-    assert NnhalDelegate(NnhalOptions.from_kwargs()).flags == capi.kTfLiteDelegateFlagsNone
-
-
 def test_resizing_inputs_after_delegation_is_a_clear_error_with_the_flag(ext_server):
     """With AllowDynamicTensors TFLite keeps the delegate kernel across resize_tensor_input."""
     model = segnet_model((1, 4, 4, 1), unpool=False)
