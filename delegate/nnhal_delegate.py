@@ -179,10 +179,11 @@ class NnhalDelegate(SimpleDelegateInterface):
     def fetch_backends(self) -> None:
         """Ask the service which backend runs each delegated node (its perf info records the
         compiler's assignment per NNAPI operation); one RPC per partition, so only on request."""
-        by_node = {r.index: r for r in self.report.nodes}
+        reports = {0: self.report, **self.report.subgraphs}
         for k in self.kernels:
-            if k.remote is None:
+            if k.remote is None or k.subgraph not in reports:
                 continue
+            by_node = {r.index: r for r in reports[k.subgraph].nodes}  # the kernel's own subgraph's nodes
             try:
                 info = k.remote.perf_info()
             except ServiceError as e:
@@ -296,9 +297,11 @@ class NnhalKernel(SimpleDelegateKernel):
         self.from_cache = False
         self.prepare_s = 0.0
         self.freed = False
+        self.subgraph = 0  # the TFLite subgraph whose nodes this partition holds (set by init)
 
     def init(self, context: DelegateContext, params: KernelParams) -> None:
         self.graph, self.params = context.graph, params
+        self.subgraph = context.subgraph  # node indexes in params are this subgraph's
         # The support query validated these very nodes a moment ago (and the service validates again).
         self._convert(context.graph, validate=False)
         self.dims = {t: d for t, (d, _) in self._live_shapes(context).items()}  # what the partition is built for

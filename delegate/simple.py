@@ -347,6 +347,7 @@ class PythonDelegate:
         self._plans: dict[int, list[int]] = {}
         self._graphs: dict[int, TfLiteGraph] = {}
         self._unknown: dict[int, int] = {}  # context -> 0, -1, -2...: subgraphs whose index is not known
+        self._subgraph_of: dict[int, int] = {}  # context -> its subgraph index (DelegateContext.subgraph)
         self._unpreparable = False  # a subgraph has a CUSTOM node TFLite cannot prepare
 
     def _get_native_delegate_pointer(self) -> int:
@@ -409,6 +410,7 @@ class PythonDelegate:
             except SubgraphAccessError:  # a runtime whose layout is not known: control flow stays on CPU,
                 # and TFLite prepares the delegate on each subgraph in turn, the primary first
                 context.subgraph = self._unknown.setdefault(ctx_p, -len(self._unknown))
+            self._subgraph_of[ctx_p] = context.subgraph
             if not self.impl.initialize(context):
                 return kTfLiteOk
             graph = context.graph  # initialize may rewrite it (e.g. constant folding)
@@ -455,6 +457,7 @@ class PythonDelegate:
             kp = KernelParams(nodes, [t for t in int_array(params.input_tensors) if t >= 0],
                               [t for t in int_array(params.output_tensors) if t >= 0])
             context = DelegateContext(ctx_p, self._graphs[ctx_p], plan)
+            context.subgraph = self._subgraph_of.get(ctx_p, 0)
             kernel = self.impl.create_kernel()
             kernel.init(context, kp)
             handle = self._next_handle

@@ -256,7 +256,10 @@ def test_while_with_unmappable_body_stays_on_cpu(server):
     assert [(n.op, n.placement) for n in body.nodes] == [
         ("ADD", "nnhal"), ("FLOOR_MOD", "CPU"), ("MUL", "nnhal"), ("ADD", "nnhal")]
     assert [(n.op, n.placement) for n in rep.subgraphs[1].nodes] == [("LESS", "nnhal")]
-
+    d.impl.fetch_backends()  # each kernel's backends land on its own subgraph's nodes
+    for r in (rep, *rep.subgraphs.values()):
+        assert all((n.backend is not None) == (n.placement == "nnhal") for n in r.nodes), \
+            [(n.op, n.placement, n.backend) for n in r.nodes]
 
 
 def test_unknown_runtime_keeps_control_flow_on_cpu(server, monkeypatch):
