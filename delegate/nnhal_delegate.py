@@ -21,13 +21,13 @@ import logging
 import re
 import time
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 
 import hal
 from delegate import capi
-from delegate.cost import CostModel, PartitionEstimate
+from delegate.cost import CostModel
+from delegate.delegation_report import DelegationReport, NodeReport, fill_report  # noqa: F401 (re-exported)
 from delegate.mapping import (
     InvalidNnapiOperation,
     MappingContext,
@@ -57,35 +57,6 @@ log = logging.getLogger("nnhal.delegate")
 RECONNECT_INTERVAL_S = 2.0
 #: A kernel freed while the service is stopped must not hold up the Interpreter's destruction.
 RELEASE_TIMEOUT_S = 5.0
-
-
-@dataclass
-class NodeReport:
-    index: int
-    op: str
-    placement: str = "CPU"
-    partition: int | None = None
-    reason: str | None = None
-    #: The service's compute backend(s) for this node's NNAPI operations (filled by
-    #: NnhalDelegate.fetch_backends, e.g. for `nnhal report`).
-    backend: str | None = None
-
-
-@dataclass
-class DelegationReport:
-    nodes: list[NodeReport] = field(default_factory=list)
-    partitions: list[list[int]] = field(default_factory=list)
-    service: str | None = None
-    error: str | None = None
-    #: Other subgraphs TFLite prepared the delegate on, by subgraph index (negative: not known):
-    #: those of IF / WHILE nodes left to TFLite's CPU (a delegated IF / WHILE runs its subgraphs).
-    subgraphs: dict[int, DelegationReport] = field(default_factory=dict)
-    #: Each partition candidate's estimated cost (CPU vs nnhal, delegate.cost) and the decision.
-    candidates: list[PartitionEstimate] = field(default_factory=list)
-
-    @property
-    def delegated(self) -> int:
-        return sum(n.placement == "nnhal" for n in self.nodes)
 
 
 class NoFallbackError(RuntimeError):
@@ -270,17 +241,6 @@ def _strip_operation(message: str) -> str:
     """hal's "operation 3 (HARD_SWISH): ..." names an index of the probe model, not a node of
     the user's graph: keep the operation's name only."""
     return _OPERATION_PREFIX.sub(r"\1: ", message, count=1)
-
-
-def fill_report(report: DelegationReport, plan: PartitionPlan, reasons: dict[int, str | None]) -> None:
-    report.partitions = plan.partitions
-    report.candidates = plan.estimates
-    part_of = {n: p for p, nodes in enumerate(plan.partitions) for n in nodes}
-    for r in report.nodes:
-        if r.index in part_of:
-            r.placement, r.partition, r.reason = "nnhal", part_of[r.index], None
-        else:
-            r.reason = plan.rejected.get(r.index) or reasons.get(r.index) or "not supported"
 
 
 class NnhalKernel(SimpleDelegateKernel):

@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from delegate.nnhal_delegate import DelegationReport, load_delegate
+from delegate.delegation_report import DelegationReport
+from delegate.nnhal_delegate import load_delegate
 
 
 def delegation_report(model_path: str, service_address: str | None = None, **options) -> DelegationReport:

@@ -27,7 +27,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from delegate.nnhal_delegate import DelegationReport
+from delegate.delegation_report import DelegationReport
 from delegate.tfl import TfLiteGraph, read_model
 from delegate.tfl.schema import module
 
