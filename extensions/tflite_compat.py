@@ -12,8 +12,19 @@ MultiplyByQuantizedMultiplier(sum - count * in_zp) + out_zp, saturated). The del
 MEAN here only when the quantizations differ (delegate/mapping/reduce.py says why no NNAPI rewrite
 is exact).
 
-nnhal ships and registers it itself (extensions.registry.load_plugins, and the MEAN mapper in the
-client's process): it is not a vendor plugin, and needs no installation.
+REQUANTIZE (type 1): TFLite's QUANTIZE from an 8-bit tensor to an 8-bit tensor, the one NNAPI
+lacks (NNAPI's QUANTIZE takes float input only): input 0 TENSOR_QUANT8_ASYMM or
+TENSOR_QUANT8_ASYMM_SIGNED, any rank; output of either type (uint8 <-> int8 or the same type), any
+scale and zero point, the input's shape. Arithmetic: TFLite 2.14's reference kernel (quantize.cc
+Prepare + Eval<kReference> -> reference_ops::Requantize, what BUILTIN_REF registers): (M, shift) =
+QuantizeMultiplier(double(in_scale) / double(out_scale)), then
+clamp(MultiplyByQuantizedMultiplier(q - in_zp, M, shift) + out_zp) to the output type. Its fast
+path (equal scales, zero points 128 apart across uint8/int8: q ^ 0x80) gives the same values, since
+M = 2^30, shift = 1 multiplies exactly by one. The delegate uses it only where the scales differ
+(delegate/mapping/quantization.py: with equal scales an exact NNAPI-only rewrite exists).
+
+nnhal ships and registers it itself (extensions.registry.load_plugins, and the MEAN and QUANTIZE mappers
+in the client's process): it is not a vendor plugin, and needs no installation.
 """
 from __future__ import annotations
 
@@ -23,12 +34,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from extensions.registry import Extension, ExtensionOperation
+from hal import quant
 from hal.backends.reference.reduce import _mean_multiplier, execute_mean
 from hal.operations.common import I32, INT32, QS8, QU8, param
 from hal.operations.reduce import MAX_RANK
 
 NAME = "com.nnhal.tflite"
 QUANTIZED_MEAN = 0
+REQUANTIZE = 1
 INPUT, AXES, KEEP_DIMS = 0, 1, 2
 
 
@@ -84,10 +97,47 @@ def execute(ctx, inputs: list) -> list:
     return execute_mean(ctx, inputs)  # reads ctx.data, prepare's QuantizedMeanData
 
 
+@dataclass
+class RequantizeData:
+    """Prepare's integer parameters (plan data: a type of this module, as QuantizedMeanData)."""
+
+    multiplier: int
+    shift: int
+    input_zero_point: int
+    output_zero_point: int
+    out_type: int  # NNAPI operand type code of the output (its range and numpy dtype)
+
+
+def validate_requantize(ctx) -> None:
+    ctx.expect_num_inputs(1)
+    ctx.expect_num_outputs(1)
+    ctx.expect_input_type(INPUT, QU8, QS8)
+    ctx.expect_output_type(0, QU8, QS8)
+
+
+def prepare_requantize(ctx) -> RequantizeData:
+    ctx.set_output_shape(0, ctx.input_shape(INPUT))
+    x, out = ctx.input(INPUT), ctx.output(0)
+    # quantize.cc Prepare: the float32 scales promoted to double before dividing.
+    m, shift = quant.quantize_multiplier(float(np.float32(x.scale)) / float(np.float32(out.scale)))
+    return RequantizeData(m, shift, x.zero_point, out.zero_point, int(out.type))
+
+
+def execute_requantize(ctx, inputs: list) -> list:
+    d: RequantizeData = ctx.data
+    lo, hi = quant.quant_range(d.out_type)
+    v = quant.multiply_by_quantized_multiplier(inputs[0].astype(np.int64) - d.input_zero_point,
+                                               d.multiplier, d.shift) + d.output_zero_point
+    return [np.clip(v, lo, hi).astype(np.uint8 if d.out_type == QU8 else np.int8)]
+
+
 EXTENSION = Extension(
-    name=NAME, version="1.0",
-    operations=(ExtensionOperation(QUANTIZED_MEAN, "QUANTIZED_MEAN", validate, prepare, execute),),
-    description="TFLite quantized semantics NNAPI lacks (MEAN with a different output quantization)")
+    name=NAME, version="1.1",
+    operations=(ExtensionOperation(QUANTIZED_MEAN, "QUANTIZED_MEAN", validate, prepare, execute),
+                ExtensionOperation(REQUANTIZE, "REQUANTIZE", validate_requantize, prepare_requantize,
+                                   execute_requantize)),
+    description="TFLite quantized semantics NNAPI lacks (MEAN with a different output quantization, "
+                "QUANTIZE between 8-bit types)")
 
 
 def ensure_registered() -> None:

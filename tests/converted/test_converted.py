@@ -34,8 +34,7 @@ EXPECT: dict[str, bool] = {
     # hybrid CONV_2D / FULLY_CONNECTED (int8 weights, float activations): no NNAPI equivalent
     "cnn_dynamic_range": False,
     "cnn_int8": True,
-    # QUANTIZE uint8 <-> int8 at the edges (requantization: no NNAPI 1.3 equivalent)
-    "cnn_uint8_io": False,
+    "cnn_uint8_io": True,  # QUANTIZE uint8 <-> int8 at the edges: DEQUANTIZE + QUANTIZE (equal scales)
     # Flatten of a -1 batch: SHAPE -> STRIDED_SLICE (scalar) -> PACK folded, RESHAPE to a constant shape
     "cnn_dynamic_batch_float32": True,
     "se_float32": True,

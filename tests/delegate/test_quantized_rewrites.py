@@ -3,6 +3,8 @@ nnhal delegate (a real `nnhal serve`) vs TFLite's reference kernels (BUILTIN_REF
 node delegated in one partition:
 - per-channel FULLY_CONNECTED (int8 weights, one scale per unit): RESHAPE + 1x1 CONV_2D + RESHAPE;
 - MEAN with another output quantization: com.nnhal.tflite:QUANTIZED_MEAN;
+- QUANTIZE uint8 -> int8 and int8 -> uint8 at the edges of an int8 model (the converter's uint8 I/O):
+  NNAPI DEQUANTIZE + QUANTIZE for equal scales, com.nnhal.tflite:REQUANTIZE for different ones;
 - a squeeze-excitation block (MEAN over H,W -> FC -> RELU -> FC -> LOGISTIC -> MUL) and a classifier
   head (MEAN -> per-channel FC -> SOFTMAX over 10 classes), as the TFLite converter writes them.
 uint8 models have per-tensor uint8 weights (TFLite has no uint8 per-channel FULLY_CONNECTED)."""
@@ -117,6 +119,29 @@ def single_mean(dtype, seed: int) -> bytes:
     return m.build()
 
 
+def _requantize(m, rng, x: int, shape, to_dtype, xq: dict, same_scale: bool, name: str) -> tuple[int, dict]:
+    """QUANTIZE between uint8 and int8: the converter's form (same scale, zero point +-128) or any."""
+    shift = 128 if to_dtype == np.uint8 else -128
+    yq = {"scale": xq["scale"], "zero_point": xq["zero_point"] + shift} if same_scale else _q(rng, to_dtype)
+    y = m.add_tensor(name, shape, to_dtype, **yq)
+    m.add_operator("QUANTIZE", [x], [y])
+    return y, yq
+
+
+def uint8_io(seed: int, same_scale: bool, hw: int = 5, c: int = 12, classes: int = 7) -> bytes:
+    """uint8 image -> QUANTIZE -> int8 MEAN -> per-channel FC -> QUANTIZE -> uint8 scores."""
+    rng = np.random.default_rng(seed)
+    m = TfLiteModelBuilder()
+    xq = _q(rng, np.uint8)
+    x = m.add_input("image", [1, hw, hw, c], np.uint8, **xq)
+    h, hq = _requantize(m, rng, x, [1, hw, hw, c], np.int8, xq, same_scale, "quantize_in")
+    s, sq = _mean(m, rng, h, hq, [1, hw, hw, c], [1, 2], False, np.int8)
+    logits, lq = _fc(m, rng, s, sq, c, classes, np.int8, 0, [1, classes], name="logits")
+    y, _ = _requantize(m, rng, logits, [1, classes], np.uint8, lq, same_scale, "scores")
+    m.set_outputs([y])
+    return m.build()
+
+
 def _check(server, model: bytes, runs: int = 3) -> None:
     """Bit-exact with TFLite's reference kernels, every node in one nnhal partition."""
     d = load_delegate(server.address)
@@ -153,6 +178,12 @@ def test_se_block(server, dtype):
 def test_classifier_head(server, dtype):
     for seed in SEEDS:
         _check(server, classifier_head(dtype, seed, hw=1 + 3 * seed))
+
+
+@pytest.mark.parametrize("same_scale", [True, False])
+def test_uint8_io_int8_model(server, same_scale):
+    for seed in SEEDS:
+        _check(server, uint8_io(seed, same_scale, hw=1 + 2 * seed))
 
 
 def test_per_channel_fc_becomes_conv():

@@ -339,13 +339,6 @@ def test_output_shape_must_match_input():
     _fails(b.finish(), O.CAST, r"output 0 shape \[3, 2\] is incompatible with the computed shape \[2, 3\]")
 
 
-def test_requantize_is_not_mapped():
-    model = one_op("QUANTIZE", [4], np.uint8, np.int8, qin={"scale": 0.1, "zero_point": 3},
-                   qout={"scale": 0.2, "zero_point": 1})
-    with pytest.raises(MappingError, match="requantization"):
-        convert_partition(read_model(model))
-
-
 @pytest.mark.parametrize("src, dst", [(np.int32, np.uint8), (np.float32, np.int8), (np.bool_, np.float32)])
 def test_cast_without_nnapi_equivalent_is_not_mapped(src, dst):
     """TFLite CAST wraps out-of-range values into 8 bits; NNAPI saturates or has no such cast."""
