@@ -63,9 +63,16 @@ def map_fully_connected(ctx: MappingContext, node: TfLiteNode) -> None:
     if w.per_channel:
         _map_per_channel(ctx, node, x, w)
         return
-    if ctx.option("keep_num_dims", False) and (len(x.shape) > 2 or (
+    keep = ctx.option("keep_num_dims", False)
+    out = ctx.output_tensor(0)
+    # keep_num_dims on a rank > 2 input: TFLite's output is the input's shape with the last dimension
+    # num_units; NNAPI's FC gives [batch, num_units], RESHAPEd to it. Float only: TFLite 2.14's float
+    # kernels (reference and optimized) compute all FlatSizeSkipDim(output) rows, the quantized
+    # reference kernels only dims(0) (nothing to be exact with).
+    reshape_after = keep and len(x.shape) > 2 and x.type == TensorType.FLOAT32 and len(out.shape) == len(x.shape)
+    if keep and not reshape_after and (len(x.shape) > 2 or (
             len(x.shape) == 2 and len(w.shape) == 2 and x.shape[-1] != w.shape[1])):
-        raise MappingError("keep_num_dims with an input of rank > 2 or whose last dimension is "
+        raise MappingError("keep_num_dims with a quantized input of rank > 2 or whose last dimension is "
                            "not input_size (NNAPI output is [batch, num_units])")
 
     act = ctx.fused_activation()
@@ -82,8 +89,15 @@ def map_fully_connected(ctx: MappingContext, node: TfLiteNode) -> None:
                                 scale=bias_scale)
         else:
             b_op = ctx.constant(OperandType.TENSOR_FLOAT32, np.zeros(units, np.float32))
-    ctx.operation(OperationType.FULLY_CONNECTED, [x_op, w_op, b_op, act],
-                  [ctx.tensor(node.outputs[0])])
+    y = ctx.tensor(node.outputs[0])
+    if reshape_after:
+        rows = int(np.prod(out.shape[:-1]))
+        flat = ctx.new_temporary(y, shape=(rows, out.shape[-1]))
+        ctx.operation(OperationType.FULLY_CONNECTED, [x_op, w_op, b_op, act], [flat])
+        shape = ctx.constant(OperandType.TENSOR_INT32, np.asarray(out.shape, np.int32))
+        ctx.operation(OperationType.RESHAPE, [flat, shape], [y])
+        return
+    ctx.operation(OperationType.FULLY_CONNECTED, [x_op, w_op, b_op, act], [y])
 
 
 def _per_channel_filter(ctx: MappingContext, w: TfLiteTensor) -> int:

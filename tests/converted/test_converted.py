@@ -39,8 +39,8 @@ EXPECT: dict[str, bool] = {
     "cnn_dynamic_batch_float32": True,
     "se_float32": True,
     "se_int8": True,
-    # Dense on a 4-D [1, 1, 1, C]: FULLY_CONNECTED keep_num_dims with a rank-4 input
-    "se_keepdims_float32": False,
+    # Dense on a 4-D [1, 1, 1, C]: FULLY_CONNECTED keep_num_dims with a rank-4 input: FC + RESHAPE
+    "se_keepdims_float32": True,
     "lstm_float32": True,  # UNIDIRECTIONAL_SEQUENCE_LSTM
     # Keras 3 LSTM: a WHILE whose loop counter is a rank-0 tensor (NNAPI has scalars only as constants)
     "lstm_while_float32": False,

@@ -104,11 +104,31 @@ def _mapping_error(model: bytes) -> str:
     return str(e.value)
 
 
-def test_keep_num_dims_rank3_not_mapped():
+@pytest.mark.parametrize("in_shape", [[2, 3, 4], [1, 1, 1, 4], [2, 1, 3, 4]])
+@pytest.mark.parametrize("act", [Act.NONE, Act.RELU6])
+def test_keep_num_dims_of_a_float_rank_n_input(in_shape, act):
+    """TFLite keeps the leading dimensions (Keras' Dense on a 4-D tensor): FC + RESHAPE."""
+    rng = np.random.default_rng(len(in_shape))
     m = TfLiteModelBuilder()
-    x = m.add_input("x", [2, 3, 4])
-    w = m.add_constant("w", np.ones((5, 4), np.float32))
-    y = m.add_tensor("y", [2, 3, 5])
+    x = m.add_input("x", in_shape)
+    w = m.add_constant("w", random_tensor(rng, [5, in_shape[-1]], np.float32, -1, 1))
+    b = m.add_constant("b", random_tensor(rng, [5], np.float32, -1, 1))
+    y = m.add_tensor("y", in_shape[:-1] + [5])
+    m.add_operator("FULLY_CONNECTED", [x, w, b], [y],
+                   ("FullyConnectedOptions", {"keep_num_dims": True, "fused_activation_function": act}))
+    m.set_outputs([y])
+    ops = [op.type for op in convert_partition(read_model(m.build())).model.main.operations]
+    assert ops == [FC, OperationType.RESHAPE]
+    assert_matches_tflite(m.build(), [random_tensor(rng, in_shape, np.float32, -2, 2)])
+
+
+def test_keep_num_dims_quantized_rank3_not_mapped():
+    """TFLite 2.14's quantized reference kernels compute only dims(0) rows of such an output."""
+    m = TfLiteModelBuilder()
+    q = {"scale": 0.1, "zero_point": 0}
+    x = m.add_input("x", [2, 3, 4], np.int8, **q)
+    w = m.add_constant("w", np.ones((5, 4), np.int8), **q)
+    y = m.add_tensor("y", [2, 3, 5], np.int8, **q)
     m.add_operator("FULLY_CONNECTED", [x, w, -1], [y], ("FullyConnectedOptions", {"keep_num_dims": True}))
     m.set_outputs([y])
     assert "keep_num_dims" in _mapping_error(m.build())
