@@ -340,7 +340,8 @@ class NnhalKernel(SimpleDelegateKernel):
         want = {t: tuple(main.operands[i].dimensions) for t, i in zip(self.outputs, main.output_indexes)}
         want.update({t: tuple(v.shape) for t, v in self.part.constant_outputs.items()})
         for t, dims in want.items():
-            if tuple(capi.int_array(capi.tensor_at(context.ctx, t).dims)) != dims:
+            have = tuple(capi.int_array(capi.tensor_at(context.ctx, t).dims))
+            if have != dims and not (have == () and dims == (1,)):  # a scalar stays one (scalars.py)
                 capi.resize_tensor(context.ctx_p, t, dims)
 
     @property
@@ -383,7 +384,8 @@ class NnhalKernel(SimpleDelegateKernel):
             for t, value in self.part.constant_outputs.items():
                 np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
             return
-        inputs = [context.tensor(t) for t in self.inputs]
+        # A rank-0 input is an NNAPI [1] tensor (delegate.mapping.scalars); outputs are reshaped below.
+        inputs = [x.reshape(1) if x.ndim == 0 else x for x in map(context.tensor, self.inputs)]
         outs = None
         if self.remote is not None and self.remote.client is not self.owner.client:
             self._lose(self.remote.client)  # another partition lost this connection: don't wait on it too

@@ -14,10 +14,14 @@ TFLite subgraphs differ from NNAPI's in ways bridged here: an input TFLite found
 (an operand shaped like the outer one takes its place); an output may be an input or a constant,
 or repeat (NNAPI's outputs are distinct operands an operation writes: a CAST to the same type
 copies it); the cond's bool may be declared with shape [] (NNAPI needs [1]: the operand is
-created as [1] for its producer). A subgraph node that cannot be mapped keeps the IF / WHILE on
-TFLite's CPU, with a reason naming that node.
+created as [1] for its producer). Rank-0 tensors (a converted loop's counters) are NNAPI [1]
+tensors on both sides (delegate.mapping.scalars: the subgraph's inputs, the mappers listed there
+inside it, and rank-0 constants passed in or out as [1] constants). A subgraph node that cannot
+be mapped keeps the IF / WHILE on TFLite's CPU, with a reason naming that node.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from delegate.mapping.core import MappingContext, MappingError, lookup_mapper, map_node, mapper
 from delegate.mapping.folding import fold_constants
@@ -84,12 +88,15 @@ def convert_subgraph(ctx: MappingContext, k: int, outer_inputs: list[int], n_out
         info = sub.tensor_info(t)
         if info.is_constant or t in sub.operand_of:
             raise MappingError(f"{where}: input tensor {info.name!r} is a constant or repeated")
+        sub.scalar_as_one = True  # a rank-0 input (a loop counter) is [1], as the outer operand
         ins.append(sub.tensor(t))
+        sub.scalar_as_one = False
     if condition:
         t = graph.outputs[0]
         info = sub.tensor_info(t)
         if not info.shape and not info.is_constant and t not in sub.operand_of:
             sub.operand_of[t] = b.add_operand(OperandType.TENSOR_BOOL8, (1,))  # TFLite's scalar bool, as [1]
+            sub.preset_scalars.add(t)  # whatever node produces it
     for node in graph.nodes:
         if node.options.get("__undecoded__") and lookup_mapper(node.builtin_code) is not None:
             raise MappingError(f"{where} node {node.index} ({_node_name(node)}): its parameters are not read "
@@ -100,12 +107,13 @@ def convert_subgraph(ctx: MappingContext, k: int, outer_inputs: list[int], n_out
             raise type(e)(f"{where} node {node.index} ({_node_name(node)}): {e}") from None
     outs: list[int] = []
     for t in graph.outputs:
-        if t not in sub.operand_of:
-            info = sub.tensor_info(t)
-            if not info.is_constant:
-                raise MappingError(f"{where}: output tensor {info.name!r} is not computed by the subgraph")
-            sub.tensor(t)
-        o = sub.operand_of[t]
+        info = sub.tensor_info(t)
+        if info.is_constant:
+            o = _carried(sub, t)
+        elif t in sub.operand_of:
+            o = sub.operand_of[t]
+        else:
+            raise MappingError(f"{where}: output tensor {info.name!r} is not computed by the subgraph")
         if o in ins or o in outs or b.operands[o].lifetime != OperandLifeTime.TEMPORARY_VARIABLE:
             o = _copy(sub, o)
         outs.append(o)
@@ -124,6 +132,18 @@ def _copy(ctx: MappingContext, operand: int) -> int:
     return out
 
 
+def _carried(ctx: MappingContext, t: int) -> int:
+    """The operand for a tensor passed into or out of a subgraph: a rank-0 constant as a [1] constant
+    (the subgraph's operand for a rank-0 tensor is [1]: delegate.mapping.scalars), else ctx.tensor."""
+    info = ctx.tensor_info(t)
+    if not (info.is_constant and not info.shape):
+        return ctx.tensor(t)
+    otype = ctx.operand_type(info)
+    quant8 = otype in (OperandType.TENSOR_QUANT8_ASYMM, OperandType.TENSOR_QUANT8_ASYMM_SIGNED)
+    return ctx.constant(otype, np.asarray(info.data).reshape(1), scale=info.scales[0] if info.is_quantized else 0.0,
+                        zero_point=info.zero_points[0] if quant8 else 0)
+
+
 def _reference(ctx: MappingContext, model: Model) -> int:
     return ctx.builder.add_subgraph_operand(ctx.builder.add_referenced(model))
 
@@ -131,7 +151,7 @@ def _reference(ctx: MappingContext, model: Model) -> int:
 def _operands(ctx: MappingContext, tensors, what: str) -> list[int]:
     if any(t < 0 for t in tensors):
         raise MappingError(f"an omitted {what}")
-    return [ctx.tensor(t) for t in tensors]
+    return [_carried(ctx, t) for t in tensors]
 
 
 @mapper(BuiltinOperator.IF, options=IF_OPTIONS)

@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from delegate.mapping import scalars
 from delegate.mapping.options import OptionsReader
 from delegate.tfl.graph import TfLiteGraph, TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import ActivationFunctionType, Padding, TensorType, builtin_name
@@ -131,6 +132,11 @@ class MappingContext:
         self._infos: dict[int, object] = {}  # operand index -> its validation info (operands never change)
         #: TFLite variable tensor -> the NNAPI operand holding its new value (see state_output).
         self.state_writes: dict[int, int] = {}
+        #: A rank-0 activation becomes an NNAPI [1] tensor (else: refused): set while a mapper listed in
+        #: delegate.mapping.scalars runs, and by control flow for a subgraph's inputs.
+        self.scalar_as_one = False
+        #: Rank-0 tensors whose [1] operand the caller set up for any producer (a WHILE cond's bool).
+        self.preset_scalars: set[int] = set()
 
     def checkpoint(self) -> tuple:
         return self.builder.mark(), len(self.operand_of), len(self.state_writes)
@@ -203,11 +209,13 @@ class MappingContext:
             raise MappingError(f"tensor {info.name!r} {why}")
         if info.sparse:
             raise MappingError(f"tensor {info.name!r} is sparse")
-        if not info.shape and not info.is_constant and (type is None or not type >> 16):
+        shape = info.shape
+        if not shape and not info.is_constant and (type is None or not type >> 16):
             # NNAPI reads a tensor without dimensions as one of unknown rank (its execution would
             # then need the shape); only constants may be rank 0. Extension types decide for themselves.
-            raise MappingError(f"tensor {info.name!r} is a rank-0 (scalar) tensor, which NNAPI has only "
-                               f"as a constant")
+            if not self.scalar_as_one:
+                raise MappingError(scalars.not_listed(self.node, info))
+            shape = (1,)  # the same computation for this node's mapper: delegate.mapping.scalars
         otype = type if type is not None else self.operand_type(info, per_channel_ok=per_channel_ok)
         cq = None
         q_scale, q_zp = 0.0, 0
@@ -224,7 +232,7 @@ class MappingContext:
             idx = self.builder.add_constant(otype, info.data, dimensions=info.shape, scale=q_scale,
                                             zero_point=q_zp, channel_quant=cq)
         else:
-            idx = self.builder.add_operand(otype, info.shape, q_scale, q_zp, cq)
+            idx = self.builder.add_operand(otype, shape, q_scale, q_zp, cq)
         self.operand_of[t] = idx
         return idx
 
@@ -388,13 +396,30 @@ def map_node(ctx: MappingContext, node: TfLiteNode) -> None:
         why = unresolved_shape(ctx.tensor_info(t)) if t >= 0 else None  # -1: unused (WHILE)
         if why:
             raise MappingError(f"output {k} (tensor {ctx.tensor_info(t).name!r}) {why}")
+    scalar_refusal = scalars.scalar_refusal(node, ctx.tensor_info)  # rank-0 activations: as [1] or not
+    listed = scalars.is_listed(node)
+    if scalar_refusal and listed:
+        raise MappingError(scalar_refusal)
     first = len(ctx.builder.model.main.operations)
+    ctx.scalar_as_one = listed
     try:
         fn(ctx, node)
     except (IndexError, KeyError, TypeError) as e:  # a malformed node must not crash the caller
         raise MappingError(f"malformed {builtin_name(node.builtin_code)} node: {e!r}") from None
+    finally:
+        ctx.scalar_as_one = False
+    if scalar_refusal and _reads_scalar_as_one(ctx, node):
+        raise MappingError(scalar_refusal)  # an unlisted mapper given a [1] operand another node made
     if ctx.validate:
         ctx.validate_since(first)
+
+
+def _reads_scalar_as_one(ctx: MappingContext, node: TfLiteNode) -> bool:
+    """Whether one of the node's rank-0 activations is an NNAPI [1] tensor (delegate.mapping.scalars)."""
+    ops = ctx.builder.operands
+    return any(t.index in ctx.operand_of and t.index not in ctx.preset_scalars
+               and tuple(ops[ctx.operand_of[t.index]].dimensions) == scalars.ONE
+               for t in scalars.scalar_tensors(node, ctx.tensor_info))
 
 
 def custom_provider(node: TfLiteNode):

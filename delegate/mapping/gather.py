@@ -3,7 +3,8 @@
 * GATHER: the options' axis goes to NNAPI's INT32 axis; batch_dims must be 0 (NNAPI has none).
   Indices may be computed (int32) or constant (int32 or int64, re-emitted as int32). A scalar
   (rank-0) index, which drops the axis, becomes a GATHER of a one-element index vector followed by
-  a RESHAPE to TFLite's output shape.
+  a RESHAPE to TFLite's output shape (a computed scalar index is that [1] vector already, and a
+  scalar output is [1]: delegate.mapping.scalars).
 * TILE: the multiples must be constant. EXPAND_DIMS: the axis must be a constant with one value.
 
 NNAPI's own rules (types, a quantized output with the input's scale and zero point, index and axis
@@ -15,6 +16,7 @@ import numpy as np
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
 from delegate.mapping.options import OptionsReader, ints, no_options
+from delegate.mapping.scalars import nnapi_shape
 from delegate.mapping.slicing import arity, constant_int, constant_ints, int32_tensor
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import BuiltinOperator, TensorType
@@ -45,12 +47,16 @@ def map_gather(ctx: MappingContext, node: TfLiteNode) -> None:
         raise MappingError("computed indices must be int32 (NNAPI's index type)")
     ins = [ctx.tensor(node.inputs[0]), ctx.int32(axis), idx]
     out = ctx.tensor(node.outputs[0])
-    if indices.shape or not indices.is_constant:
+    if indices.shape:
         ctx.operation(OperationType.GATHER, ins, [out])
         return
     # A scalar index: gather [index] (the axis kept, of size 1), then drop the axis.
     a = axis % rank
-    kept = ctx.new_temporary(ins[0], shape=(*x.shape[:a], 1, *x.shape[a + 1:]))
+    kept_shape = (*x.shape[:a], 1, *x.shape[a + 1:])
+    if kept_shape == nnapi_shape(y):  # a rank-1 x: TFLite's scalar output is [1] here already
+        ctx.operation(OperationType.GATHER, ins, [out])
+        return
+    kept = ctx.new_temporary(ins[0], shape=kept_shape)
     ctx.operation(OperationType.GATHER, ins, [kept])
     ctx.operation(OperationType.RESHAPE, [kept, int32_tensor(ctx, np.array(y.shape))], [out])
 

@@ -19,6 +19,7 @@ import dataclasses
 
 from delegate.mapping.core import ConvertedPartition, InvalidNnapiOperation, MappingError
 from delegate.mapping.folding import fold_constants
+from delegate.mapping.scalars import nnapi_shape
 from delegate.tfl.graph import TfLiteGraph
 from hal.control_flow import CONTROL_FLOW
 from hal.errors import HalError, RuntimeValueNeeded
@@ -80,12 +81,16 @@ def convert_with_inferred_shapes(convert, graph: TfLiteGraph, node_indexes: list
     for t in produced:
         tensors[t] = dataclasses.replace(tensors[t], runtime_shape=False)
     graph = dataclasses.replace(graph, tensors=tensors)
+
+    def stale(t: int, shape: tuple[int, ...]) -> bool:  # a scalar may be NNAPI [1]: delegate.mapping.scalars
+        info = graph.tensors[t]
+        return not info.is_constant and shape != tuple(info.shape) and shape != nnapi_shape(info)
+
     for _ in range(len(node_indexes) + 2):  # each pass fixes at least the first stale tensor
         graph, _ = fold_constants(graph)
         part = convert(graph, node_indexes, inputs, outputs, validate=False)
         shapes = infer_operand_shapes(part.model)
-        changed = {t: shapes[o] for t, o in part.tensor_operands.items()
-                   if t in produced and not graph.tensors[t].is_constant and shapes[o] != tuple(graph.tensors[t].shape)}
+        changed = {t: shapes[o] for t, o in part.tensor_operands.items() if t in produced and stale(t, shapes[o])}
         if not changed:
             if validate and part.model.main.operations:  # none: every node folded (nothing to validate)
                 try:

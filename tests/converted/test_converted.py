@@ -42,8 +42,9 @@ EXPECT: dict[str, bool] = {
     # Dense on a 4-D [1, 1, 1, C]: FULLY_CONNECTED keep_num_dims with a rank-4 input: FC + RESHAPE
     "se_keepdims_float32": True,
     "lstm_float32": True,  # UNIDIRECTIONAL_SEQUENCE_LSTM
-    # Keras 3 LSTM: a WHILE whose loop counter is a rank-0 tensor (NNAPI has scalars only as constants)
-    "lstm_while_float32": False,
+    # Keras 3 LSTM: a WHILE whose loop counters are rank-0 int32 tensors, as NNAPI [1] tensors
+    # (delegate.mapping.scalars: LESS, LOGICAL_AND, ADD and a GATHER at the counter)
+    "lstm_while_float32": True,
 }
 
 

@@ -1,5 +1,6 @@
 """TFLite models with WHILE and IF (subgraphs built with the project's builder), for the delegate's
-control-flow tests. Counters are int32 tensors of shape [1], as NNAPI has no rank-0 activations."""
+control-flow tests. Counters are int32 tensors of shape [1], or rank-0 (``counter=()``, as converters
+write them: the delegate maps those as NNAPI [1] tensors, delegate.mapping.scalars)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,32 +12,38 @@ TRIPS = (0, 1, 2, 7)  # 0: the body never runs
 NONE = ("AddOptions", {"fused_activation_function": 0})
 
 
-def _loop_signature(g: TfLiteModelBuilder, shape=SHAPE) -> tuple[int, int, int]:
-    return (g.add_input("i", [1], np.int32), g.add_input("x", list(shape)), g.add_input("n", [1], np.int32))
+COUNTER = (1,)
 
 
-def add_counter_cond(root: TfLiteModelBuilder, shape=SHAPE, scalar_output: bool = False) -> TfLiteModelBuilder:
+def _loop_signature(g: TfLiteModelBuilder, shape=SHAPE, counter=COUNTER) -> tuple[int, int, int]:
+    return (g.add_input("i", list(counter), np.int32), g.add_input("x", list(shape)),
+            g.add_input("n", list(counter), np.int32))
+
+
+def add_counter_cond(root: TfLiteModelBuilder, shape=SHAPE, scalar_output: bool = False, counter=COUNTER
+                     ) -> TfLiteModelBuilder:
     """(i, x, n) -> i < n; ``scalar_output``: the bool is declared with shape [] (TFLite allows both)."""
     g = root.add_subgraph("cond")
-    i, _, n = _loop_signature(g, shape)
-    out = g.add_tensor("less", [] if scalar_output else [1], np.bool_)
+    i, _, n = _loop_signature(g, shape, counter)
+    out = g.add_tensor("less", [] if scalar_output or not counter else [1], np.bool_)
     g.add_operator("LESS", [i, n], [out])
     g.set_outputs([out])
     return g
 
 
-def add_counter_body(root: TfLiteModelBuilder, seed: int = 0, shape=SHAPE, unmappable: bool = False
-                     ) -> TfLiteModelBuilder:
+def add_counter_body(root: TfLiteModelBuilder, seed: int = 0, shape=SHAPE, unmappable: bool = False,
+                     counter=COUNTER) -> TfLiteModelBuilder:
     """(i, x, n) -> (i + 1, x * 0.5 + c, n): ``n`` passes through unchanged (the body's output is its
     input tensor, as converted TFLite loops have it). ``unmappable``: x goes through a
     FLOOR_MOD first, which has no NNAPI mapping."""
     g = root.add_subgraph("body")
-    i, x, n = _loop_signature(g, shape)
+    i, x, n = _loop_signature(g, shape, counter)
     rng = np.random.default_rng(seed)
-    one = g.add_constant("one", np.int32([1]))
+    one = g.add_constant("one", np.ones(counter, np.int32))
     half = g.add_constant("half", np.float32([0.5]))
     c = g.add_constant("c", rng.standard_normal(shape[-1:]).astype(np.float32))
-    i2, t, x2 = g.add_tensor("i2", [1], np.int32), g.add_tensor("t", list(shape)), g.add_tensor("x2", list(shape))
+    i2 = g.add_tensor("i2", list(counter), np.int32)
+    t, x2 = g.add_tensor("t", list(shape)), g.add_tensor("x2", list(shape))
     g.add_operator("ADD", [i, one], [i2], NONE)
     if unmappable:
         three = g.add_constant("three", np.float32([3.0]))
@@ -50,30 +57,32 @@ def add_counter_body(root: TfLiteModelBuilder, seed: int = 0, shape=SHAPE, unmap
 
 
 def add_while(g: TfLiteModelBuilder, cond: TfLiteModelBuilder, body: TfLiteModelBuilder, inputs, shape=SHAPE,
-              name: str = "w") -> tuple[int, int, int]:
-    outs = (g.add_tensor(f"{name}_i", [1], np.int32), g.add_tensor(f"{name}_x", list(shape)),
-            g.add_tensor(f"{name}_n", [1], np.int32))
+              name: str = "w", counter=COUNTER) -> tuple[int, int, int]:
+    outs = (g.add_tensor(f"{name}_i", list(counter), np.int32), g.add_tensor(f"{name}_x", list(shape)),
+            g.add_tensor(f"{name}_n", list(counter), np.int32))
     g.add_operator("WHILE", list(inputs), list(outs),
                    ("WhileOptions", {"cond_subgraph_index": cond.index, "body_subgraph_index": body.index}))
     return outs
 
 
 def counter_loop_model(seed: int = 0, *, unmappable_body: bool = False, scalar_cond: bool = False,
-                       pre_post: bool = True) -> bytes:
+                       pre_post: bool = True, scalar_counter: bool = False) -> bytes:
     """x: [2, 3] float32, n: [1] int32 -> WHILE i < n: (i + 1, x * 0.5 + c), from i = 0; outputs
-    (x, i). ``pre_post``: an ADD before and a MUL after the loop, so the loop sits inside a partition."""
+    (x, i). ``pre_post``: an ADD before and a MUL after the loop, so the loop sits inside a partition.
+    ``scalar_counter``: i and n are rank-0 int32 tensors (and the cond's bool), as converters write."""
+    counter = () if scalar_counter else COUNTER
     b = TfLiteModelBuilder()
     x = b.add_input("x", list(SHAPE))
-    n = b.add_input("n", [1], np.int32)
-    zero = b.add_constant("zero", np.int32([0]))
+    n = b.add_input("n", list(counter), np.int32)
+    zero = b.add_constant("zero", np.zeros(counter, np.int32))
     if pre_post:
         bias = b.add_constant("bias", np.float32([0.25, -1.0, 2.0]))
         x1 = b.add_tensor("x1", list(SHAPE))
         b.add_operator("ADD", [x, bias], [x1], NONE)
         x = x1
-    cond = add_counter_cond(b, scalar_output=scalar_cond)
-    body = add_counter_body(b, seed, unmappable=unmappable_body)
-    i_out, x_out, _ = add_while(b, cond, body, [zero, x, n])
+    cond = add_counter_cond(b, scalar_output=scalar_cond, counter=counter)
+    body = add_counter_body(b, seed, unmappable=unmappable_body, counter=counter)
+    i_out, x_out, _ = add_while(b, cond, body, [zero, x, n], counter=counter)
     if pre_post:
         y = b.add_tensor("y", list(SHAPE))
         b.add_operator("MUL", [x_out, x_out], [y], ("MulOptions", {"fused_activation_function": 0}))
@@ -114,9 +123,10 @@ def if_model(nested_while: bool = False, constant_cond: bool | None = None) -> b
     return root.build()
 
 
-def loop_feeds(rng) -> list[list[np.ndarray]]:
+def loop_feeds(rng, scalar_counter: bool = False) -> list[list[np.ndarray]]:
     """Inputs of counter_loop_model: one per trip count of TRIPS."""
-    return [[rng.standard_normal(SHAPE).astype(np.float32) * 4, np.int32([n])] for n in TRIPS]
+    return [[rng.standard_normal(SHAPE).astype(np.float32) * 4, np.array(n if scalar_counter else [n], np.int32)]
+            for n in TRIPS]
 
 
 def if_feeds(rng) -> list[list[np.ndarray]]:
