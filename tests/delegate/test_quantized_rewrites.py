@@ -5,6 +5,8 @@ node delegated in one partition:
 - MEAN with another output quantization: com.nnhal.tflite:QUANTIZED_MEAN;
 - QUANTIZE uint8 -> int8 and int8 -> uint8 at the edges of an int8 model (the converter's uint8 I/O):
   NNAPI DEQUANTIZE + QUANTIZE for equal scales, com.nnhal.tflite:REQUANTIZE for different ones;
+- RELU6 with another output quantization (the converter writes it when it does not fuse the
+  activation): com.nnhal.tflite:RELU_REQUANTIZED;
 - a squeeze-excitation block (MEAN over H,W -> FC -> RELU -> FC -> LOGISTIC -> MUL) and a classifier
   head (MEAN -> per-channel FC -> SOFTMAX over 10 classes), as the TFLite converter writes them.
 uint8 models have per-tensor uint8 weights (TFLite has no uint8 per-channel FULLY_CONNECTED)."""
@@ -16,6 +18,7 @@ import pytest
 from delegate import load_delegate
 from delegate.mapping import MappingError, convert_partition
 from delegate.tfl import TfLiteModelBuilder, read_model
+from extensions import tflite_compat
 from hal.types import OperationType
 from tests.delegate.helpers import interpreter, random_inputs, run
 
@@ -142,6 +145,21 @@ def uint8_io(seed: int, same_scale: bool, hw: int = 5, c: int = 12, classes: int
     return m.build()
 
 
+def requantizing_relu6(seed: int, k: int = 12, n: int = 8, classes: int = 5) -> bytes:
+    """int8 x -> per-channel FC -> RELU6 into another quantization -> per-channel FC."""
+    rng = np.random.default_rng(seed)
+    m = TfLiteModelBuilder()
+    xq = _q(rng, np.int8)
+    x = m.add_input("x", [2, k], np.int8, **xq)
+    h, hq = _fc(m, rng, x, xq, k, n, np.int8, 0, [2, n], name="hidden")
+    rq = _q(rng, np.int8, 0.01, 0.05)  # roughly [0, 6] over the int8 range: a RELU6 output's
+    r = m.add_tensor("relu6", [2, n], np.int8, **rq)
+    m.add_operator("RELU6", [h], [r])
+    y, _ = _fc(m, rng, r, rq, n, classes, np.int8, 0, [2, classes], name="logits")
+    m.set_outputs([y])
+    return m.build()
+
+
 def _check(server, model: bytes, runs: int = 3) -> None:
     """Bit-exact with TFLite's reference kernels, every node in one nnhal partition."""
     d = load_delegate(server.address)
@@ -184,6 +202,15 @@ def test_classifier_head(server, dtype):
 def test_uint8_io_int8_model(server, same_scale):
     for seed in SEEDS:
         _check(server, uint8_io(seed, same_scale, hw=1 + 2 * seed))
+
+
+def test_requantizing_relu6(server):
+    for seed in SEEDS:
+        model = requantizing_relu6(seed)
+        ops = [op.type for op in convert_partition(read_model(model)).model.main.operations]
+        relu = ops[3]  # after RESHAPE, CONV_2D, RESHAPE
+        assert relu >> 16 != 0 and relu & 0xFFFF == tflite_compat.RELU_REQUANTIZED, ops
+        _check(server, model)
 
 
 def test_per_channel_fc_becomes_conv():

@@ -223,11 +223,11 @@ def _convert(model):
     return convert_partition(read_model(model))
 
 
-def test_mapping_refuses_relu_with_requantization():
+def test_relu_with_requantization_is_not_nnapi_relu():
+    """It maps to nnhal's com.nnhal.tflite:RELU_REQUANTIZED instead (tests/ops/test_relu_requantized.py)."""
     q1, q2 = {"scale": 0.1, "zero_point": 3}, {"scale": 0.2, "zero_point": 3}
-    with pytest.raises(MappingError,
-                       match="NNAPI RELU rejects it: output 0 quantization .* must equal input 0 quantization"):
-        _convert(_model("RELU", np.int8, [4], q1, q2))
+    (op,) = _convert(_model("RELU", np.int8, [4], q1, q2)).model.main.operations
+    assert op.type >> 16 != 0
 
 
 def test_mapping_refuses_other_logistic_output_quantization():
