@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from nnhal.cts.corpus import load_cases
+from nnhal.cts.corpus import DEFAULT_CORPUS, load_cases
 from nnhal.cts.runner import InProcessTarget, Outcome, ServiceTarget, run
 
 #: Outcomes that make the command fail: a driver defect, never a missing feature.
@@ -15,6 +15,15 @@ FAILING = (Outcome.WRONG, Outcome.REJECTED, Outcome.CRASH)
 def main(args: argparse.Namespace) -> int:
     from service.client import ServiceUnavailableError
     from service.tls import check_tls_address, client_tls
+    corpus = args.corpus or DEFAULT_CORPUS
+    try:
+        with open(corpus, "rb"):
+            pass
+    except OSError as e:
+        where = "" if args.corpus else " (the corpus ships with the source tree's cts/, not with the wheel)"
+        print(f"nnhal cts: cannot read the corpus {corpus}: {e.strerror}{where}; give --corpus FILE",
+              file=sys.stderr)
+        return 2
     try:
         tls = client_tls(args.tls_ca_file, args.tls_cert_file, args.tls_key_file,
                          ("--tls-ca-file", "--tls-cert-file", "--tls-key-file"))
@@ -24,7 +33,7 @@ def main(args: argparse.Namespace) -> int:
     except (ValueError, ServiceUnavailableError) as e:
         print(f"nnhal cts: {e}", file=sys.stderr)
         return 2
-    cases = list(load_cases(args.corpus or None, args.op, args.name))
+    cases = list(load_cases(corpus, args.op, args.name))
     from nnhal.tool_support import progress_bar
     bar = progress_bar(total=len(cases), desc=target.name, enabled=not args.json, unit="case")
     try:

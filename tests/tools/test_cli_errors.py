@@ -172,6 +172,11 @@ def test_cts_with_no_service_at_the_address(tmp_path):
                     "nnhal cts: ", "no nnhal service answers")
 
 
+def test_cts_with_a_missing_corpus(tmp_path):
+    _one_line_error(_cli("cts", "--corpus", str(tmp_path / "none.jsonl.gz")),
+                    "nnhal cts: cannot read the corpus ", "give --corpus FILE")
+
+
 def test_bad_cache_paths(tmp_path):
     f = _private_dir(tmp_path) / "file"
     f.write_text("x")
