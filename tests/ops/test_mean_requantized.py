@@ -7,26 +7,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delegate.mapping import convert_partition
-from delegate.tfl import read_model
 from extensions import tflite_compat
 from hal.compiler import compile_model
 from hal.errors import HalError
 from hal.model import ModelBuilder
 from hal.types import OperandType, OperationType
 from tests.harness import OP_SETTINGS, assert_matches_tflite, random_quant_params, random_tensor
+from tests.ops._tflite_compat_util import is_compat_operation, operation_types
 from tests.ops.test_mean import _model, mean_cases
 
 QU8 = OperandType.TENSOR_QUANT8_ASYMM
 QS8 = OperandType.TENSOR_QUANT8_ASYMM_SIGNED
 
 
-def _operation_types(model: bytes) -> list[int]:
-    return [op.type for op in convert_partition(read_model(model)).model.main.operations]
-
-
 def _is_extension_mean(code: int) -> bool:
-    return code >> 16 != 0 and code & 0xFFFF == tflite_compat.QUANTIZED_MEAN
+    return is_compat_operation(code, tflite_compat.QUANTIZED_MEAN)
 
 
 @OP_SETTINGS
@@ -36,7 +31,7 @@ def test_requantizing_mean_matches_tflite(case, dtype, seed):
     shape, axes, keep = case
     qx, qy = random_quant_params(rng, dtype), random_quant_params(rng, dtype)
     model = _model(dtype, shape, axes, keep, qx, qy)
-    (code,) = _operation_types(model)
+    (code,) = operation_types(model)
     assert _is_extension_mean(code)
     assert_matches_tflite(model, [random_tensor(rng, shape, dtype)])
 
@@ -58,7 +53,7 @@ def test_requantizing_mean_rounding_and_saturation(dtype, qy):
 
 def test_same_quantization_stays_nnapi_mean():
     model = _model(np.int8, [1, 3, 3, 2], [1, 2], True, {"scale": 0.1, "zero_point": 4})
-    assert _operation_types(model) == [OperationType.MEAN]
+    assert operation_types(model) == [OperationType.MEAN]
 
 
 def _nnapi(in_type=QS8, out_type=QS8, n_inputs=3, keep_type=OperandType.INT32, shape=(1, 2, 2, 3)):

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delegate.mapping import convert_partition
-from delegate.tfl import TfLiteModelBuilder, read_model
+from delegate.tfl import TfLiteModelBuilder
 from extensions import tflite_compat
 from hal.compiler import compile_model
 from hal.errors import HalError
 from hal.model import ExtensionNameAndPrefix, ModelBuilder
 from hal.types import OperandType, OperationType
 from tests.harness import OP_SETTINGS, assert_matches_tflite, random_tensor
+from tests.ops._tflite_compat_util import every_value, is_compat_operation, operation_types, quant
 
 QU8 = OperandType.TENSOR_QUANT8_ASYMM
 QS8 = OperandType.TENSOR_QUANT8_ASYMM_SIGNED
@@ -33,25 +33,16 @@ def _model(op: str, shape, dtype, qx: dict, qy: dict) -> bytes:
     return m.build()
 
 
-def _operation_types(model: bytes) -> list[int]:
-    return [op.type for op in convert_partition(read_model(model)).model.main.operations]
-
-
 def _is_relu_requantized(code: int) -> bool:
-    return code >> 16 != 0 and code & 0xFFFF == tflite_compat.RELU_REQUANTIZED
+    return is_compat_operation(code, tflite_compat.RELU_REQUANTIZED)
 
 
-def _every_value(dtype, shape=(2, 128)) -> np.ndarray:
-    info = np.iinfo(dtype)
-    return np.arange(info.min, info.max + 1).astype(dtype).reshape(shape)
-
-
-@st.composite
-def quant(draw, dtype, scale=None) -> dict:
-    info = np.iinfo(dtype)
-    if scale is None:
-        scale = float(np.float32(2.0 ** draw(st.floats(-12, 4))))
-    return {"scale": scale, "zero_point": draw(st.integers(int(info.min), int(info.max)))}
+def _assert_requantized_matches_tflite(op: str, dtype, qx: dict, qy: dict) -> None:
+    """The node maps to RELU_REQUANTIZED and equals TFLite on every input value."""
+    model = _model(op, [2, 128], dtype, qx, qy)
+    (code,) = operation_types(model)
+    assert _is_relu_requantized(code)
+    assert_matches_tflite(model, [every_value(dtype)])
 
 
 @OP_SETTINGS
@@ -60,10 +51,7 @@ def test_different_quantization_every_value(data, op, dtype):
     qx, qy = data.draw(quant(dtype)), data.draw(quant(dtype))
     if qx == qy:
         qy["scale"] *= 1.5
-    model = _model(op, [2, 128], dtype, qx, qy)
-    (code,) = _operation_types(model)
-    assert _is_relu_requantized(code)
-    assert_matches_tflite(model, [_every_value(dtype)])
+    _assert_requantized_matches_tflite(op, dtype, qx, qy)
 
 
 @OP_SETTINGS
@@ -74,10 +62,7 @@ def test_only_zero_point_differs(data, op, dtype):
     qy = data.draw(quant(dtype, qx["scale"]))
     if qx == qy:
         qy["zero_point"] += 1 if qy["zero_point"] < np.iinfo(dtype).max else -1
-    model = _model(op, [2, 128], dtype, qx, qy)
-    (code,) = _operation_types(model)
-    assert _is_relu_requantized(code)
-    assert_matches_tflite(model, [_every_value(dtype)])
+    _assert_requantized_matches_tflite(op, dtype, qx, qy)
 
 
 @OP_SETTINGS
@@ -85,8 +70,8 @@ def test_only_zero_point_differs(data, op, dtype):
 def test_equal_quantization_stays_nnapi(data, op, dtype):
     q = data.draw(quant(dtype))
     model = _model(op, [2, 128], dtype, q, dict(q))
-    assert _operation_types(model) == [NNAPI_OP[op]]
-    assert_matches_tflite(model, [_every_value(dtype)])
+    assert operation_types(model) == [NNAPI_OP[op]]
+    assert_matches_tflite(model, [every_value(dtype)])
 
 
 @pytest.mark.parametrize("op", sorted(NNAPI_OP))
@@ -99,7 +84,7 @@ def test_rounding_ties_and_saturation(op, ratio, dtype):
     qx = {"scale": 0.03, "zero_point": z + 3}
     qy = {"scale": float(np.float32(0.03) / np.float32(ratio)), "zero_point": z - 5}
     model = _model(op, [2, 128], dtype, qx, qy)
-    assert_matches_tflite(model, [_every_value(dtype)])
+    assert_matches_tflite(model, [every_value(dtype)])
 
 
 @OP_SETTINGS
@@ -113,7 +98,7 @@ def test_rank_over_4(shape, op, dtype, equal, seed):
     qy = dict(qx) if equal else {"scale": float(np.float32(rng.uniform(0.005, 0.2))),
                                  "zero_point": z + int(rng.integers(-20, 20))}
     model = _model(op, shape, dtype, qx, qy)
-    (code,) = _operation_types(model)
+    (code,) = operation_types(model)
     assert _is_relu_requantized(code)
     assert_matches_tflite(model, [random_tensor(rng, shape, dtype)])
 
@@ -170,4 +155,4 @@ def _float_vs_double_ratio_pairs(n: int) -> list[tuple[float, float]]:
 def test_multiplier_from_float32_division(in_scale, out_scale):
     model = _model("RELU", [2, 128], np.int8, {"scale": in_scale, "zero_point": 0},
                    {"scale": out_scale, "zero_point": -128})
-    assert_matches_tflite(model, [_every_value(np.int8)])
+    assert_matches_tflite(model, [every_value(np.int8)])

@@ -16,6 +16,7 @@ from hal.errors import HalError
 from hal.model import ExtensionNameAndPrefix, ModelBuilder
 from hal.types import OperandType, OperationType
 from tests.harness import OP_SETTINGS, assert_matches_tflite, random_tensor
+from tests.ops._tflite_compat_util import every_value, is_compat_operation, operation_types, quant
 
 QU8 = OperandType.TENSOR_QUANT8_ASYMM
 QS8 = OperandType.TENSOR_QUANT8_ASYMM_SIGNED
@@ -32,25 +33,8 @@ def _model(shape, in_dtype, out_dtype, qx: dict, qy: dict) -> bytes:
     return m.build()
 
 
-def _operation_types(model: bytes) -> list[int]:
-    return [op.type for op in convert_partition(read_model(model)).model.main.operations]
-
-
 def _is_requantize(code: int) -> bool:
-    return code >> 16 != 0 and code & 0xFFFF == tflite_compat.REQUANTIZE
-
-
-def _every_value(dtype, shape=(2, 128)) -> np.ndarray:
-    info = np.iinfo(dtype)
-    return np.arange(info.min, info.max + 1).astype(dtype).reshape(shape)
-
-
-@st.composite
-def quant(draw, dtype, scale=None) -> dict:
-    info = np.iinfo(dtype)
-    if scale is None:
-        scale = float(np.float32(2.0 ** draw(st.floats(-12, 4))))
-    return {"scale": scale, "zero_point": draw(st.integers(int(info.min), int(info.max)))}
+    return is_compat_operation(code, tflite_compat.REQUANTIZE)
 
 
 @OP_SETTINGS
@@ -60,9 +44,9 @@ def test_different_scales_every_value(data, in_dtype, out_dtype):
     if np.float32(qx["scale"]) == np.float32(qy["scale"]):
         qy["scale"] *= 1.5
     model = _model([2, 128], in_dtype, out_dtype, qx, qy)
-    (code,) = _operation_types(model)
+    (code,) = operation_types(model)
     assert _is_requantize(code)
-    assert_matches_tflite(model, [_every_value(in_dtype)])
+    assert_matches_tflite(model, [every_value(in_dtype)])
 
 
 @OP_SETTINGS
@@ -77,8 +61,8 @@ def test_equal_scales_every_value(data, in_dtype, out_dtype, log_scale):
     else:
         qy = data.draw(quant(out_dtype, scale))
     model = _model([2, 128], in_dtype, out_dtype, qx, qy)
-    assert _operation_types(model) == [OperationType.DEQUANTIZE, OperationType.QUANTIZE]
-    assert_matches_tflite(model, [_every_value(in_dtype)])
+    assert operation_types(model) == [OperationType.DEQUANTIZE, OperationType.QUANTIZE]
+    assert_matches_tflite(model, [every_value(in_dtype)])
 
 
 @OP_SETTINGS
@@ -94,7 +78,7 @@ def test_any_rank(shape, in_dtype, out_dtype, equal, seed):
     if equal and in_dtype != out_dtype:  # the converter's form, TFLite's q ^ 0x80 fast path
         qy["zero_point"] = qx["zero_point"] + (128 if out_dtype == np.uint8 else -128)
     model = _model(shape, in_dtype, out_dtype, qx, qy)
-    codes = _operation_types(model)
+    codes = operation_types(model)
     if equal and len(shape) <= 4:
         assert codes == [OperationType.DEQUANTIZE, OperationType.QUANTIZE]
     else:
@@ -112,14 +96,14 @@ def test_rounding_ties_and_saturation(ratio, in_dtype, out_dtype):
     qx = {"scale": 0.03, "zero_point": zx + 3}
     qy = {"scale": float(np.float32(0.03) / np.float32(ratio)), "zero_point": zy - 5}
     model = _model([2, 128], in_dtype, out_dtype, qx, qy)
-    assert_matches_tflite(model, [_every_value(in_dtype)])
+    assert_matches_tflite(model, [every_value(in_dtype)])
 
 
 def test_nnapi_rewrite_only_with_normal_scales():
     """A subnormal scale would lose DEQUANTIZE's precision: the extension takes it."""
     q = {"scale": 1e-40, "zero_point": 0}
     model = _model([2, 128], np.int8, np.int8, q, dict(q, zero_point=7))
-    (code,) = _operation_types(model)
+    (code,) = operation_types(model)
     assert _is_requantize(code)
 
 
