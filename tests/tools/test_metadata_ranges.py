@@ -26,6 +26,7 @@ from delegate.runtime import Interpreter
 from delegate.tfl import TfLiteModelBuilder
 from delegate.tfl.metadata import MetadataError, metadata_buffer, parse_input_metadata
 from nnhal.tool_inputs import input_sources, parse_input_flags
+from tests.tools.test_tflite_flags import quantize_first_model
 
 # metadata_schema.fbs field ids
 MODEL_METADATA_FIELDS, MM_SUBGRAPH_METADATA = 9, 3   # name, description, version, subgraph_metadata, ...
@@ -119,22 +120,9 @@ def image_model(dtype=np.float32, metadata: bytes | None = None, name: str = "TF
     return b.build()
 
 
-def quantize_first_model(metadata: bytes | None = None) -> bytes:
-    """float x QUANTIZEd to uint8 with scale 1/255, zero point 0 (its quantization says [0, 1]) ->
-    DEQUANTIZE; float y -> RELU (nothing said)."""
-    b = TfLiteModelBuilder()
-    x = b.add_input("x", [1, 8])
-    q = b.add_tensor("xq", [1, 8], np.uint8, scale=1 / 255, zero_point=0)
-    b.add_operator("QUANTIZE", [x], [q])
-    out = b.add_tensor("out", [1, 8])
-    b.add_operator("DEQUANTIZE", [q], [out])
-    y = b.add_input("y", [1, 8])
-    r = b.add_tensor("r", [1, 8])
-    b.add_operator("RELU", [y], [r])
-    b.set_outputs([out, r])
-    if metadata is not None:
-        b.add_metadata("TFLITE_METADATA", metadata)
-    return b.build()
+def _model(metadata: bytes | None = None) -> bytes:
+    """test_tflite_flags' model with scale 1/255 (its quantization says x is in [0, 1])."""
+    return quantize_first_model(1 / 255, metadata)
 
 
 def sources(tmp_path, model: bytes, ranges: str | None = None):
@@ -213,12 +201,12 @@ def test_normalization_of_a_feature_input_says_no_range(tmp_path):
 
 def test_precedence_flag_then_metadata_then_quantization_then_default(tmp_path):
     meta = model_metadata([{"name": "x", "min": [-2.0], "max": [2.0]}, {"name": "y"}])
-    x, y = sources(tmp_path, quantize_first_model())
+    x, y = sources(tmp_path, _model())
     assert (x.range_source, y.range_source) == ("quantization", "default")
     np.testing.assert_allclose(x.value_range, (0.0, 1.0))
-    x, y = sources(tmp_path, quantize_first_model(meta))
+    x, y = sources(tmp_path, _model(meta))
     assert (x.value_range, x.range_source, y.range_source) == ((-2.0, 2.0), "metadata Stats", "default")
-    x, y = sources(tmp_path, quantize_first_model(meta), "x,0,4:y,1,3")
+    x, y = sources(tmp_path, _model(meta), "x,0,4:y,1,3")
     assert [(s.value_range, s.range_source) for s in (x, y)] == [((0.0, 4.0), "--input_layer_value_range"),
                                                                 ((1.0, 3.0), "--input_layer_value_range")]
 
@@ -241,7 +229,7 @@ def _bad(kind: str) -> bytes:
                                   "lengths"])
 def test_bad_metadata_is_a_warning_and_the_quantization_range(tmp_path, caplog, kind):
     caplog.set_level(logging.WARNING, logger="nnhal.tools")
-    x, y = sources(tmp_path, quantize_first_model(_bad(kind)))
+    x, y = sources(tmp_path, _model(_bad(kind)))
     assert (x.range_source, y.range_source) == ("quantization", "default")
     np.testing.assert_allclose(x.value_range, (0.0, 1.0))
     (warning,) = [r.getMessage() for r in caplog.records if r.name == "nnhal.tools"]
@@ -250,7 +238,7 @@ def test_bad_metadata_is_a_warning_and_the_quantization_range(tmp_path, caplog, 
 
 def test_bad_metadata_in_the_cli_is_one_warning_line_and_a_run(tmp_path):
     path = tmp_path / "bad.tflite"
-    path.write_bytes(quantize_first_model(_bad("truncated")))
+    path.write_bytes(_model(_bad("truncated")))
     r = _cli("inference-diff", f"--model_file={path}", "--num_runs=1", "--delegate=none")
     assert r.returncode == 0, r.stderr
     assert "WARNING nnhal.tools" in r.stderr and "TFLITE_METADATA ignored" in r.stderr

@@ -132,12 +132,12 @@ def test_a_bad_flag_value_is_one_line(model):
     assert r.returncode == 2
 
 
-def _quantize_first_model() -> bytes:
-    """float x (expects [0, 255]: QUANTIZE to uint8 with scale 1, zero point 0) -> DEQUANTIZE;
-    float y -> RELU, nothing said about its range."""
+def quantize_first_model(scale: float = 1.0, metadata: bytes | None = None) -> bytes:
+    """float x QUANTIZEd to uint8 with ``scale``, zero point 0 (scale 1: it expects [0, 255]) ->
+    DEQUANTIZE; float y -> RELU, nothing said about its range. ``metadata``: TFLITE_METADATA bytes."""
     b = TfLiteModelBuilder()
     x = b.add_input("x", [1, 8])
-    q = b.add_tensor("xq", [1, 8], np.uint8, scale=1.0, zero_point=0)
+    q = b.add_tensor("xq", [1, 8], np.uint8, scale=scale, zero_point=0)
     b.add_operator("QUANTIZE", [x], [q])
     out = b.add_tensor("out", [1, 8])
     b.add_operator("DEQUANTIZE", [q], [out])
@@ -145,12 +145,14 @@ def _quantize_first_model() -> bytes:
     r = b.add_tensor("r", [1, 8])
     b.add_operator("RELU", [y], [r])
     b.set_outputs([out, r])
+    if metadata is not None:
+        b.add_metadata("TFLITE_METADATA", metadata)
     return b.build()
 
 
 def test_inference_diff_input_ranges_from_the_models_quantization(tmp_path):
     path = tmp_path / "q.tflite"
-    path.write_bytes(_quantize_first_model())
+    path.write_bytes(quantize_first_model())
     out = tmp_path / "m.json"
     r = _cli("inference-diff", f"--model_file={path}", "--num_runs=2", "--delegate=none", f"--output_file_path={out}")
     assert r.returncode == 0, r.stderr
@@ -165,7 +167,7 @@ def test_input_layer_value_files(server, tmp_path):
     from delegate.runtime import Interpreter
     from nnhal.tool_inputs import input_sources, parse_input_flags
     path = tmp_path / "q.tflite"
-    path.write_bytes(_quantize_first_model())
+    path.write_bytes(quantize_first_model())
     data = np.arange(8, dtype=np.float32).reshape(1, 8) * 3
     (tmp_path / "x.bin").write_bytes(data.tobytes())
     layers = parse_input_flags(None, None, None, f"x:{tmp_path}/x.bin")
