@@ -160,7 +160,7 @@ def interrupts_after_tflite_calls(prog: str):
         if _state.depth == 0:
             raise KeyboardInterrupt
         if _state.pending:  # the second Ctrl-C: the user does not want to wait for TFLite
-            os.write(2, f"{prog}: interrupted\n".encode())
+            os.write(2, f"{_line_start()}{prog}: interrupted\n".encode())
             os._exit(INTERRUPTED)
         _state.pending = True
 
@@ -172,8 +172,18 @@ def interrupts_after_tflite_calls(prog: str):
         _state.pending = False
 
 
+def _line_start() -> str:
+    """On a terminal, back to column 0 and clear the line: a Ctrl-C can land while a progress bar is
+    being drawn (inside tqdm's constructor, before ``with`` could close it), leaving the bar on the
+    line the message would otherwise continue."""
+    try:
+        return "\r\x1b[K" if sys.stderr.isatty() else ""
+    except (AttributeError, ValueError):  # stderr replaced or closed
+        return ""
+
+
 def interrupted(prog: str) -> int:
-    print(f"{prog}: interrupted", file=sys.stderr)
+    print(f"{_line_start()}{prog}: interrupted", file=sys.stderr)
     return INTERRUPTED
 
 

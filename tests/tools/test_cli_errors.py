@@ -200,7 +200,7 @@ def test_ctrl_c_during_a_delegated_run_is_one_line(server, model, tool, args):
     status, _, err = run_on_tty([sys.executable, "-m", "nnhal.cli", tool, "--model_file", str(model), *args,
                                  "--service_address", server.address], timeout=HANG_LIMIT_S, marker="run/s]",
                                 on_marker=lambda proc: os.killpg(proc.pid, signal.SIGINT))
-    lines = [x.strip() for x in re.split(r"[\r\n]+", err)]
+    lines = [x.strip() for x in re.split(r"[\r\n]+", re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", err))]
     lines = [x for x in lines if x and "run/s]" not in x and not x.startswith("INFO: ")]
     assert status == 130 and "Traceback" not in err and "Exception ignored" not in err, err
     assert lines == [f"{'nnhal benchmark' if tool == 'benchmark' else 'inference_diff'}: interrupted"], err

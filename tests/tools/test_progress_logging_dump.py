@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -53,6 +54,24 @@ def test_no_progress_when_piped_or_json(server, model):
                                    "--model_file", model, "--service_address", server.address])
     assert status == 0 and "run/s" not in tty, tty
     json.loads(out)
+
+
+_BAR_LEFT_BY_AN_INTERRUPT = """
+import sys
+from nnhal.tool_support import interrupted, progress_bar
+bar = progress_bar(total=10, desc="TFLite + nnhal")  # drawn, never closed: as when Ctrl-C lands in tqdm's __init__
+sys.exit(interrupted("nnhal benchmark"))
+"""
+
+
+def test_interrupted_starts_its_own_line_after_a_bar_left_drawn():
+    """The race behind a flaky Ctrl-C test: the interrupt arrived after the bar was drawn but before
+    ``with`` could erase it, and the message continued the bar's line. What a terminal shows, once
+    its control sequences are applied line by line, has the message alone on its line."""
+    status, _, tty = run_on_tty([sys.executable, "-c", _BAR_LEFT_BY_AN_INTERRUPT])
+    assert status == 130 and "run/s]" in tty, tty
+    shown = [line.rsplit("\x1b[K", 1)[-1] for line in re.split(r"[\r\n]+", tty)]
+    assert "nnhal benchmark: interrupted" in shown, tty
 
 
 def test_cts_progress_on_a_terminal_only_without_json():
