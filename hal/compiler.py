@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from hal.control_flow import CONTROL_FLOW
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.model import Model
 from hal.operands import decode_constant, operand_infos, operation_context, step_inputs  # noqa: F401  (decode_constant: API)
+from hal.plan import CONSTANT_LIFETIMES, Plan, Step, make_partition, partition_step, plan_releases
 from hal.registry import OperandInfo, OperationContext, OperationSpec, extension_name, lookup_in_model, model_prefixes
 from hal.types import SCALAR_TYPES, ErrorStatus, OperandLifeTime, OperandType, OperationType, operation_name
 from hal.validation import validate_model
@@ -35,119 +36,6 @@ _log = logging.getLogger(__name__)
 
 #: Operand types whose runtime value a runtime-planned operation's prepare may read (parameters).
 _RUNTIME_PARAM_TYPES = SCALAR_TYPES | {OperandType.TENSOR_INT32, OperandType.TENSOR_BOOL8}
-
-
-@dataclass
-class Step:
-    index: int
-    spec: OperationSpec
-    kernel: Kernel
-    ctx: OperationContext
-    inputs: tuple[int, ...]  # operand indexes, -1 where an optional input is omitted
-    outputs: tuple[int, ...]
-
-    @property
-    def backend(self) -> str:
-        return self.kernel.backend
-
-    @property
-    def operations(self) -> tuple[int, ...]:
-        """The operations this step runs: its own, or a partition's members."""
-        ops = getattr(self.ctx, "operations", None)
-        return (self.index,) if ops is None else ops
-
-
-@dataclass
-class PartitionContext:
-    """A partition step's context: what an OperationContext is to one operation's kernel."""
-
-    backend: str
-    operations: tuple[int, ...]  # the member operations, in order
-    artifact: Any  # what the compilation cache stores (the graph backend's, serialisable)
-    executable: Any  # called with the partition's input arrays, returns its output arrays
-    op_type: int = -1  # no single operation type: timings name the partition by ``operations``
-
-    @property
-    def name(self) -> str:
-        first, last = self.operations[0], self.operations[-1]
-        return f"operations {first}-{last} ({self.backend} partition)" if last != first \
-            else f"operation {first} ({self.backend} partition)"
-
-
-@dataclass
-class Partition:
-    """A run of consecutive operations one graph backend compiles into one executable. Its inputs
-    are the operands the members read that none of them produces (constants excepted: they belong
-    to the compiled graph), its outputs those they produce that a later step or the caller reads."""
-
-    members: list[Step]
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
-    infos: list[OperandInfo]  # the plan's (shapes as inferred; constant values at compile time)
-    model: Model
-
-
-def make_partition(model: Model, steps: list[Step], start: int, end: int, infos: list[OperandInfo],
-                   keep: frozenset[int]) -> Partition:
-    """The partition of ``steps[start:end]``; lifetimes, not values, tell constants (a cached plan
-    does not keep the constants only its partitions read)."""
-    operands = model.main.operands
-    members = steps[start:end]
-    produced = {o for s in members for o in s.outputs}
-    inputs: dict[int, None] = {}
-    for s in members:
-        for i in s.inputs:
-            if i >= 0 and i not in produced and operands[i].lifetime not in _CONSTANT:
-                inputs.setdefault(i)
-    read_later = {i for s in steps[end:] for i in s.inputs} | keep
-    outputs = tuple(o for s in members for o in s.outputs if o in read_later)
-    return Partition(members, tuple(inputs), outputs, infos, model)
-
-
-def partition_step(backend: GraphBackend, partition: Partition, artifact: Any, executable: Any) -> Step:
-    ctx = PartitionContext(backend.name, tuple(s.index for s in partition.members), artifact, executable)
-    return Step(partition.members[0].index, None, backend.partition_kernel, ctx,  # type: ignore[arg-type]
-                partition.inputs, partition.outputs)
-
-
-@dataclass
-class Plan:
-    """Steps in execution order, the operand infos they were prepared with, and the memory plan:
-    ``release[n]`` lists the temporaries step n is the last reader of (or, if nothing reads them,
-    produces), so an execution drops each intermediate tensor as soon as it is dead instead of
-    holding every one until the end.
-
-    ``steps`` has one step per operation (its backend is the operation's assignment); ``program``
-    is what an execution runs: the same steps, with each run of a graph backend's members replaced
-    by its partition step. ``release`` follows ``program``."""
-
-    steps: list[Step]
-    infos: list[OperandInfo]
-    keep: frozenset[int] = frozenset()  # operands never released: the model's outputs
-    release: list[tuple[int, ...]] = field(default_factory=list)
-    program: list[Step] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.program:
-            self.program = list(self.steps)
-        if not self.release:
-            self.release = plan_releases(self.program, self.keep)
-
-
-def plan_releases(steps: list[Step], keep: frozenset[int]) -> list[tuple[int, ...]]:
-    """Liveness over the step order: each produced operand dies after its last reading step."""
-    last: dict[int, int] = {}
-    for n, step in enumerate(steps):
-        for o in step.outputs:
-            last.setdefault(o, n)  # produced and never read: freed right after its producer
-        for i in step.inputs:
-            if i in last:  # a temporary produced earlier (constants and model inputs never are)
-                last[i] = n
-    release: list[list[int]] = [[] for _ in steps]
-    for operand, n in last.items():
-        if operand not in keep:
-            release[n].append(operand)
-    return [tuple(sorted(r)) for r in release]
 
 
 @dataclass
@@ -323,12 +211,11 @@ def _shapes_inferred(operation, model: Model, infos: list[OperandInfo]) -> bool:
             return True
         if infos[i].shape != tuple(op.dimensions):
             return True
-        if not op.dimensions and op.type not in SCALAR_TYPES and op.lifetime not in _CONSTANT:
+        if not op.dimensions and op.type not in SCALAR_TYPES and op.lifetime not in CONSTANT_LIFETIMES:
             return True
     return False
 
 
-_CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_POOL)
 
 
 def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: bool = True,
@@ -558,55 +445,3 @@ def _static(model: Model, infos: list[OperandInfo]) -> bool:
     """Every model input's shape is fully known: one plan, made at compile time."""
     return all(infos[i].type in SCALAR_TYPES or (infos[i].shape and infos[i].fully_specified)
                for i in model.main.input_indexes)
-
-
-def support_reasons(model: Model, backend_order: Iterable[str] | None = None) -> list[str | None]:
-    """getSupportedOperations with reasons: None for each supported operation of the main
-    subgraph, else hal's message saying why not.
-
-    The model must be valid (HalError otherwise). An operation is supported when it has a spec,
-    its validate and prepare accept it as declared and a backend's kernel takes it, so support
-    is never claimed for a variant execute cannot run. Weights are not repacked for the answer:
-    a delegate asks on every start, cached or not."""
-    validate_model(model)
-    infos = operand_infos(model, copy=False)  # nothing outlives the query: no need to copy constants
-    order = backends.candidates(backend_order)
-    subgraphs = None
-    if model.referenced:  # an IF or WHILE is supported when its subgraphs compile
-        names = backends.parse_preference(backend_order) if backend_order is not None else backends.preference()
-        subgraphs = Subgraphs(model, False, names)
-    static = _static(model, infos)
-    result: list[str | None] = []
-    for k in range(len(model.main.operations)):
-        try:
-            step = prepare_operation(k, model, infos, packing=False, order=order, shapes_known=static,
-                                     subgraphs=subgraphs)
-            result.append(None)
-            if step.spec.data_dependent_outputs and not _outputs_known(step.ctx):
-                static = False  # later 0s may stand for sizes known only at execution
-        except RuntimeValueNeeded:
-            # Planned at execution, from the values: supported if some backend runs its type.
-            result.append(_runtime_support(k, model, infos, order))
-        except HalError as e:
-            result.append(e.message)
-    return result
-
-
-def _runtime_support(k: int, model: Model, infos: list[OperandInfo], order: list[Backend]) -> str | None:
-    operation = model.main.operations[k]
-    prefixes = model_prefixes(model)
-    ctx = operation_context(k, operation, model.main.operands, infos)
-    ext = extension_name(operation.type, prefixes)
-    if ext is not None:
-        order = [b for b in [backends.extension_backend(ext)] if b is not None]
-    for backend in order:
-        # Only the input type can be checked: supports() may need the params prepare could not make.
-        kernel = backend.kernel(operation.type & 0xFFFF if ext else operation.type)
-        if kernel is not None and (not ctx.inputs or ctx.inputs[0] is None or kernel.runs_type(ctx.inputs[0].type)):
-            return None
-    return f"{ctx.name}: no backend runs it"
-
-
-def supported_operations(model: Model, backend_order: Iterable[str] | None = None) -> list[bool]:
-    """getSupportedOperations: one bool per operation of the main subgraph (see support_reasons)."""
-    return [r is None for r in support_reasons(model, backend_order)]

@@ -22,7 +22,8 @@ from hal.errors import HalError
 from hal.types import ErrorStatus, OperationType
 
 if TYPE_CHECKING:
-    from hal.compiler import CompiledModel, Step
+    from hal.compiler import CompiledModel
+    from hal.plan import Step
 
 DEFAULT_LOOP_TIMEOUT_NS = 2_000_000_000  # ANeuralNetworks_getDefaultLoopTimeout
 MAX_LOOP_TIMEOUT_NS = 15_000_000_000  # ANeuralNetworks_getMaximumLoopTimeout

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from hal import control_flow
-from hal.compiler import CompiledModel, Step
+from hal.compiler import CompiledModel
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.model import Request
+from hal.plan import Step
 from hal.registry import OperandInfo
 from hal.types import SCALAR_TYPES, ErrorStatus, type_name
 from hal.validation import validate_request

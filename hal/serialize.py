@@ -28,7 +28,7 @@ import numpy as np
 from hal import backends
 from hal.backends import Backend
 from hal.backends.graph import GraphBackend
-from hal.compiler import CompiledModel, PartitionContext, Plan, Step, Subgraphs, make_partition, partition_step
+from hal.compiler import CompiledModel, Subgraphs
 from hal.model import (
     ExtensionNameAndPrefix,
     Model,
@@ -38,6 +38,7 @@ from hal.model import (
     SymmPerChannelQuantParams,
 )
 from hal.operands import operand_info, operation_context, step_inputs
+from hal.plan import PartitionContext, Plan, Step, make_partition, partition_step
 from hal.registry import (
     extension_dtype,
     extension_name,
@@ -343,7 +344,7 @@ def _plan_tree(compiled: CompiledModel, enc: _Encoder) -> dict:
 def _program(model: Model, steps: list[Step], infos: list, partitions: list, dec: "_Decoder") -> list[Step]:
     """The plan's program: the steps, with each cached partition's executable loaded from its
     artifact (graph building and optimisation skipped). The partitions must be exactly the runs
-    of graph-backend members, as ``hal.compiler._partition`` made them."""
+    of graph-backend members, as ``hal.compiler._partition`` makes them."""
     keep = frozenset(model.main.output_indexes)
     runs: list[tuple[int, int]] = []
     k = 0

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 import hal
 from cache.store import NUM_DATA_FILES, NUM_MODEL_FILES, TOKEN_BYTES, CacheError, CacheStore
 from hal import backends
-from hal.compiler import CompiledModel, compile_model, support_reasons
+from hal.compiler import CompiledModel, compile_model
 from hal.errors import HalError
 from hal.executor import OperationTiming, OutputShape, execute_request
 from hal.model import Model, Request
 from hal.serialize import SerializationError, dump_compiled, load_compiled
+from hal.support import support_reasons
 from hal.types import (
     NUMPY_DTYPE,
     DeviceType,

@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hal.compiler import compile_model, support_reasons
+from hal.compiler import compile_model
 from hal.errors import HalError
 from hal.executor import execute, execute_request
 from hal.model import DataLocation, ModelBuilder, Request, RequestArgument
+from hal.support import support_reasons
 from hal.types import ErrorStatus, OperandType, OperationType
 from tests.harness import per_operation_order
 

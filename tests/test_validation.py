@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hal import registry
-from hal.compiler import compile_model, supported_operations
+from hal.compiler import compile_model
 from hal.errors import HalError
 from hal.executor import execute
 from hal.model import (
@@ -27,6 +27,7 @@ from hal.model import (
     SymmPerChannelQuantParams,
 )
 from hal.registry import ExtensionOperandType, ExtensionTypes
+from hal.support import supported_operations
 from hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType, encode_extension_type
 from hal.validation import validate_model
 from tests.service.models import unimplemented_operation

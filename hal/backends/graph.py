@@ -10,7 +10,7 @@ The compiler asks a graph backend, in the preference order like any other, wheth
 operation (``claim``: a lowering registered for the operation type and input type, and the
 lowering's ``supports``). Operations it takes are planned as members of the run they fall in
 (no per-operation data); each maximal run of consecutive members becomes one partition step
-(``hal.compiler.Partition``) whose executable comes from ``compile`` — or, from the compilation
+(``hal.plan.Partition``) whose executable comes from ``compile`` — or, from the compilation
 cache, from ``load`` of the ``artifact`` compile returned. A partition whose compilation fails is
 planned again operation by operation without the graph backend: a lowering's bug costs speed,
 never the model.
@@ -65,7 +65,7 @@ class GraphBackend(Backend):
         self.lowerings: dict[int, Lowering] = {}
         #: The kernel of an operation planned as a partition member: it never runs alone.
         self.member_kernel = Kernel(name, plan=lambda ctx: None, execute=_member_execute, native_float16=True)
-        #: The kernel of a partition step (``hal.compiler.PartitionContext``): runs its executable.
+        #: The kernel of a partition step (``hal.plan.PartitionContext``): runs its executable.
         self.partition_kernel = Kernel(name, plan=lambda ctx: None, execute=_run_partition, native_float16=True)
 
     def lowering(self, op_types: OperationType | int | Iterable[OperationType | int], *, lower: Lower,
@@ -95,7 +95,7 @@ class GraphBackend(Backend):
 
     # ---- what a subclass provides ----------------------------------------------------------------
     def compile(self, partition) -> tuple[Any, Any]:
-        """(artifact, executable) for a ``hal.compiler.Partition``: the artifact is what the
+        """(artifact, executable) for a ``hal.plan.Partition``: the artifact is what the
         compilation cache stores (serialisable: arrays, dataclasses of this backend's modules);
         the executable is called with the partition's input arrays and returns its outputs."""
         raise NotImplementedError

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hal.compiler import compile_model, support_reasons
+from hal.compiler import compile_model
 from hal.errors import HalError
 from hal.executor import execute
 from hal.model import Model
+from hal.support import support_reasons
 from nnhal.cts.corpus import Case, CorpusError, build_model, examples
 from nnhal.cts.judge import judge
 

@@ -18,10 +18,11 @@ from delegate.tfl.schema import Padding
 from extensions.registry import Extension, ExtensionOperation, OperandTypeSpec, register, unregister
 from hal import backends
 from hal.backends.graph import GraphBackend
-from hal.compiler import compile_model, support_reasons
+from hal.compiler import compile_model
 from hal.errors import HalError
 from hal.executor import OperationTiming, execute
 from hal.model import DataLocation, ExtensionNameAndPrefix, ModelBuilder
+from hal.support import support_reasons
 from hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType
 from hal.validation import validate_model
 from nnhal.ops_table import ops_matrix

@@ -310,7 +310,7 @@ def test_layout_transposes_cancel_between_operations():
 
     from delegate.mapping import convert_partition
     from delegate.tfl import read_model
-    from hal.compiler import make_partition
+    from hal.plan import make_partition
     from nnhal.examples import mobilenet_like
     model = convert_partition(read_model(mobilenet_like(np.float32, input_size=32, width=8))).model
     plan = compile_model(model, backend_order=ORDER).static_plan

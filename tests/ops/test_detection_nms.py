@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hal.compiler import compile_model, support_reasons
+from hal.compiler import compile_model
 from hal.errors import HalError
 from hal.executor import execute, execute_request
 from hal.model import DataLocation, ModelBuilder, Request, RequestArgument
+from hal.support import support_reasons
 from hal.types import ErrorStatus, OperandType, OperationType
 from tests.ops._cts_signed import quant8_cases, run_signed
 

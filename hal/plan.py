@@ -1,0 +1,132 @@
+"""What an execution runs: the steps of a compiled model, the graph-backend partitions that replace
+runs of their members, and the memory plan (which temporaries each step is the last to read).
+
+``hal.compiler`` makes these; ``hal.executor`` runs them; ``hal.serialize`` stores and restores
+them for the compilation cache.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hal.backends import Kernel
+from hal.backends.graph import GraphBackend
+from hal.model import Model
+from hal.registry import OperandInfo, OperationContext, OperationSpec
+from hal.types import OperandLifeTime
+
+#: Lifetimes of operands a compiled graph owns (not a partition input).
+CONSTANT_LIFETIMES = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_POOL)
+
+
+@dataclass
+class Step:
+    index: int
+    spec: OperationSpec
+    kernel: Kernel
+    ctx: OperationContext
+    inputs: tuple[int, ...]  # operand indexes, -1 where an optional input is omitted
+    outputs: tuple[int, ...]
+
+    @property
+    def backend(self) -> str:
+        return self.kernel.backend
+
+    @property
+    def operations(self) -> tuple[int, ...]:
+        """The operations this step runs: its own, or a partition's members."""
+        ops = getattr(self.ctx, "operations", None)
+        return (self.index,) if ops is None else ops
+
+
+@dataclass
+class PartitionContext:
+    """A partition step's context: what an OperationContext is to one operation's kernel."""
+
+    backend: str
+    operations: tuple[int, ...]  # the member operations, in order
+    artifact: Any  # what the compilation cache stores (the graph backend's, serialisable)
+    executable: Any  # called with the partition's input arrays, returns its output arrays
+    op_type: int = -1  # no single operation type: timings name the partition by ``operations``
+
+    @property
+    def name(self) -> str:
+        first, last = self.operations[0], self.operations[-1]
+        return f"operations {first}-{last} ({self.backend} partition)" if last != first \
+            else f"operation {first} ({self.backend} partition)"
+
+
+@dataclass
+class Partition:
+    """A run of consecutive operations one graph backend compiles into one executable. Its inputs
+    are the operands the members read that none of them produces (constants excepted: they belong
+    to the compiled graph), its outputs those they produce that a later step or the caller reads."""
+
+    members: list[Step]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    infos: list[OperandInfo]  # the plan's (shapes as inferred; constant values at compile time)
+    model: Model
+
+
+def make_partition(model: Model, steps: list[Step], start: int, end: int, infos: list[OperandInfo],
+                   keep: frozenset[int]) -> Partition:
+    """The partition of ``steps[start:end]``; lifetimes, not values, tell constants (a cached plan
+    does not keep the constants only its partitions read)."""
+    operands = model.main.operands
+    members = steps[start:end]
+    produced = {o for s in members for o in s.outputs}
+    inputs: dict[int, None] = {}
+    for s in members:
+        for i in s.inputs:
+            if i >= 0 and i not in produced and operands[i].lifetime not in CONSTANT_LIFETIMES:
+                inputs.setdefault(i)
+    read_later = {i for s in steps[end:] for i in s.inputs} | keep
+    outputs = tuple(o for s in members for o in s.outputs if o in read_later)
+    return Partition(members, tuple(inputs), outputs, infos, model)
+
+
+def partition_step(backend: GraphBackend, partition: Partition, artifact: Any, executable: Any) -> Step:
+    ctx = PartitionContext(backend.name, tuple(s.index for s in partition.members), artifact, executable)
+    return Step(partition.members[0].index, None, backend.partition_kernel, ctx,  # type: ignore[arg-type]
+                partition.inputs, partition.outputs)
+
+
+@dataclass
+class Plan:
+    """Steps in execution order, the operand infos they were prepared with, and the memory plan:
+    ``release[n]`` lists the temporaries step n is the last reader of (or, if nothing reads them,
+    produces), so an execution drops each intermediate tensor as soon as it is dead instead of
+    holding every one until the end.
+
+    ``steps`` has one step per operation (its backend is the operation's assignment); ``program``
+    is what an execution runs: the same steps, with each run of a graph backend's members replaced
+    by its partition step. ``release`` follows ``program``."""
+
+    steps: list[Step]
+    infos: list[OperandInfo]
+    keep: frozenset[int] = frozenset()  # operands never released: the model's outputs
+    release: list[tuple[int, ...]] = field(default_factory=list)
+    program: list[Step] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.program:
+            self.program = list(self.steps)
+        if not self.release:
+            self.release = plan_releases(self.program, self.keep)
+
+
+def plan_releases(steps: list[Step], keep: frozenset[int]) -> list[tuple[int, ...]]:
+    """Liveness over the step order: each produced operand dies after its last reading step."""
+    last: dict[int, int] = {}
+    for n, step in enumerate(steps):
+        for o in step.outputs:
+            last.setdefault(o, n)  # produced and never read: freed right after its producer
+        for i in step.inputs:
+            if i in last:  # a temporary produced earlier (constants and model inputs never are)
+                last[i] = n
+    release: list[list[int]] = [[] for _ in steps]
+    for operand, n in last.items():
+        if operand not in keep:
+            release[n].append(operand)
+    return [tuple(sorted(r)) for r in release]
