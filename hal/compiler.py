@@ -276,13 +276,13 @@ def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tu
     steps = []
     for k in range(len(model.main.operations)):
         steps.append(prepare_operation(k, model, infos, order=order, subgraphs=subgraphs))
-        if steps[-1].spec.data_dependent_outputs and not _outputs_known(steps[-1].ctx):
+        if steps[-1].spec.data_dependent_outputs and not outputs_known(steps[-1].ctx):
             raise RuntimeValueNeeded(f"{steps[-1].ctx.name}: its output shapes are known only once it has run")
     keep = frozenset(model.main.output_indexes)
     return Plan(steps, infos, keep=keep, program=_partition(model, steps, infos, order, keep, subgraphs))
 
 
-def _outputs_known(ctx: OperationContext) -> bool:
+def outputs_known(ctx: OperationContext) -> bool:
     """A data-dependent operation whose outputs' shapes are known after all: an IF or WHILE whose
     declarations or planned subgraphs fix them (other such operations always run first)."""
     return ctx.op_type in CONTROL_FLOW and all(s is not None and all(d > 0 for d in s) for s in ctx.output_shapes)
@@ -425,7 +425,7 @@ def _compile_validated(model: Model, copy_constants: bool, order: tuple[str, ...
     base = operand_infos(model, copy_constants)
     sg = model.main
     plan, runtime_values = None, False
-    if _static(model, base):
+    if inputs_static(model, base):
         try:
             plan = _make_plan(model, base, {}, order, subgraphs)
         except RuntimeValueNeeded:
@@ -441,7 +441,7 @@ def _compile_validated(model: Model, copy_constants: bool, order: tuple[str, ...
                          subgraphs=subgraphs)
 
 
-def _static(model: Model, infos: list[OperandInfo]) -> bool:
+def inputs_static(model: Model, infos: list[OperandInfo]) -> bool:
     """Every model input's shape is fully known: one plan, made at compile time."""
     return all(infos[i].type in SCALAR_TYPES or (infos[i].shape and infos[i].fully_specified)
                for i in model.main.input_indexes)

@@ -9,7 +9,7 @@ from typing import Iterable
 
 from hal import backends
 from hal.backends import Backend
-from hal.compiler import Subgraphs, _outputs_known, _static, prepare_operation
+from hal.compiler import Subgraphs, inputs_static, outputs_known, prepare_operation
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.model import Model
 from hal.operands import operand_infos, operation_context
@@ -32,14 +32,14 @@ def support_reasons(model: Model, backend_order: Iterable[str] | None = None) ->
     if model.referenced:  # an IF or WHILE is supported when its subgraphs compile
         names = backends.parse_preference(backend_order) if backend_order is not None else backends.preference()
         subgraphs = Subgraphs(model, False, names)
-    static = _static(model, infos)
+    static = inputs_static(model, infos)
     result: list[str | None] = []
     for k in range(len(model.main.operations)):
         try:
             step = prepare_operation(k, model, infos, packing=False, order=order, shapes_known=static,
                                      subgraphs=subgraphs)
             result.append(None)
-            if step.spec.data_dependent_outputs and not _outputs_known(step.ctx):
+            if step.spec.data_dependent_outputs and not outputs_known(step.ctx):
                 static = False  # later 0s may stand for sizes known only at execution
         except RuntimeValueNeeded:
             # Planned at execution, from the values: supported if some backend runs its type.
