@@ -42,14 +42,14 @@ in the client's process): it is not a vendor plugin, and needs no installation.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from extensions.registry import Extension, ExtensionOperation
 from hal import quant
-from hal.backends.reference.reduce import _mean_multiplier, execute_mean
+from hal.backends.reference.reduce import MeanData, execute_mean, plan_mean
+from hal.operations import reduce as reduce_spec
 from hal.operations.common import I32, INT32, QS8, QU8, param
 from hal.operations.reduce import MAX_RANK
 from hal.types import FusedActivationFunc
@@ -63,20 +63,6 @@ ACTIVATION = 1  # RELU_REQUANTIZED's clamp: an NNAPI fused activation code
 _RELU_CLAMPS = (FusedActivationFunc.RELU, FusedActivationFunc.RELU1, FusedActivationFunc.RELU6)
 
 
-@dataclass
-class QuantizedMeanData:
-    """hal's MeanData fields (execute_mean reads them), defined here so the compilation cache may
-    store it: an extension's plan data may only hold types of its own modules or of hal's core."""
-
-    axes: tuple[int, ...]  # resolved: non-negative, deduplicated, sorted
-    out_shape: tuple[int, ...]
-    count: int  # elements averaged into each output
-    multiplier: int = 0
-    shift: int = 0
-    input_zero_point: int = 0
-    output_zero_point: int = 0
-
-
 def validate(ctx) -> None:
     ctx.expect_num_inputs(3)
     ctx.expect_num_outputs(1)
@@ -88,36 +74,17 @@ def validate(ctx) -> None:
     param(ctx, KEEP_DIMS, INT32)
 
 
-def prepare(ctx) -> QuantizedMeanData:
-    shape = ctx.input_shape(INPUT)
-    rank = len(shape)
-    ctx.check(1 <= rank <= MAX_RANK, f"input 0 must have rank 1 to {MAX_RANK}, got {rank}")
-    raw = [int(a) for a in np.asarray(ctx.constant(AXES)).reshape(-1)]
-    for a in raw:
-        ctx.check(-rank <= a < rank, f"axis {a} is out of range for an input of rank {rank}")
-    axes = tuple(sorted({a % rank for a in raw}))
-    if ctx.scalar(KEEP_DIMS, INT32) > 0:
-        out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
-    else:
-        out_shape = tuple(d for i, d in enumerate(shape) if i not in axes) or (1,)
-    ctx.set_output_shape(0, out_shape)
-    x, out = ctx.input(INPUT), ctx.output(0)
-    d = QuantizedMeanData(axes=axes, out_shape=out_shape, count=math.prod(shape[i] for i in axes),
-                 input_zero_point=x.zero_point, output_zero_point=out.zero_point)
-    if d.count > 0:
-        # PrepareMeanOrSum: the float scales promoted to double before dividing.
-        d.multiplier, d.shift = _mean_multiplier(float(np.float32(x.scale)) / float(np.float32(out.scale)),
-                                                 d.count)
-    return d
-
-
-def execute(ctx, inputs: list) -> list:
-    return execute_mean(ctx, inputs)  # reads ctx.data, prepare's QuantizedMeanData
+def prepare(ctx) -> MeanData:
+    """NNAPI MEAN's shapes and hal's reference MEAN plan: TFLite's QuantizedMeanOrSum multiplier
+    (scales divided in double, 1/count folded in) is what that plan computes for any two
+    quantizations. Its execute is registered as this operation's own, so the extension's identity
+    hashes that module and the compilation cache admits its MeanData."""
+    return plan_mean(ctx, reduce_spec.resolve(ctx, INT32))
 
 
 @dataclass
 class RequantizeData:
-    """Prepare's integer parameters (plan data: a type of this module, as QuantizedMeanData)."""
+    """Prepare's integer parameters (plan data: a type of this module, which the compilation cache admits)."""
 
     multiplier: int
     shift: int
@@ -151,7 +118,7 @@ def execute_requantize(ctx, inputs: list) -> list:
 
 @dataclass
 class ReluRequantizedData:
-    """Prepare's integer parameters (plan data: a type of this module, as QuantizedMeanData)."""
+    """Prepare's integer parameters (plan data: a type of this module, which the compilation cache admits)."""
 
     multiplier: int
     shift: int
@@ -196,7 +163,7 @@ def execute_relu_requantized(ctx, inputs: list) -> list:
 
 EXTENSION = Extension(
     name=NAME, version="1.2",
-    operations=(ExtensionOperation(QUANTIZED_MEAN, "QUANTIZED_MEAN", validate, prepare, execute),
+    operations=(ExtensionOperation(QUANTIZED_MEAN, "QUANTIZED_MEAN", validate, prepare, execute_mean),
                 ExtensionOperation(REQUANTIZE, "REQUANTIZE", validate_requantize, prepare_requantize,
                                    execute_requantize),
                 ExtensionOperation(RELU_REQUANTIZED, "RELU_REQUANTIZED", validate_relu_requantized,

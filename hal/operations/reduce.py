@@ -71,11 +71,17 @@ def _axes(ctx: OperationContext, rank: int) -> tuple[int, ...]:
 
 
 def prepare(ctx: OperationContext) -> ReduceParams:
+    return resolve(ctx, _keep_dims_type(ctx))
+
+
+def resolve(ctx: OperationContext, keep_dims_type: int) -> ReduceParams:
+    """The axes and output shape of a (input, axes, keep_dims) reduction, output shape set; an INT32
+    keep_dims means true when positive (MEAN's, and operations shaped like it in extensions)."""
     shape = ctx.input_shape(INPUT)
     ctx.check(1 <= len(shape) <= MAX_RANK, f"input 0 must have rank 1 to {MAX_RANK}, got {len(shape)}")
     axes = _axes(ctx, len(shape))
-    keep = ctx.scalar(KEEP_DIMS, _keep_dims_type(ctx))
-    keep = keep > 0 if ctx.op_type == MEAN else bool(keep)
+    keep = ctx.scalar(KEEP_DIMS, keep_dims_type)
+    keep = keep > 0 if keep_dims_type == INT32 else bool(keep)
     if keep:
         out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
     else:

@@ -43,6 +43,24 @@ def test_argmax_pooling_model_round_trips():
     np.testing.assert_array_equal(unpooled, unpool_reference(want_v + want_v, want_i, 2, 2, 2, 2))
 
 
+def test_requantizing_mean_round_trips_with_the_kernel_it_runs():
+    """com.nnhal.tflite:QUANTIZED_MEAN's plan data is hal's reference MeanData: admitted because the
+    extension registers that module's execute as its own, which also puts the kernel's file in the
+    extension's identity (an edit to it invalidates what was cached)."""
+    from extensions import tflite_compat
+    from tests.ops.test_mean import _model
+    tflite_compat.ensure_registered()
+    model = _model(np.int8, [1, 7, 7, 6], [1, 2], True, {"scale": 0.05, "zero_point": 2},
+                   {"scale": 0.02, "zero_point": -5})
+    part = convert_partition(read_model(model))
+    compiled = compile_model(part.model)
+    loaded = load_compiled(*dump_compiled(compiled))
+    x = np.random.default_rng(3).integers(-128, 128, (1, 7, 7, 6), dtype=np.int8)
+    np.testing.assert_array_equal(execute(loaded, [x])[0], execute(compiled, [x])[0])
+    modules = hal_registry.extension_modules(hal_registry.extension(tflite_compat.NAME))
+    assert "hal.backends.reference.reduce" in modules
+
+
 def test_missing_or_changed_extension_fails_the_load():
     payload, arrays = dump_compiled(compile_model(fib_model()))
     ext = hal_registry.extension(FIB)

@@ -60,8 +60,9 @@ def _mean_multiplier(real: float, count: int) -> tuple[int, int]:
     return (multiplier << k) // count, shift - k
 
 
-def plan_mean(ctx: OperationContext) -> MeanData:
-    p: ReduceParams = ctx.params
+def plan_mean(ctx: OperationContext, p: ReduceParams | None = None) -> MeanData:
+    """``p``: the resolved reduction when not ``ctx.params`` (an extension's MEAN-shaped operation)."""
+    p = ctx.params if p is None else p
     x, out = ctx.input(0), ctx.output(0)
     d = MeanData(axes=p.axes, out_shape=p.out_shape, count=math.prod(x.shape[i] for i in p.axes),
                  input_zero_point=x.zero_point, output_zero_point=out.zero_point)
