@@ -71,7 +71,8 @@ class OperandInfo:
     def dtype(self) -> np.dtype:
         if self.extension_dtype is not None:
             return self.extension_dtype
-        return NUMPY_DTYPE[OperandType(self.type)]
+        dtype = NUMPY_DTYPE.get(self.type)  # IntEnum keys: a plain int finds its type (no enum made per call)
+        return dtype if dtype is not None else NUMPY_DTYPE[OperandType(self.type)]
 
     @property
     def fully_specified(self) -> bool:

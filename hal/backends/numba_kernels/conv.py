@@ -52,6 +52,8 @@ class GemmData:
     pad_left: int = 0
     out_h: int = 1
     out_w: int = 1
+    #: every shift <= 0 and multiplier >= 0: the requantization's cheaper right-shift-only form
+    right_only: bool = False
 
 
 @dataclass
@@ -108,7 +110,12 @@ def _gemm_data(ctx: OperationContext, w2d: np.ndarray, out_c: int, bias: np.ndar
     chunks = np.array(list(range(0, k, step)) + [k], dtype=np.int64)
     mult, shift, ozp, lo, hi = _requant(ctx, out_c)
     return GemmData(np.ascontiguousarray(wq.astype(np.float32)), bias, chunks, shift0,
-                    float(x.zero_point - shift0), mult, shift, ozp, lo, hi)
+                    float(x.zero_point - shift0), mult, shift, ozp, lo, hi,
+                    right_only=_right_only(mult, shift))
+
+
+def _right_only(multipliers: np.ndarray, shifts: np.ndarray) -> bool:
+    return bool((shifts <= 0).all() and (multipliers >= 0).all())
 
 
 def plan_conv(ctx: OperationContext):
@@ -150,6 +157,7 @@ def plan_grouped(ctx: OperationContext) -> GroupedData:
         part = slice(g * oc_g, (g + 1) * oc_g)
         d = _gemm_data(ctx, w[part].reshape(oc_g, -1).T, oc_g, ctx.input(BIAS).value[part])
         d.multipliers, d.shifts = mult[part].copy(), shift[part].copy()
+        d.right_only = _right_only(d.multipliers, d.shifts)
         d.filter_h, d.filter_w = p.rows.filter, p.cols.filter
         d.stride_h, d.stride_w, d.pad_top, d.pad_left = p.rows.stride, p.cols.stride, p.rows.pad_head, p.cols.pad_head
         d.out_h, d.out_w = p.rows.out, p.cols.out
@@ -278,8 +286,7 @@ def _gemm(d: GemmData, a: np.ndarray) -> np.ndarray:
 
 def _finish(d: GemmData, acc: np.ndarray, dtype: np.dtype) -> np.ndarray:
     out = np.empty(acc.shape, dtype=dtype)
-    right_only = bool((d.shifts <= 0).all() and (d.multipliers >= 0).all())
-    (_requantize_right if right_only else _requantize)(acc, d.bias, d.multipliers, d.shifts, d.output_zp,
+    (_requantize_right if d.right_only else _requantize)(acc, d.bias, d.multipliers, d.shifts, d.output_zp,
                                                        d.act_min, d.act_max, out)
     return out
 
