@@ -63,6 +63,19 @@ class CellWeights:
     layer_norms: list
     projection_weights: np.ndarray | None
     projection_bias: np.ndarray | None
+    #: the present gates' recurrent weights stacked [gates·num_units, output_size]: one product
+    #: per step instead of one per gate (a step is a handful of small matrices: calls dominate)
+    recurrent_stacked: np.ndarray | None = None
+    recurrent_slices: tuple = ()  # each gate's columns of that product (None: no such gate)
+
+    def __post_init__(self) -> None:
+        present = [r for r in self.recurrent_weights if r is not None]
+        self.recurrent_stacked = np.concatenate(present, axis=0).T.copy()
+        slices, start = [], 0
+        for r in self.recurrent_weights:
+            slices.append(None if r is None else slice(start, start + r.shape[0]))
+            start += 0 if r is None else r.shape[0]
+        self.recurrent_slices = tuple(slices)
 
     @staticmethod
     def gather(cell: CellConfig, inputs: list) -> "CellWeights":
@@ -96,15 +109,17 @@ def input_contributions(cell: CellConfig, w: CellWeights, xs: np.ndarray,
 
 
 def lstm_step(cell: CellConfig, w: CellWeights, p: LstmParams, contributions: list, h_prev: np.ndarray,
-              c_prev: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              c_prev: np.ndarray, scratch: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """One step from the gates' input contributions [batch, num_units] and the previous state:
-    (output [batch, output_size], new cell state [batch, num_units], scratch [batch, k·num_units]),
-    all float32."""
+    (output [batch, output_size], new cell state [batch, num_units], scratch [batch, k·num_units]
+    or None when not ``scratch``), all float32."""
     h_prev = h_prev.astype(np.float64)
     c_prev = c_prev.astype(np.float64)
+    products = h_prev @ w.recurrent_stacked
+    recurrent = [None if sl is None else products[:, sl] for sl in w.recurrent_slices]
 
     def pre_activation(g: int, c: np.ndarray, peephole: np.ndarray | None) -> np.ndarray:
-        acc = contributions[g] + h_prev @ w.recurrent_weights[g].T
+        acc = contributions[g] + recurrent[g]
         if peephole is not None:
             acc = acc + peephole * c
         if cell.use_layer_norm:
@@ -127,10 +142,11 @@ def lstm_step(cell: CellConfig, w: CellWeights, p: LstmParams, contributions: li
             h = h + w.projection_bias
         if p.proj_clip > 0:
             h = np.clip(h, -p.proj_clip, p.proj_clip)
+    if not scratch:
+        return h.astype(np.float32), c.astype(np.float32), None
     # Scratch: the gate values, gate by gate (AOSP's layout; NNAPI leaves its content unspecified).
     gates = [f, g, o] if cell.use_cifg else [i, f, g, o]
-    scratch = np.stack(gates).astype(np.float32).reshape(c.shape[0], -1)
-    return h.astype(np.float32), c.astype(np.float32), scratch
+    return h.astype(np.float32), c.astype(np.float32), np.stack(gates).astype(np.float32).reshape(c.shape[0], -1)
 
 
 def lstm_sequence(cell: CellConfig, w: CellWeights, p: LstmParams, xs: np.ndarray, h: np.ndarray, c: np.ndarray,
@@ -142,8 +158,11 @@ def lstm_sequence(cell: CellConfig, w: CellWeights, p: LstmParams, xs: np.ndarra
     scratch = None
     h = h.astype(np.float32)
     c = c.astype(np.float32)
-    for t in (range(xs.shape[0] - 1, -1, -1) if reverse else range(xs.shape[0])):
-        h, c, scratch = lstm_step(cell, w, p, [None if a is None else a[t] for a in contributions], h, c)
+    steps = range(xs.shape[0] - 1, -1, -1) if reverse else range(xs.shape[0])
+    for n, t in enumerate(steps):
+        last = n == len(steps) - 1  # only the last step's scratch is returned
+        h, c, scratch = lstm_step(cell, w, p, [None if a is None else a[t] for a in contributions], h, c,
+                                  scratch=last)
         out[t] = h
     return out, h, c, scratch
 
