@@ -22,8 +22,9 @@ from typing import Any, Callable
 import numpy as np
 
 from hal import backends as hal_backends
-from hal import registry as hal_registry
-from hal.registry import ExtensionOperandType, ExtensionTypes, OperationSpec
+from hal import extension_registry
+from hal.extension_registry import ExtensionOperandType, ExtensionTypes
+from hal.registry import OperationSpec
 
 log = logging.getLogger("nnhal.extensions")
 
@@ -110,14 +111,14 @@ def register(ext: Extension) -> None:
         raise TypeError(f"expected an extensions.Extension, got {type(ext).__name__}")
     with _lock:
         _registered[ext.name] = ext
-        hal_registry.register_extension(ext.hal_types())
+        extension_registry.register_extension(ext.hal_types())
         hal_backends.register_backend(ext.backend())
 
 
 def unregister(name: str) -> None:
     with _lock:
         _registered.pop(name, None)
-        hal_registry.unregister_extension(name)
+        extension_registry.unregister_extension(name)
         b = hal_backends.extension_backend(name)
         if b is not None:
             hal_backends.unregister_backend(name)

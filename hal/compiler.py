@@ -25,10 +25,11 @@ from hal.backends import Backend, Kernel
 from hal.backends.graph import GraphBackend
 from hal.control_flow import CONTROL_FLOW
 from hal.errors import HalError, RuntimeValueNeeded
+from hal.extension_registry import extension_name, lookup_in_model, model_prefixes
 from hal.model import Model
 from hal.operands import decode_constant, operand_infos, operation_context, step_inputs  # noqa: F401  (decode_constant: API)
 from hal.plan import CONSTANT_LIFETIMES, Plan, Step, make_partition, partition_step, plan_releases
-from hal.registry import OperandInfo, OperationContext, OperationSpec, extension_name, lookup_in_model, model_prefixes
+from hal.registry import OperandInfo, OperationContext, OperationSpec
 from hal.types import SCALAR_TYPES, ErrorStatus, OperandLifeTime, OperandType, OperationType, operation_name
 from hal.validation import validate_model
 

@@ -9,8 +9,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from hal.extension_registry import extension_dtype, model_prefixes, resolve_extension_type
 from hal.model import Model, Operand, Operation
-from hal.registry import OperandInfo, OperationContext, extension_dtype, model_prefixes, resolve_extension_type
+from hal.registry import OperandInfo, OperationContext
 from hal.types import NUMPY_DTYPE, SCALAR_TYPES, OperandLifeTime, OperandType, is_extension_type
 
 _CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_POOL)

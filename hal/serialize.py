@@ -29,6 +29,7 @@ from hal import backends
 from hal.backends import Backend
 from hal.backends.graph import GraphBackend
 from hal.compiler import CompiledModel, Subgraphs
+from hal.extension_registry import extension_dtype, extension_name, lookup_in_model, model_prefixes
 from hal.model import (
     ExtensionNameAndPrefix,
     Model,
@@ -39,12 +40,6 @@ from hal.model import (
 )
 from hal.operands import operand_info, operation_context, step_inputs
 from hal.plan import PartitionContext, Plan, Step, make_partition, partition_step
-from hal.registry import (
-    extension_dtype,
-    extension_name,
-    lookup_in_model,
-    model_prefixes,
-)
 from hal.types import OperandLifeTime
 
 #: 2: constants stored per operand, packed-only constants left out; 3: extensions; 4: backends;

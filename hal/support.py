@@ -11,9 +11,10 @@ from hal import backends
 from hal.backends import Backend
 from hal.compiler import Subgraphs, inputs_static, outputs_known, prepare_operation
 from hal.errors import HalError, RuntimeValueNeeded
+from hal.extension_registry import extension_name, model_prefixes
 from hal.model import Model
 from hal.operands import operand_infos, operation_context
-from hal.registry import OperandInfo, extension_name, model_prefixes
+from hal.registry import OperandInfo
 from hal.validation import validate_model
 
 

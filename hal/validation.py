@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from hal import registry
+from hal import extension_registry
 from hal.errors import HalError, check
 from hal.model import Model, Operand, Operation, Request, Subgraph
 from hal.operands import model_scalar_value, operation_context, validation_infos
@@ -68,7 +68,7 @@ def _validate_operand(model: Model, sg: Subgraph, i: int, op: Operand, where: st
         if prefix not in names:
             raise _bad(f"{name}: extension operand type {code} uses prefix {prefix}, which the "
                        f"model's extension_name_to_prefix does not declare")
-        ext = registry.extension(names[prefix])
+        ext = extension_registry.extension(names[prefix])
         if ext is not None and t not in ext.operand_types:
             raise _bad(f"{name}: extension {names[prefix]!r} has no operand type {t}")
         dims = op.dimensions
@@ -226,7 +226,7 @@ def _validate_subgraph(model: Model, sg: Subgraph, where: str) -> None:
             names = {e.prefix: e.name for e in model.extension_name_to_prefix}
             if prefix not in names:
                 raise _bad(f"{opname}: extension prefix {prefix} is not declared by the model")
-            ext = registry.extension(names[prefix])
+            ext = extension_registry.extension(names[prefix])
             if ext is not None and t not in ext.operations:
                 raise _bad(f"{opname}: extension {names[prefix]!r} has no operation type {t}")
         elif operation.type not in _KNOWN_OPERATIONS:
@@ -288,13 +288,13 @@ def validate_model(model: Model) -> None:
         names.add(e.name)
         prefixes.add(e.prefix)
     for e in model.extension_name_to_prefix:
-        if registry.extension(e.name) is None:
+        if extension_registry.extension(e.name) is None:
             raise _bad(f"unknown extension {e.name!r}: not registered with this driver")
     _validate_subgraph(model, model.main, "")
     for k, sg in enumerate(model.referenced):
         _validate_subgraph(model, sg, f"referenced subgraph {k}: ")
     _check_no_reference_cycles(model)
-    prefixes = registry.model_prefixes(model)
+    prefixes = extension_registry.model_prefixes(model)
     scalars = model_scalar_value(model)
     for n, sg in enumerate([model.main, *model.referenced]):
         infos = validation_infos(sg.operands, prefixes, scalars)
@@ -337,7 +337,7 @@ def validate_operation(k: int, operation: Operation, operands: list[Operand], in
     """Operation k's own rules (its spec's validate). An operation without a spec here is left
     alone: unsupported by this driver is not invalid. ``model``: the whole model, which IF and
     WHILE need (their subgraphs)."""
-    spec = registry.lookup_in_model(operation.type, prefixes)
+    spec = extension_registry.lookup_in_model(operation.type, prefixes)
     if spec is None:
         return
     ctx = operation_context(k, operation, operands, infos, validating=True, model=model)

@@ -12,7 +12,7 @@ import time
 from contextlib import ExitStack
 from typing import Callable, Iterator
 
-from hal import registry as hal_registry
+from hal import extension_registry
 from hal.errors import HalError
 from hal.model import DataLocation, Request, RequestArgument
 from hal.types import ErrorStatus, OperandType
@@ -210,7 +210,7 @@ class DeviceServicer(pb_grpc.DeviceServicer):
         def body():
             exts = [pb.Extension(name=e.name, operand_types=[
                 pb.ExtensionOperandTypeInformation(type=t.type, is_tensor=t.is_tensor, byte_size=t.dtype.itemsize)
-                for _, t in sorted(e.operand_types.items())]) for e in hal_registry.extensions()]
+                for _, t in sorted(e.operand_types.items())]) for e in extension_registry.extensions()]
             return pb.ExtensionsReply(status=convert.status(), extensions=exts)
         return _guard(pb.ExtensionsReply, body)
 

@@ -10,8 +10,8 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from hal.extension_registry import model_prefixes, operand_dtype
 from hal.model import DataLocation, Model, Operand
-from hal.registry import model_prefixes, operand_dtype
 from hal.types import SCALAR_TYPES, OperandLifeTime
 from service import convert
 from service.proto import nnhal_pb2 as pb

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hal import registry
+from hal import extension_registry
 from hal.compiler import compile_model
 from hal.errors import HalError
 from hal.executor import execute
+from hal.extension_registry import ExtensionOperandType, ExtensionTypes
 from hal.model import (
     DataLocation,
     ExtensionNameAndPrefix,
@@ -26,7 +27,6 @@ from hal.model import (
     Subgraph,
     SymmPerChannelQuantParams,
 )
-from hal.registry import ExtensionOperandType, ExtensionTypes
 from hal.support import supported_operations
 from hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType, encode_extension_type
 from hal.validation import validate_model
@@ -241,9 +241,9 @@ EXT = "com.test.validation"
 
 @pytest.fixture
 def extension():
-    registry.register_extension(ExtensionTypes(EXT, {0: ExtensionOperandType(0, np.dtype(np.int64))}, {}))
+    extension_registry.register_extension(ExtensionTypes(EXT, {0: ExtensionOperandType(0, np.dtype(np.int64))}, {}))
     yield
-    registry.unregister_extension(EXT)
+    extension_registry.unregister_extension(EXT)
 
 
 def _with_extension(m, prefix=1):

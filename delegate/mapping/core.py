@@ -21,9 +21,9 @@ from delegate.mapping.options import OptionsReader
 from delegate.tfl.graph import TfLiteGraph, TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import ActivationFunctionType, Padding, TensorType, builtin_name
 from hal.errors import HalError
+from hal.extension_registry import model_prefixes
 from hal.model import ExtensionNameAndPrefix, Model, ModelBuilder, SymmPerChannelQuantParams
 from hal.operands import constant_from_bytes, validation_info
-from hal.registry import model_prefixes
 from hal.types import (
     FusedActivationFunc,
     OperandType,

@@ -23,9 +23,9 @@ from delegate.mapping.scalars import nnapi_shape
 from delegate.tfl.graph import TfLiteGraph
 from hal.control_flow import CONTROL_FLOW
 from hal.errors import HalError, RuntimeValueNeeded
+from hal.extension_registry import lookup_in_model, model_prefixes
 from hal.model import Model
 from hal.operands import operand_infos, operation_context
-from hal.registry import lookup_in_model, model_prefixes
 from hal.types import operation_name
 from hal.validation import validate_model
 

@@ -40,7 +40,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from hal.errors import HalError
-from hal.registry import OperandInfo, OperationContext, file_digest
+from hal.extension_registry import file_digest
+from hal.registry import OperandInfo, OperationContext
 from hal.types import ErrorStatus, OperandType, OperationType, type_name
 
 ENV_VAR = "NNHAL_BACKENDS"
@@ -206,23 +207,23 @@ class Backend:
 
 class ExtensionBackend(Backend):
     """The kernels of one vendor extension. Its identity is the extension's (types, operation codes,
-    implementing modules' files: ``hal.registry.extension_identity``), so re-registering the
+    implementing modules' files: ``hal.extension_registry.extension_identity``), so re-registering the
     extension with other types or code invalidates what was compiled with it."""
 
     def __init__(self, extension: str, version: str):
         super().__init__(extension, version, extension=extension)
 
     def _types(self):
-        from hal.registry import extension
+        from hal.extension_registry import extension
         return extension(self.extension)
 
     def owns_module(self, module: str) -> bool:
-        from hal.registry import extension_modules
+        from hal.extension_registry import extension_modules
         ext = self._types()
         return ext is not None and module in extension_modules(ext)
 
     def identity(self) -> str:
-        from hal.registry import extension_identity
+        from hal.extension_registry import extension_identity
         return extension_identity(self.extension) or "<not loaded>"
 
 

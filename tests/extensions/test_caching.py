@@ -10,7 +10,7 @@ import pytest
 
 from delegate.mapping import convert_partition
 from delegate.tfl import read_model
-from hal import registry as hal_registry
+from hal import extension_registry
 from hal.compiler import compile_model
 from hal.executor import execute
 from hal.serialize import SerializationError, dump_compiled, load_compiled
@@ -57,24 +57,24 @@ def test_requantizing_mean_round_trips_with_the_kernel_it_runs():
     loaded = load_compiled(*dump_compiled(compiled))
     x = np.random.default_rng(3).integers(-128, 128, (1, 7, 7, 6), dtype=np.int8)
     np.testing.assert_array_equal(execute(loaded, [x])[0], execute(compiled, [x])[0])
-    modules = hal_registry.extension_modules(hal_registry.extension(tflite_compat.NAME))
+    modules = extension_registry.extension_modules(extension_registry.extension(tflite_compat.NAME))
     assert "hal.backends.reference.reduce" in modules
 
 
 def test_missing_or_changed_extension_fails_the_load():
     payload, arrays = dump_compiled(compile_model(fib_model()))
-    ext = hal_registry.extension(FIB)
+    ext = extension_registry.extension(FIB)
     try:
-        hal_registry.unregister_extension(FIB)
+        extension_registry.unregister_extension(FIB)
         with pytest.raises(SerializationError, match="not loaded or changed"):
             load_compiled(payload, arrays)
         # Same name, one more operand type: another identity.
-        extra = hal_registry.ExtensionOperandType(9, np.dtype(np.int16))
-        hal_registry.register_extension(dataclasses.replace(ext, operand_types={**ext.operand_types, 9: extra}))
+        extra = extension_registry.ExtensionOperandType(9, np.dtype(np.int16))
+        extension_registry.register_extension(dataclasses.replace(ext, operand_types={**ext.operand_types, 9: extra}))
         with pytest.raises(SerializationError, match="not loaded or changed"):
             load_compiled(payload, arrays)
     finally:
-        hal_registry.register_extension(ext)
+        extension_registry.register_extension(ext)
     assert execute(load_compiled(payload, arrays), [np.array([3, 4, 5, 6, 7], np.float32)])[0].tolist() == \
         [2, 3, 5, 8, 13]
 
@@ -82,8 +82,10 @@ def test_missing_or_changed_extension_fails_the_load():
 def test_payload_may_not_reference_modules_of_unused_extensions():
     """The allow-list is per model: a fibonacci payload naming the pooling extension's module is refused."""
     payload, arrays = dump_compiled(compile_model(fib_model()))
-    pool_module = next(iter(hal_registry.extension_modules(hal_registry.extension("com.nnhal.maxpool_argmax"))))
-    fib_module = next(iter(hal_registry.extension_modules(hal_registry.extension(FIB))))
+    def module_of(name: str) -> str:
+        return next(iter(extension_registry.extension_modules(extension_registry.extension(name))))
+
+    pool_module, fib_module = module_of("com.nnhal.maxpool_argmax"), module_of(FIB)
     forged = payload.replace(f'"{fib_module}:'.encode(), f'"{pool_module}:'.encode())
     if forged == payload:  # fibonacci's op data holds no reference: plant one
         forged = payload.replace(b'"data":"float32"', f'"data":{{"t":"fn","ref":"{pool_module}:execute"}}'.encode())

@@ -17,7 +17,7 @@ from flatbuffers import flexbuffers
 import extensions
 from extensions.options import CustomOptionsError, flexbuffer_map, pack_pool_params, tflite_pool_params
 from extensions.registry import Extension, ExtensionOperation, OperandTypeSpec, load_plugins
-from hal import registry as hal_registry
+from hal import extension_registry
 from hal.compiler import compile_model
 from hal.errors import HalError
 from hal.executor import execute
@@ -71,7 +71,7 @@ def test_discovery_through_a_dist_info_entry_point(tmp_path, monkeypatch):
         assert "expected an extensions.Extension" in results["wrong"].error
         assert extensions.lookup("com.vendor.test").version == "3.1"
         assert extensions.by_custom_code("VOp")[0].name == "com.vendor.test"
-        assert hal_registry.extension("com.vendor.test").operand_types[0].dtype == np.int16
+        assert extension_registry.extension("com.vendor.test").operand_types[0].dtype == np.int16
     finally:
         extensions.unregister("com.vendor.test")
         sys.modules.pop("vendor_ext_pkg", None)
@@ -115,7 +115,7 @@ def test_injected_entry_points():
     assert [(r.extension, bool(r.error)) for r in results] == [(None, True), (None, True), ("com.test.good", False)]
     assert "ImportError: no module x" in results[0].error
     extensions.unregister("com.test.good")
-    assert extensions.lookup("com.test.good") is None and hal_registry.extension("com.test.good") is None
+    assert extensions.lookup("com.test.good") is None and extension_registry.extension("com.test.good") is None
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -193,10 +193,10 @@ def test_out_of_range_input_is_an_error_not_a_crash():
 
 def test_operand_dtype_resolves_extension_types_per_model():
     prefixes = {9: "com.example.fibonacci"}
-    assert hal_registry.operand_dtype(encode_extension_type(9, 0), prefixes) == np.int64
-    assert hal_registry.operand_dtype(int(OperandType.TENSOR_INT32), prefixes) == np.int32
+    assert extension_registry.operand_dtype(encode_extension_type(9, 0), prefixes) == np.int64
+    assert extension_registry.operand_dtype(int(OperandType.TENSOR_INT32), prefixes) == np.int32
     with pytest.raises(HalError, match="no registered extension defines it"):
-        hal_registry.operand_dtype(encode_extension_type(8, 0), prefixes)
+        extension_registry.operand_dtype(encode_extension_type(8, 0), prefixes)
 
 
 def test_flexbuffer_options():

@@ -354,7 +354,7 @@ def make_inputs(model, seed: Seed, rng) -> list | None:
     """Inputs for the (mutated) model: the seed's where they still fit its operand, else random
     values of the operand's type and shape (unknown dimensions: 1-3). None: the inputs cannot be
     built (an input type without an element type)."""
-    from hal.registry import model_prefixes, operand_dtype
+    from hal.extension_registry import model_prefixes, operand_dtype
     known = dict(zip(seed.model.main.input_indexes, seed.inputs or []))
     prefixes = model_prefixes(model)
     out = []

@@ -91,7 +91,7 @@ def _converted(name: str, tflite: bytes, rng: np.random.Generator) -> Seed | Non
     """A .tflite model through the delegate's converter (the whole graph as one NNAPI model)."""
     from delegate.mapping import MappingError, convert_partition
     from delegate.tfl import read_model
-    from hal.registry import model_prefixes, operand_dtype
+    from hal.extension_registry import model_prefixes, operand_dtype
     from tests.harness import random_tensor
     try:
         part = convert_partition(read_model(tflite))
@@ -120,7 +120,7 @@ def converted_seeds(rng: np.random.Generator | None = None) -> list[Seed]:
 def service_seeds() -> list[Seed]:
     """tests/service's models (control flow among them: referenced subgraphs on the wire), and
     the example extensions' models when they are installed."""
-    from hal import registry
+    from hal import extension_registry
     from tests.control_flow_models import branches, counter_loop, loop_inputs
     from tests.service.models import add_chain, add_model
     seeds = [Seed("service:add", add_model((2, 3)), None),
@@ -131,7 +131,7 @@ def service_seeds() -> list[Seed]:
                   [np.array([True]), np.ones((2, 3), np.float32), np.full((2, 3), 2, np.float32)])]
     from extensions.registry import ensure_plugins_loaded
     ensure_plugins_loaded()
-    if registry.extension("com.example.fibonacci") is not None:
+    if extension_registry.extension("com.example.fibonacci") is not None:
         from tests.extensions.test_registry import fib_model
         seeds.append(Seed("extension:fibonacci_float32", fib_model(prefix=3), [np.arange(5, dtype=np.float32)]))
         seeds.append(Seed("extension:fibonacci_int64", fib_model(prefix=9, int64=True),
