@@ -25,7 +25,7 @@ state rows are offset by the merged output width) and an aux_input narrower or w
 from __future__ import annotations
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
-from delegate.mapping.lstm_integer import map_integer_lstm
+from delegate.mapping.lstm_integer import map_integer_lstm, map_integer_sequence_lstm
 from delegate.mapping.options import OptionsReader, bools, c_float, ints
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import BuiltinOperator, TensorType, tensor_type_name
@@ -74,8 +74,8 @@ def _read_bidirectional(a: int) -> dict:
 def _float_type(ctx: MappingContext) -> OperandType:
     x = ctx.input_tensor(0)
     if x.type != TensorType.FLOAT32:
-        raise MappingError(f"{tensor_type_name(x.type)} input: only the float32 kernels and the int8 one-step "
-                           f"LSTM are mapped (TFLite has no float16 LSTM)")
+        raise MappingError(f"{tensor_type_name(x.type)} input: only the float32 kernels and the fully integer "
+                           f"(int8 weights) LSTM and sequence LSTM are mapped (TFLite has no float16 LSTM)")
     return F32
 
 
@@ -172,9 +172,14 @@ def map_lstm(ctx: MappingContext, node: TfLiteNode) -> None:
         options=OptionsReader("UnidirectionalSequenceLSTMOptions", _read_unidirectional))
 def map_unidirectional_sequence_lstm(ctx: MappingContext, node: TfLiteNode) -> None:
     inputs = _check_inputs(node, (20, 24))
-    _float_type(ctx)
     if ctx.option("diagonal_recurrent_tensors", False):
         raise MappingError("diagonal recurrent weights have no NNAPI equivalent")
+    if ctx.input_tensor(0).type == TensorType.INT8 and inputs[2] >= 0 \
+            and ctx.tensor_info(inputs[2]).type == TensorType.INT8:
+        # the fully integer kernel: unrolled into one QUANTIZED_LSTM a step
+        map_integer_sequence_lstm(ctx, node, bool(ctx.option("time_major", False)))
+        return
+    _float_type(ctx)
     _check_recurrent(ctx, inputs)
     if len(node.outputs) != 1:
         raise MappingError(f"expected 1 output, got {len(node.outputs)}")

@@ -7,12 +7,19 @@ operator's 5 intermediate tensors: 24 cell_clip, 25 proj_clip, 26-29 the scale o
 matmul sum (the intermediates' with layer norm; without, TFLite's kernel uses Q3.12, 2^-12),
 30 and 31 the hidden state's zero point and scale (intermediate 4). Outputs: the new output
 state, the new cell state (both written back into TFLite's variable tensors) and the output.
-See hal/operations/quantized_lstm_int8.py. UNIDIRECTIONAL_SEQUENCE_LSTM has no integer NNAPI
-counterpart; it is not mapped.
+See hal/operations/quantized_lstm_int8.py.
+
+The fully integer UNIDIRECTIONAL_SEQUENCE_LSTM has no NNAPI counterpart, but TFLite's kernel
+(unidirectional_sequence_lstm.cc -> lstm_eval EvalInteger8x8_16) runs the same integer step as
+the LSTM builtin once per time step, the state carried from one step to the next. So it is
+unrolled (``sequence_steps``): the input cut into steps, one QUANTIZED_LSTM a step with the same
+constants and scalars, the steps' outputs put back together; the last step's states are the
+state outputs. Same arithmetic, so bit-exact.
 """
 from __future__ import annotations
 
 from delegate.mapping.core import MappingContext, MappingError
+from delegate.mapping.sequence_steps import join_steps, split_steps, time_steps
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import TensorType, tensor_type_name
 from hal.types import OperandType, OperationType
@@ -60,7 +67,8 @@ def _state(ctx: MappingContext, k: int, ttype: int, otype: OperandType) -> tuple
     return ctx.tensor(t, type=otype), ctx.state_output(t)
 
 
-def map_integer_lstm(ctx: MappingContext, node: TfLiteNode) -> None:
+def _cell(ctx: MappingContext, node: TfLiteNode) -> tuple[dict[int, int], list[int]]:
+    """The cell's constant operands by TFLite input position, and NNAPI's scalars 24-31."""
     inputs = list(node.inputs)
     if len(inputs) != 24:
         raise MappingError(f"the integer LSTM has 24 inputs, got {len(inputs)}")
@@ -70,13 +78,44 @@ def map_integer_lstm(ctx: MappingContext, node: TfLiteNode) -> None:
     inter = [ctx.tensor_info(t) for t in node.intermediates]
     if not all(i.is_quantized for i in inter):
         raise MappingError("the integer LSTM's intermediate tensors carry no quantization")
-    x = ctx.tensor(inputs[0])  # TENSOR_QUANT8_ASYMM_SIGNED
     consts = {k: _constant(ctx, k, want) for k, want in TENSORS.items()}
-    h_in, h_out = _state(ctx, 18, TensorType.INT8, QS8)
-    c_in, c_out = _state(ctx, 19, TensorType.INT16, Q16)
     layer_norm = inputs[LAYER_NORM_FORGET] >= 0
     gate_scales = [i.scales[0] if layer_norm else Q3_12 for i in inter[:4]]
     scalars = [ctx.float32(ctx.option("cell_clip", 0.0)), ctx.float32(ctx.option("proj_clip", 0.0)),
                *map(ctx.float32, gate_scales), ctx.int32(inter[4].zero_points[0]), ctx.float32(inter[4].scales[0])]
-    ins = [x, *(consts[k] for k in range(1, 18)), h_in, c_in, *(consts[k] for k in range(20, 24)), *scalars]
-    ctx.operation(OperationType.QUANTIZED_LSTM, ins, [h_out, c_out, ctx.tensor(node.outputs[0])])
+    return consts, scalars
+
+
+def _step(ctx: MappingContext, consts: dict[int, int], scalars: list[int], x: int, h: int, c: int,
+          outputs: list[int]) -> None:
+    ins = [x, *(consts[k] for k in range(1, 18)), h, c, *(consts[k] for k in range(20, 24)), *scalars]
+    ctx.operation(OperationType.QUANTIZED_LSTM, ins, outputs)  # output state, cell state, output
+
+
+def map_integer_lstm(ctx: MappingContext, node: TfLiteNode) -> None:
+    consts, scalars = _cell(ctx, node)
+    x = ctx.tensor(node.inputs[0])  # TENSOR_QUANT8_ASYMM_SIGNED
+    h_in, h_out = _state(ctx, 18, TensorType.INT8, QS8)
+    c_in, c_out = _state(ctx, 19, TensorType.INT16, Q16)
+    _step(ctx, consts, scalars, x, h_in, c_in, [h_out, c_out, ctx.tensor(node.outputs[0])])
+
+
+def map_integer_sequence_lstm(ctx: MappingContext, node: TfLiteNode, time_major: bool) -> None:
+    """UNIDIRECTIONAL_SEQUENCE_LSTM, fully integer: one QUANTIZED_LSTM per time step."""
+    time_steps(ctx, time_major, "integer sequence LSTM", "NNAPI has no integer sequence LSTM")
+    consts, scalars = _cell(ctx, node)
+    x = ctx.tensor(node.inputs[0])
+    h, h_out = _state(ctx, 18, TensorType.INT8, QS8)
+    c, c_out = _state(ctx, 19, TensorType.INT16, Q16)
+    y = ctx.tensor(node.outputs[0])
+    steps = split_steps(ctx, x, time_major)
+    outputs = []
+    for n, x_t in enumerate(steps):
+        last = n == len(steps) - 1
+        h_next = h_out if last else ctx.new_temporary(h_out)
+        c_next = c_out if last else ctx.new_temporary(c_out)
+        y_t = ctx.new_temporary(y, ctx.builder.operands[h_out].dimensions)
+        _step(ctx, consts, scalars, x_t, h, c, [h_next, c_next, y_t])
+        h, c = h_next, c_next
+        outputs.append(y_t)
+    join_steps(ctx, outputs, y, time_major)

@@ -22,15 +22,15 @@ previous state then a TANH giving the new state, the steps' states put back toge
 float arithmetic (kernel_utils.cc RnnBatchStep: output = bias + W·x (+ W_aux·aux) + R·h summed
 in full, then the activation applied element-wise, and the activated output copied into the
 state), up to float rounding in the order of the sums. Unrolling costs two operations a step
-per direction, so it stops at MAX_UNROLLED_STEPS; longer sequences, and SIGN_BIT (no NNAPI
+per direction, so it stops at sequence_steps.MAX_UNROLLED_STEPS; longer sequences, and SIGN_BIT (no NNAPI
 equivalent at all), stay on TFLite.
 """
 from __future__ import annotations
 
 from delegate.mapping.core import MappingContext, MappingError, mapper
 from delegate.mapping.options import OptionsReader, bools, ints
+from delegate.mapping.sequence_steps import join_steps, split_steps, time_steps
 from delegate.mapping.shape import omitted
-from delegate.mapping.slicing import int32_tensor
 from delegate.tfl.graph import TfLiteNode
 from delegate.tfl.schema import ActivationFunctionType, BuiltinOperator, TensorType, tensor_type_name
 from hal.types import FusedActivationFunc, OperandType, OperationType
@@ -38,8 +38,6 @@ from hal.types import FusedActivationFunc, OperandType, OperationType
 #: TFLite activations NNAPI lacks as a fused activation, applied as a separate operation after it.
 _SEPARATE = {ActivationFunctionType.TANH: OperationType.TANH}
 
-#: Most time steps a TANH sequence is unrolled over (two NNAPI operations a step and direction).
-MAX_UNROLLED_STEPS = 256
 
 
 # ---- TFLite 2.14 builtin_op_data.h structs --------------------------------------------------------
@@ -128,44 +126,6 @@ def _unrolls(ctx: MappingContext) -> bool:
     return ctx.option("fused_activation_function", ActivationFunctionType.NONE) == ActivationFunctionType.TANH
 
 
-def _time_steps(ctx: MappingContext, time_major: bool) -> int:
-    shape = ctx.input_tensor(0).shape
-    if len(shape) != 3:
-        raise MappingError(f"input 0 has shape {list(shape)}, not a rank-3 sequence")
-    steps = shape[0] if time_major else shape[1]
-    if not 1 <= steps <= MAX_UNROLLED_STEPS:
-        raise MappingError(f"TANH sequence of {steps} time steps: NNAPI's sequence operations have no TANH, "
-                           f"and unrolling it step by step is done for 1 to {MAX_UNROLLED_STEPS} steps")
-    return steps
-
-
-def _split_steps(ctx: MappingContext, x: int, time_major: bool) -> list[int]:
-    """Operands [batch, size] for every time step of sequence operand ``x``: reshaped to 2-D so that
-    the steps are consecutive row blocks (time-major [T*B, size]) or column blocks (batch-major
-    [B, T*size]), then SPLIT along that axis."""
-    d = ctx.builder.operands[x].dimensions
-    steps, batch, size = (d[0], d[1], d[2]) if time_major else (d[1], d[0], d[2])
-    flat = [steps * batch, size] if time_major else [batch, steps * size]
-    x2 = ctx.new_temporary(x, flat)
-    ctx.operation(OperationType.RESHAPE, [x, int32_tensor(ctx, flat)], [x2])
-    if steps == 1:
-        return [x2]
-    parts = [ctx.new_temporary(x, [batch, size]) for _ in range(steps)]
-    ctx.operation(OperationType.SPLIT, [x2, ctx.int32(0 if time_major else 1), ctx.int32(steps)], parts)
-    return parts
-
-
-def _join_steps(ctx: MappingContext, states: list[int], y: int, time_major: bool) -> None:
-    """Writes the steps' [batch, units] outputs, in time order, into sequence operand ``y``
-    (_split_steps backwards: CONCATENATION along that axis, RESHAPE to 3-D)."""
-    batch, units = ctx.builder.operands[states[0]].dimensions
-    flat = states[0]
-    if len(states) > 1:
-        flat = ctx.new_temporary(y, [len(states) * batch, units] if time_major else [batch, len(states) * units])
-        ctx.operation(OperationType.CONCATENATION, [*states, ctx.int32(0 if time_major else 1)], [flat])
-    ctx.operation(OperationType.RESHAPE, [flat, int32_tensor(ctx, ctx.builder.operands[y].dimensions)], [y])
-
-
 def _unroll_cell(ctx: MappingContext, steps: list[int], w: int, r: int, b: int, h_in: int, h_out: int,
                  backward: bool = False) -> list[int]:
     """h_t = TANH(RNN(x_t, h_{t-1}) with activation NONE) along the steps (from the last with
@@ -186,11 +146,11 @@ def _unroll_cell(ctx: MappingContext, steps: list[int], w: int, r: int, b: int, 
 
 def _unroll_unidirectional(ctx: MappingContext, node: TfLiteNode) -> None:
     time_major = bool(ctx.option("time_major", False))
-    _time_steps(ctx, time_major)
+    time_steps(ctx, time_major, "TANH sequence", "NNAPI's sequence operations have no TANH")
     x, w, r, b = (ctx.tensor(node.inputs[k]) for k in range(4))
     h_in, h_out = _state(ctx, 4)
     out, = _outputs(ctx, node, 1)
-    _join_steps(ctx, _unroll_cell(ctx, _split_steps(ctx, x, time_major), w, r, b, h_in, h_out), out, time_major)
+    join_steps(ctx, _unroll_cell(ctx, split_steps(ctx, x, time_major), w, r, b, h_in, h_out), out, time_major)
 
 
 def _unroll_bidirectional(ctx: MappingContext, node: TfLiteNode, present: list[bool]) -> None:
@@ -199,7 +159,7 @@ def _unroll_bidirectional(ctx: MappingContext, node: TfLiteNode, present: list[b
     concatenated along the features, with its weights and aux weights concatenated alike."""
     time_major = bool(ctx.option("time_major", False))
     merge = bool(ctx.option("merge_outputs", False))
-    _time_steps(ctx, time_major)
+    time_steps(ctx, time_major, "TANH sequence", "NNAPI's sequence operations have no TANH")
     if present[10] != present[11]:
         raise MappingError("only one of the forward and backward aux weights is given")
     x = ctx.tensor(node.inputs[0])
@@ -215,21 +175,21 @@ def _unroll_bidirectional(ctx: MappingContext, node: TfLiteNode, present: list[b
             cell[0] = _concat_last(ctx, [cell[0], ctx.tensor(node.inputs[k])])
     elif present[9]:  # parallel linking (time-major: batch-major was refused before)
         bw_in = ctx.tensor(node.inputs[9])
-    fw_steps = _split_steps(ctx, fw_in, time_major)
-    bw_steps = fw_steps if bw_in == fw_in else _split_steps(ctx, bw_in, time_major)
+    fw_steps = split_steps(ctx, fw_in, time_major)
+    bw_steps = fw_steps if bw_in == fw_in else split_steps(ctx, bw_in, time_major)
     fw_states = _unroll_cell(ctx, fw_steps, *cells[0])
     bw_states = _unroll_cell(ctx, bw_steps, *cells[1], backward=True)
     outs = _outputs(ctx, node, 1 if merge else 2)
     if not merge:
-        _join_steps(ctx, fw_states, outs[0], time_major)
-        _join_steps(ctx, bw_states, outs[1], time_major)
+        join_steps(ctx, fw_states, outs[0], time_major)
+        join_steps(ctx, bw_states, outs[1], time_major)
         return
     y = ctx.builder.operands[outs[0]].dimensions
     halves = []
     for states in (fw_states, bw_states):
         units = ctx.builder.operands[states[0]].dimensions[1]
         half = ctx.new_temporary(outs[0], [*y[:2], units])
-        _join_steps(ctx, states, half, time_major)
+        join_steps(ctx, states, half, time_major)
         halves.append(half)
     ctx.operation(OperationType.CONCATENATION, [*halves, ctx.int32(2)], [outs[0]])
 

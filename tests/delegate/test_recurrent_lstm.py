@@ -184,6 +184,30 @@ def test_integer_lstm_bit_exact(service, variant):
     assert d.impl.kernels[0].part.model.main.operations[0].type == OperationType.QUANTIZED_LSTM
 
 
+@pytest.mark.parametrize("time_major", [False, True], ids=["batch-major", "time-major"])
+@pytest.mark.parametrize("variant", QLSTM_VARIANTS.values(), ids=QLSTM_VARIANTS.keys())
+def test_integer_sequence_lstm_bit_exact(service, variant, time_major):
+    """int8 UNIDIRECTIONAL_SEQUENCE_LSTM, unrolled into one QUANTIZED_LSTM a time step: bit-exact
+    with TFLite's reference kernels over several invokes, the states carried and reset."""
+    from tests.ops._qlstm_tflite import random_case, tflite_model
+    case = random_case(np.random.default_rng(11), **variant)
+    d = check_against_cpu(service, tflite_model(case, steps=5, time_major=time_major).model, seed=11)
+    ops = [op.type for op in d.impl.kernels[0].part.model.main.operations]
+    assert ops.count(OperationType.QUANTIZED_LSTM) == 5, ops
+
+
+def test_integer_sequence_lstm_of_one_step_and_too_many_steps(service):
+    """One step: no SPLIT or CONCATENATION, still right; past the unrolling bound: refused, with why."""
+    from delegate.mapping.sequence_steps import MAX_UNROLLED_STEPS
+    from tests.ops._qlstm_tflite import random_case, tflite_model
+    case = random_case(np.random.default_rng(12))
+    d = check_against_cpu(service, tflite_model(case, steps=1).model, seed=12)
+    assert [op.type for op in d.impl.kernels[0].part.model.main.operations] == [
+        OperationType.RESHAPE, OperationType.QUANTIZED_LSTM, OperationType.RESHAPE]
+    assert f"integer sequence LSTM of {MAX_UNROLLED_STEPS + 1} time steps" in _refusal(
+        tflite_model(case, steps=MAX_UNROLLED_STEPS + 1).model)
+
+
 def test_integer_lstm_without_its_intermediates_is_refused():
     from tests.ops._qlstm_tflite import random_case, tflite_model
     graph = read_model(tflite_model(random_case(np.random.default_rng(10))).model)
@@ -252,11 +276,11 @@ def test_unmappable_variants_are_refused_with_a_reason():
         bidirectional_model(Cell(), Cell(), merge_outputs=True, time_major=False, batch=2))
     assert "reads aux_input with the input's width" in _refusal(
         bidirectional_model(Cell(), Cell(), aux="cross", aux_size=3))
-    b = TfLiteModelBuilder()  # an integer sequence LSTM: not mapped
+    b = TfLiteModelBuilder()  # an int8 sequence LSTM without weights
     x = b.add_input("x", [1, 1, 2], np.int8, scale=0.1, zero_point=0)
     y = b.add_tensor("y", [1, 1, 2], np.int8, scale=0.1, zero_point=0)
     b.add_operator("UNIDIRECTIONAL_SEQUENCE_LSTM", [x] + [-1] * 23, [y], ("UnidirectionalSequenceLSTMOptions", {}))
-    assert "only the float32 kernels and the int8 one-step LSTM are mapped" in _refusal(b.build())
+    assert "only the float32 kernels and the fully integer (int8 weights) LSTM" in _refusal(b.build())
 
 
 def test_a_state_that_is_not_a_variable_tensor_is_refused():

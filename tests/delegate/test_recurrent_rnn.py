@@ -15,7 +15,7 @@ import pytest
 
 from delegate import load_delegate
 from delegate.mapping.core import options_reader
-from delegate.mapping.rnn import MAX_UNROLLED_STEPS
+from delegate.mapping.sequence_steps import MAX_UNROLLED_STEPS
 from delegate.simple import PythonDelegate
 from delegate.tfl import read_model
 from delegate.tfl.builder import TfLiteModelBuilder

@@ -121,10 +121,16 @@ POSITIONS = {"ix": 1, "fx": 2, "cx": 3, "ox": 4, "ih": 5, "fh": 6, "ch": 7, "oh"
              "lo": 23}
 
 
-def tflite_model(case: QLstmCase) -> TfLiteLstm:
+def tflite_model(case: QLstmCase, steps: int | None = None, time_major: bool = False) -> TfLiteLstm:
+    """The LSTM builtin; with ``steps``, UNIDIRECTIONAL_SEQUENCE_LSTM over that many time steps
+    (input [batch, steps, input_size], or [steps, batch, input_size] when ``time_major``)."""
     b = TfLiteModelBuilder()
     n, units, out = case.batch, case.num_units, case.output_size
-    x = b.add_input("input", [n, case.input_size], np.int8, scale=case.input_scale, zero_point=case.input_zp)
+
+    def sequence(size: int) -> list[int]:
+        return [n, size] if steps is None else [steps, n, size] if time_major else [n, steps, size]
+
+    x = b.add_input("input", sequence(case.input_size), np.int8, scale=case.input_scale, zero_point=case.input_zp)
     inputs = [x] + [-1] * 23
     for name, pos in POSITIONS.items():
         if name in case.tensors:
@@ -135,10 +141,14 @@ def tflite_model(case: QLstmCase) -> TfLiteLstm:
                               is_variable=True)
     inter = [b.add_tensor(f"intermediate_{k}", [n, units], np.int16 if k < 4 else np.int8, scale=sc, zero_point=zp)
              for k, (sc, zp) in enumerate(case.intermediates)]
-    y = b.add_tensor("output", [n, out], np.int8, scale=case.state_scale, zero_point=case.state_zp)
-    b.add_operator("LSTM", inputs, [y], ("LSTMOptions", {"fused_activation_function": TANH,
-                                                        "cell_clip": case.cell_clip, "proj_clip": case.proj_clip}),
-                   version=LSTM_VERSION, intermediates=inter)
+    y = b.add_tensor("output", sequence(out), np.int8, scale=case.state_scale, zero_point=case.state_zp)
+    options = {"fused_activation_function": TANH, "cell_clip": case.cell_clip, "proj_clip": case.proj_clip}
+    if steps is None:
+        b.add_operator("LSTM", inputs, [y], ("LSTMOptions", options), version=LSTM_VERSION, intermediates=inter)
+    else:
+        b.add_operator("UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, [y],
+                       ("UnidirectionalSequenceLSTMOptions", {**options, "time_major": time_major}),
+                       intermediates=inter)
     b.set_outputs([y])
     return TfLiteLstm(b.build(), x, inputs[18], inputs[19], y)
 
