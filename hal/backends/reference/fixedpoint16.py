@@ -8,6 +8,8 @@ rounding-shifted right by 16 bits (RescaleConstantInitializer).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from hal.quant import rounding_divide_by_pot
@@ -137,3 +139,15 @@ def tanh(a, integer_bits: int) -> np.ndarray:
     # ExactMulByPot<1>: the same raw, read with one more integer bit.
     t = one_minus_x_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(n, integer_bits + 1))
     return np.where(a == 0, 0, np.where(negative, wrap16(-t), t))
+
+
+@functools.lru_cache(maxsize=None)
+def table(function: str, integer_bits: int) -> np.ndarray:
+    """``logistic`` or ``tanh`` of FixedPoint<int16, integer_bits> for every int16 raw (index raw +
+    32768). Both are elementwise functions of one raw, so the table made here by the functions
+    above is the same arithmetic, computed once per process."""
+    raws = np.arange(INT16_MIN, INT16_MAX + 1, dtype=np.int64)
+    out = np.asarray(logistic(raws, integer_bits) if function == "logistic" else tanh(raws, integer_bits),
+                     dtype=np.int64)
+    out.flags.writeable = False
+    return out

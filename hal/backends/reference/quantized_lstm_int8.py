@@ -14,8 +14,6 @@ wrap like C's int32 afterwards.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from hal import quant
@@ -40,22 +38,10 @@ def plan(ctx: OperationContext) -> QuantizedLstmParams:
     return ctx.params
 
 
-@functools.lru_cache(maxsize=None)
-def _table(function: str, integer_bits: int) -> np.ndarray:
-    """gemmlowp's int16 logistic or tanh of FixedPoint<int16, integer_bits>, for every int16 raw
-    (index raw + 32768). Both are elementwise functions of one raw, so a table made by
-    ``fixedpoint16`` itself is the same arithmetic; a step then looks its gates up instead of
-    running ~30 array operations per activation on a few dozen values."""
-    raws = np.arange(fp.INT16_MIN, fp.INT16_MAX + 1, dtype=np.int64)
-    values = fp.logistic(raws, integer_bits) if function == "logistic" else fp.tanh(raws, integer_bits)
-    out = np.asarray(values, dtype=np.int64)
-    out.flags.writeable = False
-    return out
-
-
 def _activate(function: str, raw: np.ndarray, integer_bits: int) -> np.ndarray:
-    """``function`` of int16 raws (held in int64) through its table."""
-    return _table(function, integer_bits)[raw - fp.INT16_MIN]
+    """``function`` of int16 raws (held in int64) through its table (``fixedpoint16.table``): a step
+    looks its gates up instead of running ~30 array operations per activation on a few dozen values."""
+    return fp.table(function, integer_bits)[raw - fp.INT16_MIN]
 
 
 def _effective_bias(weights: np.ndarray, zero_point: int, bias: np.ndarray | None) -> np.ndarray:
