@@ -151,3 +151,8 @@ def table(function: str, integer_bits: int) -> np.ndarray:
                      dtype=np.int64)
     out.flags.writeable = False
     return out
+
+
+def lookup(function: str, raw, integer_bits: int) -> np.ndarray:
+    """``function`` (``logistic`` or ``tanh``) of int16 raws through its ``table``."""
+    return table(function, integer_bits)[np.asarray(raw, dtype=np.int64) - INT16_MIN]

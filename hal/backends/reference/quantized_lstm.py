@@ -56,13 +56,13 @@ def _gate_inputs(p: QuantizedLstmParams, inputs: list) -> list[np.ndarray]:
 def execute(ctx: OperationContext, inputs: list) -> list:
     p: QuantizedLstmParams = ctx.data
     pre_i, pre_f, pre_g, pre_o = _gate_inputs(p, inputs)
-    i = fp.logistic(pre_i, GATE_INTEGER_BITS)
-    f = fp.logistic(pre_f, GATE_INTEGER_BITS)
-    g = fp.tanh(pre_g, GATE_INTEGER_BITS)
-    o = fp.logistic(pre_o, GATE_INTEGER_BITS)
+    i = fp.lookup("logistic", pre_i, GATE_INTEGER_BITS)
+    f = fp.lookup("logistic", pre_f, GATE_INTEGER_BITS)
+    g = fp.lookup("tanh", pre_g, GATE_INTEGER_BITS)
+    o = fp.lookup("logistic", pre_o, GATE_INTEGER_BITS)
     c_prev = inputs[PREV_CELL_STATE].astype(np.int64)
     c = fp.saturating_add(fp.rescale(fp.mul(i, g), 0, STATE_INTEGER_BITS), fp.mul(f, c_prev))
-    h = fp.mul(o, fp.tanh(fp.rescale(c, STATE_INTEGER_BITS, GATE_INTEGER_BITS), GATE_INTEGER_BITS))
+    h = fp.mul(o, fp.lookup("tanh", fp.rescale(c, STATE_INTEGER_BITS, GATE_INTEGER_BITS), GATE_INTEGER_BITS))
     out = 128 + np.clip(quant.rounding_divide_by_pot(h, 8), -128, 127)
     return [c.astype(np.int16), out.astype(np.uint8)]
 

@@ -38,12 +38,6 @@ def plan(ctx: OperationContext) -> QuantizedLstmParams:
     return ctx.params
 
 
-def _activate(function: str, raw: np.ndarray, integer_bits: int) -> np.ndarray:
-    """``function`` of int16 raws (held in int64) through its table (``fixedpoint16.table``): a step
-    looks its gates up instead of running ~30 array operations per activation on a few dozen values."""
-    return fp.table(function, integer_bits)[raw - fp.INT16_MIN]
-
-
 def _effective_bias(weights: np.ndarray, zero_point: int, bias: np.ndarray | None) -> np.ndarray:
     """PrecomputeZeroPointTimesWeightWithBias: bias (or 0) + zero_point · (row sums of the weights)."""
     out = np.zeros(weights.shape[0], np.int64) if bias is None else bias.astype(np.int64)
@@ -98,7 +92,7 @@ def _gate(p: QuantizedLstmParams, gate: Gate, k: int, inputs: list, x: np.ndarra
         acc = np.clip(prod + acc, fp.INT16_MIN, fp.INT16_MAX)
     if gate.layer_norm_scale is not None:
         acc = _layer_norm(acc, inputs[t.layer_norms[k]], bias, gate)
-    return _activate("logistic" if sigmoid else "tanh", acc, GATE_INTEGER_BITS)
+    return fp.lookup("logistic" if sigmoid else "tanh", acc, GATE_INTEGER_BITS)
 
 
 def lstm_step(p: QuantizedLstmParams, inputs: list, x: np.ndarray, h_prev: np.ndarray,
@@ -116,7 +110,7 @@ def lstm_step(p: QuantizedLstmParams, inputs: list, x: np.ndarray, h_prev: np.nd
         c = np.clip(c, -p.cell_clip, p.cell_clip)
     o_gate = _gate(p, p.gates[3], 3, inputs, x, h_prev, c, True)
 
-    tanh_c = _activate("tanh", c, 15 + p.cell_shift)
+    tanh_c = fp.lookup("tanh", c, 15 + p.cell_shift)
     hidden = quant.multiply_by_quantized_multiplier(o_gate * tanh_c, *p.hidden_scale)
     # TFLite's sign conventions: the hidden state is the output with the zero point added; feeding
     # a projection, it is stored with the zero point subtracted and the projection's bias adds
