@@ -92,3 +92,41 @@ def live_and_file_options(model: bytes, node: int = 0) -> tuple[dict, dict]:
     probe = Probe()
     interpreter(model, PythonDelegate(probe))
     return probe.graph.nodes[node].options, read_model(model).nodes[node].options
+
+
+def stateful_feeds(it: Interpreter, rng, n: int, int_range: tuple[int, int] = (-128, 128)) -> list[list[np.ndarray]]:
+    """n feeds for a stateful model; the second and the fourth repeat the first (with the state
+    carried the second's outputs differ from the first's; after a reset the fourth's equal them).
+    Floats uniform in [-1, 1), integers in ``int_range``."""
+    def one():
+        return [rng.uniform(-1, 1, d["shape"]).astype(d["dtype"]) if np.issubdtype(d["dtype"], np.floating)
+                else rng.integers(*int_range, d["shape"]).astype(d["dtype"]) for d in it.get_input_details()]
+    feeds = [one() for _ in range(n)]
+    for k in (k for k in (1, 3) if k < n):
+        feeds[k] = [x.copy() for x in feeds[0]]
+    return feeds
+
+
+def check_stateful_against_cpu(service, model: bytes, seed: int = 0, n: int = 6, stateful: bool = True,
+                               int_range: tuple[int, int] = (-128, 128)):
+    """The delegated model's outputs are TFLite's (reference kernels) over ``n`` invokes with a
+    reset_all_variables() before invoke 3; every node runs on the service, in one partition.
+    ``stateful``: also that the state matters and the reset restores the initial one. Returns the
+    delegate (its report and kernels)."""
+    from delegate import load_delegate
+    d = load_delegate(service.address)
+    it, ref = interpreter(model, d), interpreter(model)
+    seen = []
+    for k, xs in enumerate(stateful_feeds(ref, np.random.default_rng(seed), n, int_range)):
+        if k == 3:
+            it.reset_all_variables()
+            ref.reset_all_variables()
+        want = run(ref, xs)
+        assert_outputs_equal(run(it, xs), want)
+        seen.append(want)
+    if stateful:
+        assert any(not np.array_equal(a, b) for a, b in zip(seen[0], seen[1]))
+        assert all(np.array_equal(a, b) for a, b in zip(seen[0], seen[3]))
+    assert d.report.delegated == len(d.report.nodes), [(r.op, r.reason) for r in d.report.nodes]
+    assert [k.fallbacks for k in d.impl.kernels] == [0]  # one partition, and the service ran it
+    return d

@@ -22,7 +22,14 @@ from delegate.tfl import read_model
 from delegate.tfl.builder import TfLiteModelBuilder
 from delegate.tfl.schema import BuiltinOperator
 from hal.types import OperationType
-from tests.delegate.helpers import assert_outputs_equal, interpreter, live_and_file_options, run
+from tests.delegate.helpers import (
+    assert_outputs_equal,
+    check_stateful_against_cpu,
+    interpreter,
+    live_and_file_options,
+    run,
+    stateful_feeds,
+)
 from tests.delegate.kws_model import CLASSES, kws_model, mfcc_like
 from tests.delegate.lstm_models import Cell, bidirectional_model, lstm_model, unidirectional_model
 from tests.harness import assert_float_close
@@ -37,35 +44,10 @@ def service(tmp_path_factory):
     s.stop()
 
 
-def _feeds(it, rng, n: int) -> list[list[np.ndarray]]:
-    """n feeds; the second and the fourth repeat the first (the state carried, then reset)."""
-    def one():
-        return [rng.uniform(-1, 1, d["shape"]).astype(np.float32) if d["dtype"] == np.float32
-                else rng.integers(-128, 128, d["shape"]).astype(d["dtype"]) for d in it.get_input_details()]
-    feeds = [one() for _ in range(n)]
-    for k in (k for k in (1, 3) if k < n):
-        feeds[k] = [x.copy() for x in feeds[0]]
-    return feeds
-
-
 def check_against_cpu(service, model: bytes, seed: int = 0, n: int = 6, states: int = 2) -> PythonDelegate:
-    """The delegated model's outputs are TFLite's over ``n`` invokes with a reset_all_variables()
-    before invoke 3; the whole model runs on the service in one partition."""
-    d = load_delegate(service.address)
-    it, ref = interpreter(model, d), interpreter(model)
-    seen = []
-    for k, xs in enumerate(_feeds(ref, np.random.default_rng(seed), n)):
-        if k == 3:
-            it.reset_all_variables()
-            ref.reset_all_variables()
-        want = run(ref, xs)
-        assert_outputs_equal(run(it, xs), want)
-        seen.append(want)
-    assert any(not np.array_equal(a, b) for a, b in zip(seen[0], seen[1]))  # the state matters
-    assert all(np.array_equal(a, b) for a, b in zip(seen[0], seen[3]))  # and the reset restores it
-    assert d.report.delegated == len(d.report.nodes), [(r.op, r.reason) for r in d.report.nodes]
+    """check_stateful_against_cpu, and the partition carries ``states`` state tensors."""
+    d = check_stateful_against_cpu(service, model, seed, n)
     (kernel,) = d.impl.kernels
-    assert kernel.fallbacks == 0  # the service ran it
     assert len(kernel.part.state_tensors) == states
     return d
 
@@ -252,7 +234,7 @@ def test_keyword_spotting_lstm_model_is_delegated_whole(service):
 def test_hybrid_lstm_stays_on_cpu_with_its_reason(service, model, why):
     d = load_delegate(service.address)
     it, ref = interpreter(model, d), interpreter(model)
-    for xs in _feeds(ref, np.random.default_rng(8), 3):
+    for xs in stateful_feeds(ref, np.random.default_rng(8), 3):
         assert_outputs_equal(run(it, xs), run(ref, xs))
     (node,) = d.report.nodes
     assert node.placement == "CPU" and why in node.reason, node.reason

@@ -22,7 +22,14 @@ from delegate.tfl.builder import TfLiteModelBuilder
 from delegate.tfl.schema import ActivationFunctionType as Act
 from delegate.tfl.schema import BuiltinOperator
 from hal.types import OperationType
-from tests.delegate.helpers import assert_outputs_equal, interpreter, live_and_file_options, run
+from tests.delegate.helpers import (
+    assert_outputs_equal,
+    check_stateful_against_cpu,
+    interpreter,
+    live_and_file_options,
+    run,
+    stateful_feeds,
+)
 
 F32 = np.float32
 BATCH, INPUT, UNITS, TIME = 2, 3, 4, 5
@@ -134,36 +141,9 @@ def lsh_model(kind: int, weighted: bool, dtype=F32, seed=4) -> bytes:
     return b.build()
 
 
-def _feeds(it, rng, n: int = 5) -> list[list[np.ndarray]]:
-    """n feeds whose first two are equal: with state carried, their outputs differ."""
-    def one():
-        return [rng.uniform(-1, 1, d["shape"]).astype(d["dtype"]) if np.issubdtype(d["dtype"], np.floating)
-                else rng.integers(-3, 4, d["shape"]).astype(d["dtype"]) for d in it.get_input_details()]
-    first = one()
-    return [first, [x.copy() for x in first], *(one() for _ in range(n - 2))]
-
-
 def check_against_cpu(service, model: bytes, seed: int = 0, stateful: bool = True, n: int = 6) -> PythonDelegate:
-    """The delegated model's outputs are TFLite's over ``n`` invokes with a reset_all_variables()
-    before invoke 3; every node runs on the service."""
-    d = load_delegate(service.address)
-    it, ref = interpreter(model, d), interpreter(model)
-    feeds = _feeds(ref, np.random.default_rng(seed), n)
-    feeds[3] = [x.copy() for x in feeds[0]]  # after the reset: the first invoke again
-    seen = []
-    for k, xs in enumerate(feeds):
-        if k == 3:
-            it.reset_all_variables()
-            ref.reset_all_variables()
-        want = run(ref, xs)
-        assert_outputs_equal(run(it, xs), want)
-        seen.append(want)
-    if stateful:  # the state matters, and the reset restores the initial one
-        assert any(not np.array_equal(a, b) for a, b in zip(seen[0], seen[1]))
-        assert all(np.array_equal(a, b) for a, b in zip(seen[0], seen[3]))
-    assert d.report.delegated == len(d.report.nodes), [(n.op, n.reason) for n in d.report.nodes]
-    assert [k.fallbacks for k in d.impl.kernels] == [0]  # the service ran it
-    return d
+    """check_stateful_against_cpu with small integers (LSH_PROJECTION's int32 inputs)."""
+    return check_stateful_against_cpu(service, model, seed, n, stateful, int_range=(-3, 4))
 
 
 # ---- the live interpreter: delegated, state carried ------------------------------------------------
@@ -256,7 +236,7 @@ def test_lsh_projection(service, kind, weighted, dtype):
 def test_unmappable_variant_stays_on_cpu_with_its_reason(service, model, why):
     d = load_delegate(service.address)
     it, ref = interpreter(model, d), interpreter(model)
-    feeds = _feeds(ref, np.random.default_rng(50), 3)
+    feeds = stateful_feeds(ref, np.random.default_rng(50), 3, int_range=(-3, 4))
     for xs in feeds:
         assert_outputs_equal(run(it, xs), run(ref, xs))
     (node,) = d.report.nodes
