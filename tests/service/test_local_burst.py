@@ -96,6 +96,28 @@ def test_the_client_polls_only_when_a_core_is_free_and_the_wait_is_short():
     assert w.spin_s() == CLIENT_SPIN_MAX_S  # capped
 
 
+def test_the_service_polls_only_for_a_burst_invoked_back_to_back():
+    """A burst's thread polls after a reply only when the request before it was its own: bursts
+    taking turns (a model's partitions, two clients) would hold the GIL the next one needs."""
+    from types import SimpleNamespace
+
+    from service.local_burst import _LastServed
+    a, b = SimpleNamespace(token=b"a" * 16), SimpleNamespace(token=b"b" * 16)
+    assert [_LastServed.took_turn(x) for x in (a, a, a, b, a, b, b)] == [False, True, True, False, False, False, True]
+
+
+def test_bursts_taking_turns_still_answer_each_request(client):
+    """Two prepared models' local bursts invoked alternately, as a two-partition model's are: every
+    reply is the right one (the polling policy changes waits, never results)."""
+    pa, pb_ = client.prepare_model(add_model((3, 4))), client.prepare_model(add_chain(2, (3, 4)))
+    rng = np.random.default_rng(7)
+    with pa.local_burst() as la, pb_.local_burst() as lb:
+        for _ in range(30):
+            a, b = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
+            np.testing.assert_array_equal(la.execute([a, b]).outputs[0], a + b)
+            np.testing.assert_allclose(lb.execute([a]).outputs[0], 3 * a, rtol=1e-6)
+
+
 def test_stopped_service_local_burst_times_out_and_closes(server, client, monkeypatch):
     """A stopped service never rings the doorbell: the wait ends at its bound (the deadline plus a
     grace; else the default, shortened here), and the session closes for good, since the service may
