@@ -14,7 +14,7 @@ def _cmd_ops(args: argparse.Namespace) -> int:
 def _cmd_backends(args: argparse.Namespace) -> int:
     import json
 
-    from hal import backends
+    from hal import backends, performance
     from hal.types import OperandType, operation_name
     try:
         order = backends.preference()
@@ -28,9 +28,12 @@ def _cmd_backends(args: argparse.Namespace) -> int:
                 for spec, types in backends.support_matrix()]
         rows.append({"name": b.name, "version": b.version, "identity": b.identity(), "priority": b.priority,
                      "enabled": b.name in order, "description": b.description,
+                     "performance": {OperandType(t).name: v for t, v in performance.MEASURED.get(b.name, {}).items()},
                      "operations": [r for r in runs if r["operand_types"]]})
+    times = performance.exec_times(order)
     if args.json:
-        print(json.dumps({"preference": list(order), "backends": rows}, indent=1))
+        print(json.dumps({"preference": list(order), "backends": rows,
+                          "exec_time": {OperandType(t).name: v for t, v in times.items()}}, indent=1))
         return 0
     for r in rows:
         n_types = sum(len(o["operand_types"]) for o in r["operations"])
@@ -38,6 +41,10 @@ def _cmd_backends(args: argparse.Namespace) -> int:
         print(f"{r['name']:<12} {r['identity']:<40} {state:<14} {len(r['operations'])} operations, "
               f"{n_types} (operation, type) combinations  {r['description']}")
     print(f"preference: {','.join(order)}  (set with nnhal serve --backend or $NNHAL_BACKENDS)")
+    slowest = performance.slowest(times)
+    stated = ", ".join(f"{OperandType(t).name} {v:g}" for t, v in times.items() if v != slowest)
+    print(f"exec_time vs TFLite's CPU (getCapabilities, measured; lower is faster): {stated}; "
+          f"every other type {slowest:g}")
     return 0
 
 
@@ -280,10 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--client-max-bytes", type=int, default=DEFAULT_CLIENT_MAX_BYTES, metavar="N",
                        help="memory one client's prepared models and buffers may hold, estimated "
                             "(default %(default)s); beyond it: RESOURCE_EXHAUSTED")
-    serve.add_argument("--relative-speed", type=float, default=1.0, metavar="R",
-                       help="the execution time the capabilities report, relative to the CPU (NNAPI "
-                            "PerformanceInfo.exec_time; default 1.0: the service runs on this CPU; 0.5 = twice "
-                            "as fast); the delegate's --partitioning=cost weighs partitions with it")
+    serve.add_argument("--relative-speed", type=float, default=None, metavar="R",
+                       help="the execution time the capabilities report for every operand type, relative "
+                            "to TFLite's CPU (NNAPI PerformanceInfo.exec_time; 0.5 = twice as fast); default: "
+                            "what the backends measured (`nnhal backends`); the delegate's cost partitioning "
+                            "weighs partitions with it")
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # embedded: die with it
     serve.set_defaults(func=_cmd_serve)
 

@@ -162,14 +162,16 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
                   tls: ServerTls | tuple[bytes, bytes] | None = None, insecure: bool = False,
                   cache_dir: str | None = None, cache_max_bytes: int | None = None,
                   backends: str | None = None, max_clients: int = DEFAULT_MAX_CLIENTS,
-                  client_max_bytes: int = DEFAULT_CLIENT_MAX_BYTES, relative_speed: float = 1.0) -> RunningServer:
+                  client_max_bytes: int = DEFAULT_CLIENT_MAX_BYTES,
+                  relative_speed: float | None = None) -> RunningServer:
     """Start a server on a unix socket (default) or on HOST:PORT (TLS, or insecure loopback only).
 
     ``cache_dir=None`` disables compilation caching. ``backends`` is the compute backend
     preference ("numba,reference"; default $NNHAL_BACKENDS, else every available backend by
     priority); an unknown name is a ValueError before anything listens. ``relative_speed``: the
-    exec_time the capabilities report (the device's time relative to the CPU's, > 0)."""
-    if not (math.isfinite(relative_speed) and relative_speed > 0):
+    exec_time the capabilities report for every operand type (the device's time relative to the
+    CPU's, > 0); None: what the backends state they measured (hal.performance)."""
+    if relative_speed is not None and not (math.isfinite(relative_speed) and relative_speed > 0):
         raise ValueError(f"--relative-speed must be a number > 0, not {relative_speed}")
     if listen is None and socket_path is None:
         socket_path = default_socket_path()

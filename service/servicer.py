@@ -12,7 +12,7 @@ import time
 from contextlib import ExitStack
 from typing import Callable, Iterator
 
-from hal import extension_registry
+from hal import extension_registry, performance
 from hal.errors import HalError
 from hal.model import DataLocation, Request, RequestArgument
 from hal.types import ErrorStatus, OperandType
@@ -157,12 +157,14 @@ def _session(driver: Driver, context):
 
 
 class DeviceServicer(pb_grpc.DeviceServicer):
-    def __init__(self, driver: Driver, relative_speed: float = 1.0):
+    def __init__(self, driver: Driver, relative_speed: float | None = None):
         self.driver = driver
-        #: The exec_time getCapabilities reports for every operand type (and relaxed float): the device's
-        #: time relative to the CPU's. 1.0 by default (we are the CPU); `nnhal serve --relative-speed`
-        #: states another figure, which the delegate's cost partitioning reads (delegate.cost).
-        self.relative_speed = relative_speed
+        #: NNAPI operand type -> the exec_time getCapabilities reports (the device's time relative
+        #: to TFLite's CPU; the delegate's cost partitioning reads them, delegate.cost): what the
+        #: driver's backends state they measured (hal.performance), or `nnhal serve --relative-speed`
+        #: for every type.
+        times = performance.exec_times(driver.backend_order)
+        self.exec_times = times if relative_speed is None else dict.fromkeys(times, float(relative_speed))
 
     def OpenSession(self, request_iterator, context):
         """Held open by each client; its end (client close, disconnect, death) releases what the
@@ -190,13 +192,16 @@ class DeviceServicer(pb_grpc.DeviceServicer):
 
     def GetCapabilities(self, request, context):
         def body():
-            perf = pb.PerformanceInfo(exec_time=self.relative_speed, power_usage=1.0)  # power: not known
+            def perf(exec_time: float) -> pb.PerformanceInfo:
+                return pb.PerformanceInfo(exec_time=exec_time, power_usage=1.0)  # power: not known
+
+            float32 = perf(self.exec_times[int(OperandType.TENSOR_FLOAT32)])  # relaxed: computed in float32
+            other = perf(performance.slowest(self.exec_times))  # control flow: hal's Python interpreter
             caps = pb.Capabilities(
-                relaxed_float32_to_float16_performance_scalar=perf,
-                relaxed_float32_to_float16_performance_tensor=perf,
-                operand_performance=[pb.OperandPerformance(type=int(t), info=perf) for t in OperandType
-                                     if t != OperandType.SUBGRAPH],
-                if_performance=perf, while_performance=perf)
+                relaxed_float32_to_float16_performance_scalar=float32,
+                relaxed_float32_to_float16_performance_tensor=float32,
+                operand_performance=[pb.OperandPerformance(type=t, info=perf(v)) for t, v in self.exec_times.items()],
+                if_performance=other, while_performance=other)
             return pb.CapabilitiesReply(status=convert.status(), capabilities=caps)
         return _guard(pb.CapabilitiesReply, body)
 
