@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from bench import cache_bench, float_models, quantized_models, rpc_roundtrip
+from bench import cache_bench, float_models, partitioning, quantized_models, rpc_roundtrip
 from nnhal.benchmark import benchmark
 from nnhal.examples import mobilenet_like, mobilenet_v2
 
@@ -37,6 +37,30 @@ def delegated_models(runs: int = 100) -> str:
             lines.append(f"| {name} | {cpu['p50_us']:.1f} ({cpu['mean_us']:.1f}) | {nn['p50_us']:.1f} "
                          f"({nn['mean_us']:.1f}) | {nn['p50_us'] / cpu['p50_us']:.2f} | "
                          f"{dl['delegated_nodes']}/{dl['total_nodes']} |")
+    return "\n".join(lines)
+
+
+def stated_vs_measured(rows: list[dict]) -> str:
+    """What the service states per operand type (hal.performance.MEASURED) beside what this run
+    measured: the geometric mean of the backend's whole-model ratios to TFLite 1 thread. A figure
+    that has drifted is updated by hand in hal/performance.py (the figures are the driver's claim
+    about its hardware, not a benchmark it runs at start)."""
+    from hal.performance import MEASURED
+    from hal.types import OperandType
+    measured: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        m = re.fullmatch(r"nnhal \((\w+) backend\)", r.get("config", ""))
+        if m is None:
+            continue
+        otype = (OperandType.TENSOR_QUANT8_ASYMM if "uint8" in r["model"] else
+                 OperandType.TENSOR_QUANT8_ASYMM_SIGNED if "int8" in r["model"] else OperandType.TENSOR_FLOAT32)
+        measured.setdefault((m.group(1), otype), []).append(r["ratio"])
+    lines = ["| backend | operand type | stated exec_time | measured this run (geometric mean) | models |",
+             "|---|---|---:|---:|---:|"]
+    for (backend, otype), ratios in sorted(measured.items()):
+        stated = MEASURED.get(backend, {}).get(otype)
+        lines.append(f"| {backend} | {otype.name} | {'' if stated is None else f'{stated:.2f}'} | "
+                     f"{float(np.exp(np.mean(np.log(ratios)))):.2f} | {len(ratios)} |")
     return "\n".join(lines)
 
 
@@ -66,14 +90,24 @@ def main() -> int:
         cache_bench.measure(mobilenet_v2())))
     print("delegated models...", file=sys.stderr, flush=True)
     sections.append("## Delegated models vs TFLite CPU (1 thread)\n\n" + delegated_models())
+    print("partly supported models: largest-first vs cost partitioning...", file=sys.stderr, flush=True)
+    sections.append("## Partly supported models: largest-first vs cost-aware partitioning\n\n"
+                    + (partitioning.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n"
+                    + partitioning.to_markdown(partitioning.measure()))
     print("float models: onnxruntime vs reference backend vs TFLite XNNPACK...", file=sys.stderr, flush=True)
+    float_rows = float_models.measure()
     sections.append("## Float models: onnxruntime and reference backends vs TFLite's XNNPACK\n\n"
                     + (float_models.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n"
-                    + float_models.to_markdown(float_models.measure()))
+                    + float_models.to_markdown(float_rows))
     print("quantized models: numba vs reference backend vs TFLite...", file=sys.stderr, flush=True)
+    quant_rows = quantized_models.measure()
     sections.append("## Quantized models at 224x224: numba and reference backends vs TFLite's int8 kernels\n\n"
                     + (quantized_models.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n"
-                    + quantized_models.to_markdown(quantized_models.measure()))
+                    + quantized_models.to_markdown(quant_rows))
+    sections.append("## The speeds the service states vs this run\n\n"
+                    "getCapabilities' exec_time per operand type (hal/performance.py: the delegate's default, "
+                    "cost-aware partitioning weighs partitions with it) beside the ratios measured above.\n\n"
+                    + stated_vs_measured(float_rows + quant_rows))
     text = "\n\n".join(sections) + f"\n\n(total benchmark time {time.time() - t0:.0f} s)\n"
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.md")
     text += "".join("\n" + s for s in kept_sections(out))

@@ -13,9 +13,13 @@ The estimate of one partition, every figure in microseconds:
   from the TFLite tensor shapes), elements touched (inputs + outputs) for every other node.
 - ``compute_us``: each node's CPU figure times the device's ``exec_time`` for the node's operand
   type, as the service's getCapabilities reports it (NNAPI PerformanceInfo: the device's time
-  relative to the CPU's for the same work; lower is faster). float32 with ``allow_fp16`` uses
+  relative to the CPU's for the same work; lower is faster; nnhal's service states what its
+  backends measured, hal.performance), plus ``DISPATCH_US_PER_NODE`` per node: exec_time comes
+  from large models, where the service's per-operation dispatch is lost in the arithmetic; on a
+  small partition it is most of the time. float32 with ``allow_fp16`` uses
   ``relaxed_float32_to_float16_performance_tensor``.
-- ``overhead_us``: one invoke of the partition (request, doorbell, reply), and ``transfer_us``:
+- ``overhead_us``: one invoke of the partition (request, doorbell, reply; more when partitions
+  take turns), and ``transfer_us``:
   the bytes of its non-constant input and output tensors times a per-byte cost.
 - ``nnhal_us = compute_us + overhead_us + transfer_us``; ``saving_us = cpu_us - nnhal_us``.
 
@@ -33,7 +37,17 @@ with delegate.tfl.TfLiteModelBuilder; the script is not part of the project, the
   op's figure is not the family's (an int8 RESHAPE or MAX_POOL is a copy), so elements have a
   single rate; that under-estimates the CPU side of int8 arithmetic, i.e. errs towards the CPU.
 - ``LOCAL_BURST_INVOKE_US = 49``: bench/results.md, shared-memory burst on a 1-op [2,3] model,
-  median overhead over hal in-process 48.6 us.
+  median overhead over hal in-process 48.6 us (24-37 us in later runs; through the delegate,
+  a 1-op ADD model costs TFLite + nnhal 45.4 us vs TFLite's 0.7 us, one node's dispatch included).
+- ``TURN_US = 30``: added to each invoke when the graph has several partition candidates: their
+  partitions take turns, and a burst the service did not just serve is blocked, not polling
+  (service.local_burst._LastServed), so each invoke pays a thread wake-up. Through the delegate,
+  1 to 4 one-run-of-ADDs partitions split by COS cost 56-60, 134-140, 206-216, 228-322 us per
+  invoke: 75-80 us for each partition after the first, 49 + 30 rounded.
+- ``DISPATCH_US_PER_NODE = 3``: hal in-process on chains of 1, 11 and 41 tiny operations
+  ([2,3] tensors; best of 15 x 200): each operation costs 2.96-3.23 us on the numba and
+  reference backends (4.7 us for int8 on reference); onnxruntime runs a chain of float32
+  operations in one session call at 0.43 us each, so 3 us errs towards the CPU for float.
 - ``LOCAL_BURST_US_PER_BYTE = 4.7e-5``: bench/results.md, the same burst on a 224x224x3 float32
   ADD-of-a-constant (602,112 bytes in, 602,112 out): overhead 105.0 us, 56.4 us above the 1-op
   figure, over 1,204,224 bytes. A numpy copy of 1 MiB here: 41-55 us, 3.9e-5..5.3e-5 us/byte.
@@ -41,18 +55,19 @@ with delegate.tfl.TfLiteModelBuilder; the script is not part of the project, the
   Execute (a TCP service, or ``local_burst=False``): 1284.1 us overhead on the 1-op model, 2375.5
   on the 224x224x3 one (1091 us more for 1,204,224 bytes).
 
-Why the delegate's default stays ``partitioning="largest"`` (issue 17 asked for "cost"): nnhal's
-service runs on the host CPU, and it says so: its capabilities report exec_time 1.0 for every
-operand type unless ``nnhal serve --relative-speed R`` configures otherwise. With exec_time 1.0 a
-partition's nnhal estimate is its CPU estimate plus the invoke and transfer costs, so the cost
-rule would keep every partition on the CPU: loading the delegate on the default service would
-silently do nothing. NNAPI's own runtime agrees on the principle (runtime/ExecutionPlan.cpp,
-findBestDeviceForEachOperation: the device with the lowest exec_time, the CPU on a tie): with honest
-figures for a CPU-backed device there is nothing to gain. So "cost" is the rule to choose when
-the service states a speed that is real (an accelerator behind a vendor extension, a remote
-machine, or a measured ``--relative-speed``), and "largest" (TFLite's rule) stays the default for
-users who load the delegate to run on nnhal whatever the cost. The report shows the estimates in
-both modes (``nnhal report``), so a user can see when largest-first delegation is a loss.
+How the delegate uses it (delegate.partition, ``partitioning``): by default ("cost") a graph the
+service supports whole runs on it whole, since that is what loading the delegate asks for and
+there is no partition boundary to pay for; when only part of a graph is supported, a partition
+is delegated only if its estimate saves time, largest saving first (TFLite's largest-first rule
+is what issues 66677, 43541 and 28283 report as slower than no delegation). "cost_strict" applies
+the rule to a whole graph too; "largest" is TFLite's rule. ``nnhal report`` prints every
+candidate's estimate and the decision in every mode.
+
+On this machine the service's stated figures (float32 1.06, int8 0.50, uint8 0.36 with the default
+backends) make the rule keep a float partition on the CPU (no faster, and it pays the invoke)
+and delegate an int8 one once its CPU estimate C outweighs the invoke and dispatch: 0.5 C >
+49 (79 when partitions take turns) + 3 us per node + transfer, i.e. C > about 100 (160) us +
+6 us per node.
 """
 from __future__ import annotations
 
@@ -67,6 +82,8 @@ FLOAT_MACS_PER_US = 65_000.0
 QUANT_MACS_PER_US = 35_000.0
 ELEMENTS_PER_US = 6_800.0
 LOCAL_BURST_INVOKE_US = 49.0
+TURN_US = 30.0
+DISPATCH_US_PER_NODE = 3.0
 LOCAL_BURST_US_PER_BYTE = 4.7e-5
 GRPC_INVOKE_US = 1284.0
 GRPC_US_PER_BYTE = 9.1e-4
@@ -157,8 +174,8 @@ class PartitionEstimate:
 
     nodes: list[int]
     cpu_us: float
-    compute_us: float       # its nodes on the service, relative speeds applied
-    overhead_us: float      # one invoke
+    compute_us: float       # its nodes on the service: relative speeds applied, plus dispatch
+    overhead_us: float      # one invoke (and a wake-up when partitions take turns)
     transfer_bytes: int     # non-constant inputs + outputs of the partition
     transfer_us: float
     nnhal_us: float         # compute + overhead + transfer
@@ -177,7 +194,9 @@ class CostModel:
     relaxed_exec_time: float = 1.0
     allow_fp16: bool = False
     invoke_us: float = LOCAL_BURST_INVOKE_US
+    turn_us: float = TURN_US
     us_per_byte: float = LOCAL_BURST_US_PER_BYTE
+    dispatch_us: float = DISPATCH_US_PER_NODE
     float_macs_per_us: float = FLOAT_MACS_PER_US
     quant_macs_per_us: float = QUANT_MACS_PER_US
     elements_per_us: float = ELEMENTS_PER_US
@@ -217,17 +236,19 @@ class CostModel:
         rate = self.float_macs_per_us if _node_type(graph, node) in _FLOAT_TYPES else self.quant_macs_per_us
         return work / rate
 
-    def estimate(self, graph: TfLiteGraph, nodes: list[int]) -> PartitionEstimate:
+    def estimate(self, graph: TfLiteGraph, nodes: list[int], taking_turns: bool = False) -> PartitionEstimate:
+        """``taking_turns``: other partitions run between two invokes of this one (``turn_us``)."""
         cpu = compute = 0.0
         for k in nodes:
             node = graph.nodes[k]
             us = self.node_cpu_us(graph, node)
             cpu += us
-            compute += us * self.speed(_node_type(graph, node))
+            compute += us * self.speed(_node_type(graph, node)) + self.dispatch_us
         nbytes = sum(_nbytes(graph.tensors[t]) for t in boundary_tensors(graph, nodes))
         transfer = nbytes * self.us_per_byte
-        nnhal = compute + self.invoke_us + transfer
-        return PartitionEstimate(list(nodes), cpu, compute, self.invoke_us, nbytes, transfer, nnhal, cpu - nnhal)
+        invoke = self.invoke_us + (self.turn_us if taking_turns else 0.0)
+        nnhal = compute + invoke + transfer
+        return PartitionEstimate(list(nodes), cpu, compute, invoke, nbytes, transfer, nnhal, cpu - nnhal)
 
 
 def boundary_tensors(graph: TfLiteGraph, nodes: list[int]) -> list[int]:

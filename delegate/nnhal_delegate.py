@@ -474,8 +474,9 @@ def load_delegate(service_address: str | None = None, **options) -> PythonDelega
     """The nnhal delegate for ``Interpreter(..., experimental_delegates=[load_delegate()])``.
 
     Options: max_delegated_partitions (3; 0 = unlimited), min_nodes_per_partition (1),
-    partitions ("0-11,177-215"), partitioning ("largest", TFLite's rule; or "cost": only partitions
-    estimated faster on the service than on the CPU, delegate.cost), cache_token, cache_dir,
+    partitions ("0-11,177-215"), partitioning ("cost", the default: a wholly supported graph whole,
+    else only partitions estimated faster on the service than on the CPU; "cost_strict"; "largest",
+    TFLite's rule: delegate.partition.PARTITIONING), cache_token, cache_dir,
     execution_preference, priority, allow_fp16, deadline_ms, loop_timeout_ms, local_burst,
     allow_in_process_fallback, accelerator_name ("nnhal"),
     tls_ca_file / tls_cert_file / tls_key_file (TLS to a HOST:PORT service_address, with a client

@@ -47,10 +47,8 @@ class NnhalOptions:
     max_delegated_partitions: int = 3  # 0 = unlimited
     min_nodes_per_partition: int = 1
     partitions: str | None = None
-    #: "largest" (TFLite's rule, the default) or "cost": delegate only the partitions estimated to
-    #: run faster on the service than on the CPU, from its capabilities (delegate.cost says why
-    #: "largest" stays the default).
-    partitioning: str = "largest"
+    #: "cost" (the default), "cost_strict" or "largest" (TFLite's rule): delegate.partition.PARTITIONING.
+    partitioning: str = "cost"
     #: Mixed into every partition's cache token (service.token.model_token), never a replacement
     #: for it: the token is derived from the partition's structure and weights, so entries are
     #: shared across processes as long as this (and cache_dir) is the same in each; a token that

@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 from delegate.cost import CostModel, PartitionEstimate
 from delegate.tfl.graph import TfLiteGraph
 
-#: ``partitioning``: "largest" keeps the largest partitions (TFLite NNAPI delegate's rule, the
-#: default); "cost" keeps those the cost model says save the most time, never one estimated slower
-#: on nnhal than on the CPU (delegate.cost says why "largest" stays the default).
-PARTITIONING = ("largest", "cost")
+#: ``partitioning`` (delegate.cost says how a partition's cost is estimated):
+#: - "cost" (the default): a graph the service supports whole runs on it whole, as the user who
+#:   loaded the delegate asked; a graph it supports only in part is split by estimated cost: the
+#:   partitions that save the most time first, none estimated slower than the CPU.
+#: - "cost_strict": the cost rule for every partition, a whole graph included: nothing runs on
+#:   the service unless it is estimated faster there.
+#: - "largest": TFLite NNAPI delegate's rule: the largest partitions, whatever they cost.
+PARTITIONING = ("cost", "cost_strict", "largest")
 
 
 def independent_subsets(graph: TfLiteGraph, delegated: set[int]) -> list[tuple[bool, list[int]]]:
@@ -54,8 +58,9 @@ class PartitionOptions:
     max_delegated_partitions: int = 3  # TFLite NNAPI delegate's default; 0 = unlimited
     min_nodes_per_partition: int = 1
     node_ranges: tuple[tuple[int, int], ...] | None = None  # manual "0-11,177-215", inclusive
-    partitioning: str = "largest"
-    #: The device's speeds and invoke costs: estimates for the report in either mode; "cost" needs it.
+    partitioning: str = "cost"
+    #: The device's speeds and invoke costs: estimates for the report in every mode; the cost rule
+    #: needs it (without it, a partition the rule would judge stays on the CPU).
     cost: CostModel | None = None
 
 
@@ -99,7 +104,8 @@ def choose_partitions(graph: TfLiteGraph, supported: set[int], options: Partitio
         candidates &= inside
     parts = [nodes for kind, nodes in independent_subsets(graph, candidates) if kind]
     model = options.cost
-    estimates = {p[0]: model.estimate(graph, p) for p in parts} if model is not None else {}
+    estimates = ({p[0]: model.estimate(graph, p, taking_turns=len(parts) > 1) for p in parts}
+                 if model is not None else {})
 
     def drop(p: list[int], why: str) -> None:
         for n in p:
@@ -107,17 +113,24 @@ def choose_partitions(graph: TfLiteGraph, supported: set[int], options: Partitio
         if p[0] in estimates:
             estimates[p[0]].reason = why if why.startswith("kept on CPU") else f"kept on CPU: {why}"
 
+    by_cost = options.partitioning != "largest"
+    #: "cost" delegates a wholly supported graph whatever it costs: no partition boundary, the
+    #: device the user asked for. (A graph of one node counts: nothing is left for TFLite.)
+    whole = (options.partitioning == "cost" and len(parts) == 1 and options.node_ranges is None
+             and len(parts[0]) == len(graph.nodes))
     keep = []
     for p in parts:
         if len(p) < options.min_nodes_per_partition:
             drop(p, f"partition of {len(p)} nodes < min_nodes_per_partition")
-        elif options.partitioning == "cost" and model is None:
+        elif whole or not by_cost:
+            keep.append(p)
+        elif model is None:
             drop(p, "cost partitioning: the service's capabilities are unknown")
-        elif options.partitioning == "cost" and estimates[p[0]].saving_us <= 0:
+        elif estimates[p[0]].saving_us <= 0:
             drop(p, f"kept on CPU: estimated {-estimates[p[0]].saving_us:.1f} us slower")
         else:
             keep.append(p)
-    if options.partitioning == "cost":
+    if by_cost and not whole:
         keep.sort(key=lambda p: (-estimates[p[0]].saving_us, p[0]))
     else:
         keep.sort(key=lambda p: (-len(p), p[0]))
@@ -129,6 +142,11 @@ def choose_partitions(graph: TfLiteGraph, supported: set[int], options: Partitio
         if p[0] in estimates:
             e = estimates[p[0]]
             e.delegated, e.partition = True, k
-            e.reason = (f"delegated: saves {e.saving_us:.1f} us" if e.saving_us > 0
-                        else f"delegated (largest first): estimated {-e.saving_us:.1f} us slower")
+            if e.saving_us > 0:
+                e.reason = f"delegated: saves {e.saving_us:.1f} us"
+            elif whole:
+                e.reason = (f"delegated (the whole graph is supported): estimated {-e.saving_us:.1f} us slower; "
+                            "partitioning='cost_strict' would keep it on CPU")
+            else:
+                e.reason = f"delegated (largest first): estimated {-e.saving_us:.1f} us slower"
     return PartitionPlan(keep, rejected, [estimates[p[0]] for p in parts if p[0] in estimates])

@@ -80,7 +80,7 @@ def format_candidates(candidates) -> list[str]:
     """One line per partition candidate: its estimate (delegate.cost) and the decision."""
     if not candidates:
         return []
-    lines = ["partition candidates (estimated us: CPU | nnhal = compute + invoke + transfer):"]
+    lines = ["partition candidates (estimated us: CPU | nnhal = compute and per-node dispatch + invoke + transfer):"]
     for e in candidates:
         lines.append(f"  nodes {_ranges(e.nodes)} ({len(e.nodes)}): CPU {e.cpu_us:.1f} | nnhal {e.nnhal_us:.1f} = "
                      f"{e.compute_us:.1f} + {e.overhead_us:.1f} + {e.transfer_us:.1f} ({e.transfer_bytes} bytes)"

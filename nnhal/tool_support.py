@@ -53,6 +53,7 @@ def add_bool_flag(p: argparse.ArgumentParser, *names: str, help: str) -> None:  
 def add_delegate_arguments(p: argparse.ArgumentParser) -> None:
     """The delegate's flags, the same in every tool: ours, and the names TFLite's tools give the
     NNAPI delegate's options (--nnapi_*, --disable_nnapi_cpu, --delegate_serialize_*)."""
+    from delegate.partition import PARTITIONING
     p.add_argument("--service_address", default=None,
                    help="HOST:PORT or unix:PATH (default: the per-user socket, else an embedded service)")
     p.add_argument("--tls_ca_file", metavar="PEM", default=None, help="TLS to a HOST:PORT service: the CA to trust")
@@ -69,14 +70,16 @@ def add_delegate_arguments(p: argparse.ArgumentParser) -> None:
     add_bool_flag(p, "--disable_nnapi_cpu", "--disallow_nnapi_cpu", help="a service failing during invoke fails "
                   "the invoke instead of running the partition in-process")
     p.add_argument("--max_delegated_partitions", type=int, default=None,
-                   help="largest partitions kept (default 3; 0 = unlimited)")
+                   help="partitions kept, the first in --partitioning's order (default 3; 0 = unlimited)")
     p.add_argument("--max_number_delegated_partitions", type=int, default=None,
                    help="the same as TFLite's NNAPI delegate counts it: <= 0 = unlimited")
     p.add_argument("--min_nodes_per_partition", type=int, default=1)
     p.add_argument("--partitions", default=None, help='manual node ranges, e.g. "0-11,177-215"')
-    p.add_argument("--partitioning", choices=("largest", "cost"), default="largest",
-                   help="largest: keep the largest partitions (default, TFLite's rule); cost: only those "
-                        "estimated faster on the service than on the CPU (its capabilities' relative speed)")
+    p.add_argument("--partitioning", choices=PARTITIONING, default="cost",
+                   help="cost (default): a wholly supported model runs whole on the service; a partly "
+                        "supported one only in the partitions estimated faster there than on the CPU "
+                        "(the service's capabilities); cost_strict: that rule for a whole model too; "
+                        "largest: the largest partitions (TFLite NNAPI delegate's rule)")
     p.add_argument("--cache_dir", "--delegate_serialize_dir", dest="cache_dir", default=None,
                    help="an existing directory whose real path keys the service's compilation cache")
     p.add_argument("--model_token", "--delegate_serialize_token", "--cache_token", dest="cache_token", default=None,

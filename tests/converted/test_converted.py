@@ -86,8 +86,10 @@ def test_committed_models_are_the_table():
 
 @pytest.mark.parametrize("name", sorted(EXPECT))
 def test_converted_model_matches_tflite(service, name, record_property):
+    """A partly supported model is delegated largest-first here, so its nnhal partitions run (the
+    default cost rule may keep them on the CPU: next test)."""
     model = _model(name)
-    d = load_delegate(service.address)
+    d = load_delegate(service.address, partitioning="cost" if EXPECT[name] else "largest")
     it, ref = interpreter(model, d), interpreter(model)
     rng = np.random.default_rng(sum(map(ord, name)))
     for _ in range(3):
@@ -104,6 +106,20 @@ def test_converted_model_matches_tflite(service, name, record_property):
     if EXPECT[name]:
         assert not left and len(rep.partitions) == 1, format_report(rep)
         assert not any(sub.delegated < len(sub.nodes) for sub in rep.subgraphs.values()), format_report(rep)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, whole in EXPECT.items() if not whole))
+def test_partly_supported_model_delegates_only_what_is_estimated_to_pay_by_default(service, name):
+    model = _model(name)
+    d = load_delegate(service.address)
+    it, ref = interpreter(model, d), interpreter(model)
+    xs = random_inputs(ref, np.random.default_rng(3))
+    assert_model_outputs_close(run(it, xs), run(ref, xs))
+    rep = d.report
+    assert len(rep.candidates) > 1, format_report(rep)
+    for e in rep.candidates:
+        assert e.delegated == (e.saving_us > 0), format_report(rep)
+        assert all(rep.nodes[n].placement == ("nnhal" if e.delegated else "CPU") for n in e.nodes)
 
 
 #: Resizing the -1 batch works: the Flatten's SHAPE arithmetic is folded again for the new batch

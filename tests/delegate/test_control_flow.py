@@ -243,7 +243,7 @@ def test_while_with_unmappable_body_stays_on_cpu(server):
     """FLOOR_MOD has no NNAPI mapping: the WHILE runs on TFLite's CPU with a reason naming the body's
     node; TFLite then prepares the delegate on cond and body, which are delegated in part."""
     model = counter_loop_model(unmappable_body=True)
-    d = load_delegate(server.address, max_delegated_partitions=0)
+    d = load_delegate(server.address, max_delegated_partitions=0, partitioning="largest")
     it, ref = interpreter(model, d), interpreter(model)
     for xs in loop_feeds(np.random.default_rng(4)):
         assert_outputs_equal(run(it, xs), run(ref, xs))
@@ -268,7 +268,7 @@ def test_unknown_runtime_keeps_control_flow_on_cpu(server, monkeypatch):
     import delegate.subgraphs
     monkeypatch.setattr(delegate.subgraphs, "_LAYOUT", None)
     model = counter_loop_model()
-    d = load_delegate(server.address, max_delegated_partitions=0)
+    d = load_delegate(server.address, max_delegated_partitions=0, partitioning="largest")
     it, ref = interpreter(model, d), interpreter(model)
     for xs in loop_feeds(np.random.default_rng(5)):
         assert_outputs_equal(run(it, xs), run(ref, xs))

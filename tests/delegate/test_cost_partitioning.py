@@ -1,5 +1,6 @@
-"""Cost-aware partitioning (issue 17, item 4): the op-cost function, the "cost" rule of
-choose_partitions, and a real `nnhal serve --relative-speed` service behind the delegate."""
+"""Cost-aware partitioning (issue 17, item 4): the op-cost function, the "cost" rules of
+choose_partitions, the speeds a service states (hal.performance), and real `nnhal serve`
+services behind the delegate: the default one and one with --relative-speed."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import pytest
 
 from delegate import load_delegate
 from delegate.cost import (
+    DISPATCH_US_PER_NODE,
     FLOAT_MACS_PER_US,
     GRPC_INVOKE_US,
     QUANT_MACS_PER_US,
@@ -25,6 +27,7 @@ from delegate.report import format_report, report_json
 from delegate.tfl import TfLiteModelBuilder, read_model
 from delegate.tfl.schema import ActivationFunctionType as Act
 from delegate.tfl.schema import Padding
+from hal import backends, performance
 from hal.types import OperandType
 from service.proto import nnhal_pb2 as pb
 from tests.delegate.helpers import assert_outputs_equal, interpreter, random_inputs, run
@@ -204,14 +207,17 @@ def test_a_tiny_partition_between_cpu_sections_is_rejected_and_the_big_one_taken
     assert big.reason == f"delegated: saves {big.saving_us:.1f} us"
     assert tiny.reason == f"kept on CPU: estimated {-tiny.saving_us:.1f} us slower"
     assert plan.rejected[3] == plan.rejected[4] == tiny.reason
-    # The estimate is its parts: CPU time x the device's relative speed, one invoke, the boundary bytes.
+    # The estimate is its parts: CPU time x the device's relative speed plus each node's dispatch,
+    # one invoke, the boundary bytes.
     model = CostModel.uniform(0.5)
     assert big.cpu_us == sum(model.node_cpu_us(graph, graph.nodes[k]) for k in (0, 1))
-    assert big.compute_us == pytest.approx(0.5 * big.cpu_us)
+    assert big.compute_us == pytest.approx(0.5 * big.cpu_us + 2 * DISPATCH_US_PER_NODE)
     crossing = [graph.tensors[t] for t in boundary_tensors(graph, [0, 1])]
     assert [t.name for t in crossing] == ["x", "p"]  # c stays inside; the weights are sent once
     assert big.transfer_bytes == sum(math.prod(t.shape) * 4 for t in crossing)
     assert big.nnhal_us == pytest.approx(big.compute_us + big.overhead_us + big.transfer_bytes * model.us_per_byte)
+    # Two candidates take turns: each invoke also wakes its burst's thread on the service.
+    assert big.overhead_us == tiny.overhead_us == model.invoke_us + model.turn_us
 
 
 def test_relative_speed_changes_the_choice():
@@ -243,7 +249,7 @@ def test_cost_orders_by_saving_and_still_honours_the_limits():
 
 def test_largest_is_unchanged_and_reports_the_estimates_too():
     graph = read_model(_sections_model())
-    plain = choose_partitions(graph, SUPPORTED, PartitionOptions(0))
+    plain = choose_partitions(graph, SUPPORTED, PartitionOptions(0, partitioning="largest"))
     estimated = _plan(0.5, "largest", graph)
     assert plain.partitions == estimated.partitions == [[0, 1], [3, 4]] and plain.estimates == []
     assert plain.rejected == estimated.rejected == {}
@@ -251,9 +257,30 @@ def test_largest_is_unchanged_and_reports_the_estimates_too():
     assert tiny.delegated and tiny.reason == f"delegated (largest first): estimated {-tiny.saving_us:.1f} us slower"
 
 
-def test_cost_without_capabilities_keeps_everything_on_cpu():
+def test_cost_without_capabilities_keeps_a_partial_graph_on_cpu():
     plan = choose_partitions(read_model(_sections_model()), SUPPORTED, PartitionOptions(0, partitioning="cost"))
     assert plan.partitions == [] and plan.rejected[0] == "cost partitioning: the service's capabilities are unknown"
+
+
+def test_cost_delegates_a_wholly_supported_graph_whole_and_cost_strict_weighs_it_too():
+    graph = read_model(_sections_model())
+    every = set(range(len(graph.nodes)))
+    whole = _plan(2.0, graph=graph, supported=every)  # a device estimated slower than the CPU
+    (e,) = whole.estimates
+    assert e.overhead_us == CostModel().invoke_us  # alone: its burst is invoked back to back
+    assert whole.partitions == [sorted(every)] and e.delegated and e.saving_us < 0
+    assert e.reason == (f"delegated (the whole graph is supported): estimated {-e.saving_us:.1f} us slower; "
+                        "partitioning='cost_strict' would keep it on CPU")
+    strict = _plan(2.0, "cost_strict", graph, every)
+    assert strict.partitions == [] and strict.estimates[0].reason.startswith("kept on CPU: estimated")
+    assert _plan(0.5, "cost_strict", graph, every).partitions == [sorted(every)]
+    # Without capabilities "cost" still delegates a whole graph (no estimate needed); the strict rule cannot.
+    assert choose_partitions(graph, every, PartitionOptions(0)).partitions == [sorted(every)]
+    assert choose_partitions(graph, every, PartitionOptions(0, partitioning="cost_strict")).partitions == []
+    # Not whole: a node range, or min_nodes_per_partition, and the cost rule applies.
+    ranged = _plan(2.0, graph=graph, supported=every, node_ranges=parse_node_ranges("0-5"))
+    assert ranged.partitions == [] and ranged.estimates[0].reason.startswith("kept on CPU")
+    assert _plan(0.5, graph=graph, supported=every, min_nodes_per_partition=7).partitions == []
 
 
 def test_partitioning_option_is_checked():
@@ -261,7 +288,24 @@ def test_partitioning_option_is_checked():
         NnhalOptions.from_kwargs(partitioning="fastest")
     with pytest.raises(ValueError, match="unknown partitioning"):
         choose_partitions(read_model(_sections_model()), SUPPORTED, PartitionOptions(partitioning="fastest"))
-    assert NnhalOptions.from_kwargs().partitioning == "largest"
+    assert NnhalOptions.from_kwargs().partitioning == PartitionOptions().partitioning == "cost"
+
+
+# ---- the speeds a service states ----------------------------------------------------------------
+
+def test_a_type_gets_the_first_measured_figure_of_the_order_and_unmeasured_types_the_slowest():
+    order = [b.name for b in backends.available()]
+    times = performance.exec_times(order)
+    assert set(times) == {int(t) for t in OperandType if t != OperandType.SUBGRAPH}
+    for t, v in times.items():
+        stated = [performance.MEASURED[n][t] for n in order if t in performance.MEASURED.get(n, {})]
+        assert v == (stated[0] if stated else performance.slowest(times))
+    assert performance.slowest(times) == max(v for n in order for v in performance.MEASURED.get(n, {}).values())
+    # The reference backend alone: its own figures, slower than the default order's for float32.
+    alone = performance.exec_times([backends.REFERENCE])
+    assert alone[OperandType.TENSOR_FLOAT32] == performance.MEASURED[backends.REFERENCE][OperandType.TENSOR_FLOAT32]
+    if "onnxruntime" in order:
+        assert times[OperandType.TENSOR_FLOAT32] < alone[OperandType.TENSOR_FLOAT32]
 
 
 # ---- end to end: a real service stating its speed -----------------------------------------------
@@ -283,7 +327,8 @@ def test_delegate_on_a_faster_service_takes_the_big_partition_only(fast_server, 
     r = d.report
     assert r.partitions == [[0, 1]] and r.delegated == 2
     big, tiny = r.candidates
-    assert big.compute_us == pytest.approx(0.5 * big.cpu_us)  # the service's exec_time reached the delegate
+    # The service's exec_time reached the delegate.
+    assert big.compute_us == pytest.approx(0.5 * big.cpu_us + len(big.nodes) * DISPATCH_US_PER_NODE)
     assert (big.reason, tiny.reason) == (f"delegated: saves {big.saving_us:.1f} us",
                                          f"kept on CPU: estimated {-tiny.saving_us:.1f} us slower")
     assert r.nodes[3].reason == tiny.reason and r.nodes[2].reason == "no NNAPI mapping for COS"
@@ -291,10 +336,10 @@ def test_delegate_on_a_faster_service_takes_the_big_partition_only(fast_server, 
     assert "nodes 0-1 (2): CPU" in text and f"-> {big.reason}" in text and f"-> {tiny.reason}" in text
     assert json.loads(report_json(r))["candidates"][1]["reason"] == tiny.reason
 
-    # The same through `nnhal report`'s flags; "largest" (the default) takes both partitions.
+    # The same through `nnhal report`'s flags: cost is the default; "largest" takes both partitions.
     path = tmp_path / "m.tflite"
     path.write_bytes(model)
-    for flags, partitions in ((("--partitioning", "cost"), [[0, 1]]), ((), [[0, 1], [3, 4]])):
+    for flags, partitions in (((), [[0, 1]]), (("--partitioning", "largest"), [[0, 1], [3, 4]])):
         out = subprocess.run([sys.executable, "-m", "nnhal.cli", "report", "--model_file", str(path), "--json",
                               "--service_address", fast_server.address, "--max_delegated_partitions", "0", *flags],
                              capture_output=True, text=True, timeout=HANG_LIMIT_S)
@@ -302,6 +347,29 @@ def test_delegate_on_a_faster_service_takes_the_big_partition_only(fast_server, 
         report = json.loads(out.stdout)
         assert report["partitions"] == partitions
         assert [c["delegated"] for c in report["candidates"]] == [True, partitions != [[0, 1]]]
+
+
+def test_the_default_service_states_its_backends_measured_figures(server, tmp_path):
+    """`nnhal serve` without --relative-speed: getCapabilities carries hal.performance's figures for
+    the service's backend order, and the delegate's default (cost) partitioning weighs with them."""
+    from service.client import Client
+    order = json.loads(subprocess.run([sys.executable, "-m", "nnhal.cli", "backends", "--json"], capture_output=True,
+                                      text=True, timeout=HANG_LIMIT_S, check=True).stdout)["preference"]
+    with Client.connect(server.address) as client:
+        caps = client.get_capabilities()
+    stated = {p.type: p.info.exec_time for p in caps.operand_performance}
+    want = performance.exec_times(order)
+    assert stated == pytest.approx(want)
+    assert caps.relaxed_float32_to_float16_performance_tensor.exec_time == pytest.approx(
+        want[OperandType.TENSOR_FLOAT32])
+    assert caps.while_performance.exec_time == pytest.approx(performance.slowest(want))
+    d = load_delegate(server.address, max_delegated_partitions=0)
+    interpreter(_sections_model(), d)
+    for e in d.report.candidates:
+        node = read_model(_sections_model()).nodes[e.nodes[0]]
+        speed = want[OperandType.TENSOR_FLOAT32]
+        assert e.compute_us == pytest.approx(e.cpu_us * speed + len(e.nodes) * DISPATCH_US_PER_NODE), node
+        assert e.delegated == (e.saving_us > 0)
 
 
 def test_serve_refuses_a_relative_speed_that_is_not_positive(tmp_path):

@@ -33,7 +33,7 @@ def test_model_fully_delegated_matches_cpu(server, dtype):
 
 def test_unsupported_node_stays_on_cpu(server):
     model = head_model(np.float32, unsupported_middle=True)
-    d = load_delegate(server.address, max_delegated_partitions=0)
+    d = load_delegate(server.address, max_delegated_partitions=0, partitioning="largest")
     it, ref = interpreter(model, d), interpreter(model)
     xs = random_inputs(ref, np.random.default_rng(2))
     assert_outputs_equal(run(it, xs), run(ref, xs))
@@ -44,9 +44,9 @@ def test_unsupported_node_stays_on_cpu(server):
     assert ops.count("DELEGATE") == 2
 
 
-def test_default_max_three_partitions_largest_first(server):
+def test_largest_first_keeps_three_partitions_by_default(server):
     model = add_runs(4)  # partitions of 2, 3, 4, 5 ADDs
-    d = load_delegate(server.address)
+    d = load_delegate(server.address, partitioning="largest")
     it, ref = interpreter(model, d), interpreter(model)
     xs = random_inputs(ref, np.random.default_rng(3))
     assert_outputs_equal(run(it, xs), run(ref, xs))
@@ -55,14 +55,29 @@ def test_default_max_three_partitions_largest_first(server):
     assert any("max_delegated_partitions=3" in (n.reason or "") for n in d.report.nodes)
 
 
+def test_default_cost_rule_keeps_partitions_too_small_to_pay_on_cpu(server):
+    """add_runs' partitions are a few ADDs of [1, 6] tensors: far less work than one invoke of the service,
+    so the default rule keeps them all on TFLite's CPU, and says so per node."""
+    model = add_runs(4)
+    d = load_delegate(server.address)
+    it, ref = interpreter(model, d), interpreter(model)
+    xs = random_inputs(ref, np.random.default_rng(3))
+    assert_outputs_equal(run(it, xs), run(ref, xs))
+    rep = d.report
+    assert rep.partitions == [] and len(rep.candidates) == 4
+    assert all(not e.delegated and e.saving_us < 0 for e in rep.candidates)
+    assert all(n.reason.startswith(("kept on CPU: estimated", "no NNAPI mapping")) for n in rep.nodes)
+    assert "DELEGATE" not in [o["op_name"] for o in it._get_ops_details()]
+
+
 def test_manual_node_ranges_and_min_nodes(server):
     model = add_runs(3)  # nodes: 0-1 ADD, 2 COS, 3-5 ADD, 6 COS, 7-10 ADD
-    d = load_delegate(server.address, partitions="3-5,7-8", max_delegated_partitions=0)
+    d = load_delegate(server.address, partitions="3-5,7-8", max_delegated_partitions=0, partitioning="largest")
     it, ref = interpreter(model, d), interpreter(model)
     xs = random_inputs(ref, np.random.default_rng(4))
     assert_outputs_equal(run(it, xs), run(ref, xs))
     assert d.report.partitions == [[3, 4, 5], [7, 8]]
-    d2 = load_delegate(server.address, min_nodes_per_partition=4, max_delegated_partitions=0)
+    d2 = load_delegate(server.address, min_nodes_per_partition=4, max_delegated_partitions=0, partitioning="largest")
     interpreter(model, d2)
     assert d2.report.partitions == [[7, 8, 9, 10]]
 

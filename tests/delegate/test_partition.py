@@ -1,9 +1,14 @@
-"""Partitioning: dependency-safe subsets and the selection options."""
+"""Partitioning: dependency-safe subsets and the selection options under TFLite's largest-first rule
+(the cost rules: test_cost_partitioning.py)."""
 import numpy as np
 import pytest
 
 from delegate.partition import PartitionOptions, choose_partitions, independent_subsets, parse_node_ranges
 from delegate.tfl.graph import TfLiteGraph, TfLiteNode, TfLiteTensor
+
+
+def LARGEST(*args, **kw) -> PartitionOptions:  # noqa: N802 - reads as the options it builds
+    return PartitionOptions(*args, partitioning="largest", **kw)
 
 
 def chain(n: int, branches=()) -> TfLiteGraph:
@@ -39,19 +44,19 @@ def test_independent_branches_join_one_subset():
 def test_max_partitions_keeps_the_largest():
     g = chain(12)
     supported = {0, 2, 3, 5, 6, 7, 8, 10, 11}  # runs: [0], [2,3], [5..8], [10,11]
-    plan = choose_partitions(g, supported, PartitionOptions(max_delegated_partitions=2))
+    plan = choose_partitions(g, supported, LARGEST(max_delegated_partitions=2))
     assert plan.partitions == [[5, 6, 7, 8], [2, 3]]
     assert "max_delegated_partitions=2" in plan.rejected[0] and 10 in plan.rejected
-    assert choose_partitions(g, supported, PartitionOptions(0)).partitions == [[5, 6, 7, 8], [2, 3], [10, 11], [0]]
+    assert choose_partitions(g, supported, LARGEST(0)).partitions == [[5, 6, 7, 8], [2, 3], [10, 11], [0]]
 
 
 def test_min_nodes_and_manual_ranges():
     g = chain(12)
     supported = set(range(12)) - {4, 9}
-    plan = choose_partitions(g, supported, PartitionOptions(0, min_nodes_per_partition=3))
+    plan = choose_partitions(g, supported, LARGEST(0, min_nodes_per_partition=3))
     assert plan.partitions == [[0, 1, 2, 3], [5, 6, 7, 8]]
     assert "min_nodes_per_partition" in plan.rejected[10]
-    plan = choose_partitions(g, supported, PartitionOptions(0, 1, parse_node_ranges("0-1, 6-7,11")))
+    plan = choose_partitions(g, supported, LARGEST(0, 1, parse_node_ranges("0-1, 6-7,11")))
     assert plan.partitions == [[0, 1], [6, 7], [11]]
     assert plan.rejected[2] == "outside the requested node ranges"
 

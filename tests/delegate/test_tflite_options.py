@@ -35,8 +35,8 @@ def test_aliases_land_on_our_options():
 
 @pytest.mark.parametrize("value", [0, -1, -7])
 def test_max_number_delegated_partitions_at_most_zero_is_unlimited(server, value):
-    model = add_runs(4)  # partitions of 2, 3, 4, 5 ADDs; our default keeps 3 of them
-    d = load_delegate(server.address, max_number_delegated_partitions=value)
+    model = add_runs(4)  # partitions of 2, 3, 4, 5 ADDs; largest-first keeps 3 by default
+    d = load_delegate(server.address, max_number_delegated_partitions=value, partitioning="largest")
     it, ref = interpreter(model, d), interpreter(model)
     xs = random_inputs(ref, np.random.default_rng(1))
     assert_outputs_equal(run(it, xs), run(ref, xs))

@@ -180,9 +180,10 @@ def test_thresholds_compare_as_tflite(server, regular):
 
 def test_refused_variant_stays_on_cpu(server):
     """Regular NMS with max_classes_per_detection 2: TFLite's outputs have twice the rows it writes,
-    NNAPI's only those; the node stays with TFLite, the convolutions are still delegated."""
+    NNAPI's only those; the node stays with TFLite, the convolutions are still delegated
+    (largest-first: whatever their estimated cost)."""
     model = ssd_model(use_regular_nms=True, max_classes_per_detection=2)
-    d = load_delegate(server.address)
+    d = load_delegate(server.address, partitioning="largest")
     it, ref = interpreter(model, d), interpreter(model)
     x = np.random.default_rng(5).normal(0, 1, (1, H, W, CHANNELS)).astype(np.float32)
     got, want = run(it, [x]), run(ref, [x])

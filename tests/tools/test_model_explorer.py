@@ -86,12 +86,16 @@ def _check_schema(data: dict) -> None:
             assert {k: v for k, v in back[gid].items() if v not in ([], False)} == g
 
 
+LARGEST = {"partitioning": "largest"}
+
+
 @pytest.fixture(scope="module")
 def partly_supported(tmp_path_factory):
-    """head_model with COS in the middle: two partitions around a CPU node, and its report."""
+    """head_model with COS in the middle: two partitions around a CPU node (largest-first, whatever
+    they cost), and its report."""
     path = tmp_path_factory.mktemp("me") / "head.tflite"
     path.write_bytes(head_model(np.float32, unsupported_middle=True))
-    return path, delegation_report(str(path))
+    return path, delegation_report(str(path), **LARGEST)
 
 
 def test_overlays_cover_every_node_with_the_report_values(partly_supported):
@@ -179,7 +183,7 @@ def test_subgraphs_a_delegated_if_runs_are_on_nnhal_in_its_partition(tmp_path):
 
 def test_latency_overlay_is_the_benchmark_profile_per_node(partly_supported):
     path, report = partly_supported
-    bench = benchmark(str(path), runs=2, warmup=0, min_secs=0.0)
+    bench = benchmark(str(path), runs=2, warmup=0, min_secs=0.0, options=LARGEST)
     assert bench["delegation"]["delegated_nodes"] == report.delegated
     data = overlays(path.read_bytes(), report, bench)
     lat = data["latency"]["main"]
@@ -199,9 +203,10 @@ def test_latency_overlay_is_the_benchmark_profile_per_node(partly_supported):
 def test_report_cli_writes_one_file_per_overlay(partly_supported, tmp_path):
     path, report = partly_supported
     bench = tmp_path / "bench.json"
-    bench.write_text(json.dumps(benchmark(str(path), runs=1, warmup=0, min_secs=0.0)))
+    bench.write_text(json.dumps(benchmark(str(path), runs=1, warmup=0, min_secs=0.0, options=LARGEST)))
     out = subprocess.run([sys.executable, "-m", "nnhal.cli", "report", "--model_file", str(path),
-                          "--model_explorer", str(tmp_path / "ov.json"), "--benchmark_json", str(bench)],
+                          "--model_explorer", str(tmp_path / "ov.json"), "--benchmark_json", str(bench),
+                          "--partitioning", "largest"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "nodes delegated in" in out.stdout  # stdout: the report, as without the flag

@@ -86,13 +86,13 @@ def test_stat_line_is_tflites():
 @pytest.mark.parametrize("tool", sorted(TOOLS))
 def test_nnapi_delegate_flags_in_every_tool(server, tmp_path, tool):
     path = tmp_path / "runs.tflite"
-    path.write_bytes(add_runs(4))  # 4 partitions; our default keeps 3
+    path.write_bytes(add_runs(4))  # 4 partitions; largest-first keeps 3 by default
     serialize_dir = tmp_path / "serialize"
     serialize_dir.mkdir()
     flags = ("--nnapi_accelerator_name=nnhal", "--disable_nnapi_cpu", "--nnapi_allow_fp16=false",
              "--nnapi_execution_preference=sustained_speed", "--nnapi_execution_priority=high",
              "--max_number_delegated_partitions=-1", f"--delegate_serialize_dir={serialize_dir}",
-             "--delegate_serialize_token=app-v1")
+             "--delegate_serialize_token=app-v1", "--partitioning=largest")
     r = _cli(*TOOLS[tool], f"--model_file={path}", *flags, f"--service_address={server.address}")
     assert r.returncode == 0, r.stderr
     if tool == "report":
