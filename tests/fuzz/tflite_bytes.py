@@ -133,7 +133,7 @@ def _child(data: bytes, address: str, seed: int, log_path: str, conn) -> None:
             return None, (str(e).splitlines() or [type(e).__name__])[0]
 
     print("stage: delegate", file=log, flush=True)
-    d = load_delegate(address)
+    d = load_delegate(address, partitioning="largest")  # delegate all it can: the paths under test
     result["delegate"], result["delegate_error"] = run(d)
     result["delegated"] = bool(d.impl.kernels) if hasattr(d.impl, "kernels") else None
     result["last_error"] = d.last_error or ""
