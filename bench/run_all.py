@@ -64,6 +64,25 @@ def stated_vs_measured(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def cpu_estimates(rows: list[dict]) -> str:
+    """The cost model's CPU estimate of each bench model (delegate.cost, fitted on these models)
+    beside TFLite 1 thread's measured time in this run."""
+    from delegate.cost import CostModel
+    from delegate.tfl import read_model
+    builds = {label: build for label, build, _ in float_models.MODELS}
+    builds.update({label: (lambda build=build, dtype=dtype: build(dtype))
+                   for label, build, dtype in quantized_models.MODELS})
+    lines = ["| model | TFLite 1 thread p50 ms | estimated ms | estimate / measured |", "|---|---:|---:|---:|"]
+    model = CostModel()
+    for r in rows:
+        if r.get("config") != "TFLite 1 thread" or r["model"] not in builds:
+            continue
+        graph = read_model(builds[r["model"]]())
+        est_ms = sum(model.node_cpu_us(graph, n) for n in graph.nodes) / 1e3
+        lines.append(f"| {r['model']} | {r['p50_ms']:.2f} | {est_ms:.2f} | {est_ms / r['p50_ms']:.2f} |")
+    return "\n".join(lines)
+
+
 #: Sections of results.md other targets write (`make soak`, `make fuzz`): `make bench` keeps them.
 OTHER_TARGETS = ("## Soak", "## Fuzz")
 
@@ -104,10 +123,12 @@ def main() -> int:
     sections.append("## Quantized models at 224x224: numba and reference backends vs TFLite's int8 kernels\n\n"
                     + (quantized_models.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n"
                     + quantized_models.to_markdown(quant_rows))
-    sections.append("## The speeds the service states vs this run\n\n"
+    sections.append("## The speeds the service states, and the CPU estimate, vs this run\n\n"
                     "getCapabilities' exec_time per operand type (hal/performance.py: the delegate's default, "
                     "cost-aware partitioning weighs partitions with it) beside the ratios measured above.\n\n"
-                    + stated_vs_measured(float_rows + quant_rows))
+                    + stated_vs_measured(float_rows + quant_rows) + "\n\n"
+                    "The cost model's CPU time of the same models (delegate/cost.py's rates) beside TFLite's:\n\n"
+                    + cpu_estimates(float_rows + quant_rows))
     text = "\n\n".join(sections) + f"\n\n(total benchmark time {time.time() - t0:.0f} s)\n"
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.md")
     text += "".join("\n" + s for s in kept_sections(out))

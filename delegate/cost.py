@@ -10,7 +10,8 @@ The estimate of one partition, every figure in microseconds:
 
 - ``cpu_us``: sum over its nodes of work / rate. Work is multiply-accumulates for CONV_2D,
   DEPTHWISE_CONV_2D, FULLY_CONNECTED, BATCH_MATMUL and TRANSPOSE_CONV (``node_work``: formulas
-  from the TFLite tensor shapes), elements touched (inputs + outputs) for every other node.
+  from the TFLite tensor shapes), elements touched (inputs + outputs) for every other node; the
+  rate depends on the node's type (float or 8-bit) and, for elements, on whether it computes.
 - ``compute_us``: each node's CPU figure times the device's ``exec_time`` for the node's operand
   type, as the service's getCapabilities reports it (NNAPI PerformanceInfo: the device's time
   relative to the CPU's for the same work; lower is faster; nnhal's service states what its
@@ -23,19 +24,25 @@ The estimate of one partition, every figure in microseconds:
   the bytes of its non-constant input and output tensors times a per-byte cost.
 - ``nnhal_us = compute_us + overhead_us + transfer_us``; ``saving_us = cpu_us - nnhal_us``.
 
-Constants (this machine: x86_64, 2 cores, Python 3.11, tflite_runtime 2.14; measured 2026-11-26,
-best of 30 invokes, 1 thread, the default op resolver (XNNPACK for float), on one-op models built
-with delegate.tfl.TfLiteModelBuilder; the script is not part of the project, the figures are):
+Constants (this machine: x86_64, 2 cores, Python 3.11, tflite_runtime 2.14; measured 2026-11-26).
+The CPU rates are fitted on whole models, the ones whose ratios give the service's stated speeds
+(hal/performance.py): TFLite 1 thread, the default op resolver (XNNPACK for float), medians of
+5-7 invokes; MACs and elements as ``node_work`` counts them. ``make bench`` prints each bench
+model's estimate beside its measured time, so drift shows.
 
-- ``FLOAT_MACS_PER_US = 65_000``: CONV_2D 3x3, 1x56x56x64 -> 64 channels float32 (115.6 M MACs)
-  ran in 1731 us: 66,800 MACs/us (under load from other jobs, medians of 36k-65k).
-- ``QUANT_MACS_PER_US = 35_000``: the same conv in int8 (per-tensor): 3283 us, 35,200 MACs/us.
-  TFLite's int8 path here is about half the float speed, so the type of a node matters: a per
-  element-type factor for MACs.
-- ``ELEMENTS_PER_US = 6_800``: float32 ADD of two 2^20-element tensors (3 x 2^20 elements
-  touched) in 462 us. int8 ADD measured 324 elements/us (its rescaling runs scalar on x86), but one
-  op's figure is not the family's (an int8 RESHAPE or MAX_POOL is a copy), so elements have a
-  single rate; that under-estimates the CPU side of int8 arithmetic, i.e. errs towards the CPU.
+- float32: MobileNetV2 224 (300.8 M MACs, 0.72 M elements) in 7,208 us and EfficientNet-B0 224
+  (385.8 M MACs, 38.4 M elements) in 14,970 us give 42,400 MACs/us and 6,550 elements/us:
+  ``FLOAT_MACS_PER_US = 42_000``, ``ELEMENTS_PER_US = 6_800`` (a float32 ADD of two 2^20-element
+  tensors alone: 6,800). mobilenet_like 64x64: estimated 227 us, measured 165 us. A single large
+  CONV_2D (3x3, 56x56x64 -> 64) runs at 66,800 MACs/us: whole models do not reach one op's best.
+- int8: MobileNetV2 in 62,760 us and EfficientNet-B0 in 173,004 us give 4,930 MACs/us and 406
+  elements/us: ``QUANT_MACS_PER_US = 4_900``, ``QUANT_ELEMENTS_PER_US = 400`` (an int8 ADD alone:
+  324 elements/us; its rescaling runs scalar on x86). mobilenet_like 64x64: estimated 2,075 us,
+  measured 2,935 us. The single large int8 CONV_2D runs at 35,200 MACs/us: TFLite 2.14's int8
+  path on these models (per-channel filters, small channel counts, depthwise) is far from it.
+  uint8 MobileNetV2 takes 111,604 us; the int8 rates are used for both (uint8 errs towards CPU).
+- Data movement (``MOVES``: RESHAPE, CONCATENATION, MAX_POOL_2D, ...) counts its elements at the
+  float rate whatever the type: an int8 copy is no slower than a float one.
 - ``LOCAL_BURST_INVOKE_US = 49``: bench/results.md, shared-memory burst on a 1-op [2,3] model,
   median overhead over hal in-process 48.6 us (24-37 us in later runs; through the delegate,
   a 1-op ADD model costs TFLite + nnhal 45.4 us vs TFLite's 0.7 us, one node's dispatch included).
@@ -78,9 +85,10 @@ from delegate.tfl.graph import TfLiteGraph, TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import TENSOR_DTYPE, BuiltinOperator, TensorType
 from hal.types import OperandType
 
-FLOAT_MACS_PER_US = 65_000.0
-QUANT_MACS_PER_US = 35_000.0
+FLOAT_MACS_PER_US = 42_000.0
+QUANT_MACS_PER_US = 4_900.0
 ELEMENTS_PER_US = 6_800.0
+QUANT_ELEMENTS_PER_US = 400.0
 LOCAL_BURST_INVOKE_US = 49.0
 TURN_US = 30.0
 DISPATCH_US_PER_NODE = 3.0
@@ -100,6 +108,14 @@ _OPERAND_TYPE = {
     TensorType.INT16: OperandType.TENSOR_QUANT16_SYMM,
 }
 _FLOAT_TYPES = (TensorType.FLOAT32, TensorType.FLOAT16)
+_QUANT8_TYPES = (TensorType.INT8, TensorType.UINT8)
+
+#: Operations that move or select data without arithmetic on it: elements at the float rate.
+MOVES = frozenset(getattr(BuiltinOperator, name) for name in (
+    "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CONCATENATION", "PACK", "UNPACK", "SPLIT", "SPLIT_V", "SLICE",
+    "STRIDED_SLICE", "GATHER", "GATHER_ND", "TRANSPOSE", "PAD", "PADV2", "MIRROR_PAD", "SPACE_TO_DEPTH",
+    "DEPTH_TO_SPACE", "SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND", "MAX_POOL_2D", "TILE", "BROADCAST_TO",
+    "REVERSE_V2", "SHAPE"))
 
 
 def _elements(t: TfLiteTensor) -> int:
@@ -200,6 +216,7 @@ class CostModel:
     float_macs_per_us: float = FLOAT_MACS_PER_US
     quant_macs_per_us: float = QUANT_MACS_PER_US
     elements_per_us: float = ELEMENTS_PER_US
+    quant_elements_per_us: float = QUANT_ELEMENTS_PER_US
     _speeds: dict = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
@@ -231,10 +248,12 @@ class CostModel:
 
     def node_cpu_us(self, graph: TfLiteGraph, node: TfLiteNode) -> float:
         kind, work = node_work(graph, node)
+        ttype = _node_type(graph, node)
         if kind == "elements":
-            return work / self.elements_per_us
-        rate = self.float_macs_per_us if _node_type(graph, node) in _FLOAT_TYPES else self.quant_macs_per_us
-        return work / rate
+            arithmetic = node.custom_code is not None or node.builtin_code not in MOVES
+            quant = arithmetic and ttype in _QUANT8_TYPES
+            return work / (self.quant_elements_per_us if quant else self.elements_per_us)
+        return work / (self.float_macs_per_us if ttype in _FLOAT_TYPES else self.quant_macs_per_us)
 
     def estimate(self, graph: TfLiteGraph, nodes: list[int], taking_turns: bool = False) -> PartitionEstimate:
         """``taking_turns``: other partitions run between two invokes of this one (``turn_us``)."""

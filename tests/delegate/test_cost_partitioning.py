@@ -14,8 +14,10 @@ import pytest
 from delegate import load_delegate
 from delegate.cost import (
     DISPATCH_US_PER_NODE,
+    ELEMENTS_PER_US,
     FLOAT_MACS_PER_US,
     GRPC_INVOKE_US,
+    QUANT_ELEMENTS_PER_US,
     QUANT_MACS_PER_US,
     CostModel,
     boundary_tensors,
@@ -135,6 +137,25 @@ def test_cpu_cost_uses_the_rate_of_the_node_type():
     m = CostModel()
     assert m.node_cpu_us(q, q.nodes[0]) == node_work(q, q.nodes[0])[1] / QUANT_MACS_PER_US
     assert m.node_cpu_us(f, f.nodes[0]) == node_work(f, f.nodes[0])[1] / FLOAT_MACS_PER_US
+
+
+def test_int8_arithmetic_on_elements_is_slower_than_moving_them():
+    """An int8 ADD rescales every element (TFLite's 8-bit path on x86); an int8 RESHAPE copies."""
+    b = TfLiteModelBuilder()
+    q = {"scale": 0.5, "zero_point": 1}
+    x, y = b.add_input("x", [4, 6], np.int8, **q), b.add_input("y", [4, 6], np.int8, **q)
+    s = b.add_tensor("s", [4, 6], np.int8, **q)
+    b.add_operator("ADD", [x, y], [s], ("AddOptions", {"fused_activation_function": 0}))
+    r = b.add_tensor("r", [24], np.int8, **q)
+    b.add_operator("RESHAPE", [s, b.add_constant("shape", np.array([24], np.int32))], [r],
+                   ("ReshapeOptions", {"new_shape": [24]}))
+    b.set_outputs([r])
+    g = read_model(b.build())
+    m = CostModel()
+    add, reshape = (node_work(g, n) for n in g.nodes)
+    assert add[0] == reshape[0] == "elements"
+    assert m.node_cpu_us(g, g.nodes[0]) == add[1] / QUANT_ELEMENTS_PER_US
+    assert m.node_cpu_us(g, g.nodes[1]) == reshape[1] / ELEMENTS_PER_US
 
 
 def test_speeds_come_from_the_capabilities_per_operand_type():
