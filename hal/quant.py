@@ -67,13 +67,25 @@ def trunc_div(a: np.ndarray, d) -> np.ndarray:
     return np.where((a >= 0) == (np.asarray(d) >= 0), q, -q)
 
 
+#: Up to this many elements, saturating_rounding_doubling_high_mul takes its path with fewer numpy
+#: calls (each costs ~1 us whatever the size); above it, the in-place one (fewer temporaries).
+SMALL = 64
+
+
 def saturating_rounding_doubling_high_mul(a, b) -> np.ndarray:
     """gemmlowp SaturatingRoundingDoublingHighMul on int32 values (int64 arrays in/out).
 
-    In-place on one int64 temporary: this runs on every element of every quantized tensor."""
+    In-place on one int64 temporary: this runs on every element of every quantized tensor. Small
+    arrays (a recurrent cell's per-step scalars: an int8 LSTM's layer norm calls this 84 times a
+    step) take a path of half as many numpy calls: 28 -> 13 us on one element here."""
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     v = a * b
+    if v.size <= SMALL:
+        # round(v / 2^31) half up, truncating toward zero after the nudge as C does; only
+        # INT32_MIN * INT32_MIN exceeds INT32_MAX.
+        out = np.where(v >= 0, (v + (1 << 30)) >> 31, -(((1 << 30) - 1 - v) >> 31))
+        return np.minimum(out, INT32_MAX, out=out)
     negative = v < 0
     v += 1 << 30
     v -= negative * ((1 << 31) - 1)  # the nudge: 2^30, or 1 - 2^30 for negative products

@@ -29,12 +29,19 @@ def rdbpot_ref(x: int, e: int) -> int:
 def test_srdhm_matches_definition(pairs):
     a = np.array([p[0] for p in pairs])
     b = np.array([p[1] for p in pairs])
+    want = [srdhm_ref(x, y) for x, y in pairs]
     got = quant.saturating_rounding_doubling_high_mul(a, b)
-    assert [int(g) for g in got] == [srdhm_ref(x, y) for x, y in pairs]
+    assert [int(g) for g in got] == want
+    # The same pairs as one array above quant.SMALL: the in-place path.
+    k = quant.SMALL // len(pairs) + 1
+    got = quant.saturating_rounding_doubling_high_mul(np.tile(a, k), np.tile(b, k))
+    assert got.size > quant.SMALL and [int(g) for g in got] == want * k
 
 
 def test_srdhm_saturates():
     assert int(quant.saturating_rounding_doubling_high_mul(-(2**31), -(2**31))) == 2**31 - 1
+    big = np.full(quant.SMALL + 1, -(2**31))
+    assert set(quant.saturating_rounding_doubling_high_mul(big, big).tolist()) == {2**31 - 1}
 
 
 @settings(max_examples=500)
