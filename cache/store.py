@@ -14,8 +14,6 @@ opaque bytes plus numpy arrays.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import hmac
 import json
@@ -23,22 +21,29 @@ import logging
 import mmap
 import os
 import re
-import secrets
-import stat
 import struct
-import tempfile
 import threading
-import time
 from dataclasses import dataclass
 
-import blake3
 import numpy as np
+
+from cache.files import (
+    AtomicFile,
+    CacheError,
+    digest,
+    file_digest,
+    is_ours,
+    load_or_create_key,
+    open_regular,
+    read_file,
+    touch,
+    unlink,
+)
 
 log = logging.getLogger("nnhal.cache")
 
 MAGIC = b"NNHALCM\0"
 FORMAT_VERSION = 2
-ENTRY_MODE = 0o400  # entries are never modified in place; a mapped data file must stay read-only
 TOKEN_BYTES = 32
 ALIGN = 64
 KEY_FILE = "cache.key"
@@ -48,14 +53,6 @@ NUM_MODEL_FILES = 1
 NUM_DATA_FILES = 1
 _ENTRY_NAME = re.compile(r"([0-9a-f]{64})\.model")
 _TMP_NAME = re.compile(r"\.tmp-(key-)?[a-z0-9_]{8}")  # tempfile.mkstemp's names, ours only in our directory
-
-
-class CacheError(Exception):
-    """Why an entry was rejected (the entry has been removed)."""
-
-
-class CacheKeyError(CacheError):
-    """The cache key is missing, corrupt or not trustworthy: no entry can be authenticated."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +78,7 @@ class CacheStore:
         self.driver_version = driver_version
         self.fingerprint = capabilities_fingerprint
         self.max_bytes = max_bytes
-        self.key = _load_or_create_key(os.path.join(self.dir, KEY_FILE), repair=repair_key)
+        self.key = load_or_create_key(os.path.join(self.dir, KEY_FILE), repair=repair_key)
         self._lock = threading.Lock()
 
     # ---- paths --------------------------------------------------------------
@@ -110,7 +107,7 @@ class CacheStore:
                 log.warning("cache entry %s not stored: %d bytes, larger than the cache (max %d bytes)",
                             token.hex()[:16], size, self.max_bytes)
                 return False
-        with _AtomicFile(data_path) as f:
+        with AtomicFile(data_path) as f:
             pos = 0
             for a, entry in zip(arrays, layout):
                 pad = entry["offset"] - pos
@@ -120,9 +117,9 @@ class CacheStore:
                 pos = entry["offset"] + entry["nbytes"]
             data_len = pos
             f.flush()
-            data_digest = _file_digest(f.fileno(), data_len)
+            data_digest = file_digest(f.fileno(), data_len)
         body = self._model_body(token, payload, data_len, data_digest, layout)
-        with _AtomicFile(model_path) as f:
+        with AtomicFile(model_path) as f:
             f.write(body)
             f.write(hmac.new(self.key, body, hashlib.sha256).digest())
         self.evict(keep=token.hex())
@@ -170,11 +167,11 @@ class CacheStore:
             log.warning("cache entry %s rejected: %r", token.hex()[:16], e)
             self.remove(token)
             raise CacheError(f"malformed cache entry: {e!r}") from None
-        _touch(model_path)
+        touch(model_path)
         return payload, arrays
 
     def _read_model(self, path: str, token: bytes) -> tuple[bytes, dict]:
-        raw = _read_file(path, MAX_HEADER * 64)
+        raw = read_file(path, MAX_HEADER * 64)
         if len(raw) < _PREFIX.size + 32:
             raise CacheError("model file truncated")
         body, mac = raw[:-32], raw[-32:]
@@ -277,18 +274,18 @@ class CacheStore:
                 continue
             data = m.group(1) + ".data"
             taken.add(data)
-            removed += _unlink(os.path.join(self.dir, name))
+            removed += unlink(os.path.join(self.dir, name))
             if data in names:
-                if _is_ours(os.path.join(self.dir, data)):
-                    removed += _unlink(os.path.join(self.dir, data))
+                if is_ours(os.path.join(self.dir, data)):
+                    removed += unlink(os.path.join(self.dir, data))
                 else:
                     skipped.append((data, "not a regular file of this user"))
         for name in names:
             if name in taken:
                 continue
             path = os.path.join(self.dir, name)
-            if _TMP_NAME.fullmatch(name) and _is_ours(path):
-                removed += _unlink(path)  # a temp file of an interrupted write
+            if _TMP_NAME.fullmatch(name) and is_ours(path):
+                removed += unlink(path)  # a temp file of an interrupted write
             elif name.endswith(".data") and _ENTRY_NAME.fullmatch(name[:-5] + ".model"):
                 skipped.append((name, "no nnhal model file names it"))
             elif name.startswith(KEY_FILE + ".bad-"):
@@ -301,7 +298,7 @@ class CacheStore:
 def _not_our_model(path: str, token_hex: str) -> str | None:
     """None if ``path`` is a model file nnhal wrote for ``token_hex``, else why not."""
     try:
-        fd, st = _open_regular(path, "model file")
+        fd, st = open_regular(path, "model file")
     except FileNotFoundError:
         return "removed meanwhile"
     except CacheError as e:
@@ -322,42 +319,13 @@ def _not_our_model(path: str, token_hex: str) -> str | None:
     return None
 
 
-def _is_ours(path: str) -> bool:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
-
-
-def _unlink(path: str) -> int:
-    try:
-        os.unlink(path)
-        return 1
-    except FileNotFoundError:
-        return 0
-
-
-def _digest(buf) -> str:
-    """BLAKE3 of a buffer, on every core: it bounds how fast a verified entry can load."""
-    return blake3.blake3(buf, max_threads=blake3.blake3.AUTO).hexdigest()
-
-
-def _file_digest(fd: int, length: int) -> str:
-    """Digest of the first ``length`` bytes of a just-written file (read back from the page cache)."""
-    if length == 0:
-        return _digest(b"")
-    with mmap.mmap(fd, length, access=mmap.ACCESS_READ) as m:
-        return _digest(m)
-
-
 def _map_data(path: str, header: dict):
     """Open, check and map the data file; verify its digest on the mapping."""
     length, want = header["data_length"], header["data_blake3"]
     if not isinstance(length, int) or length < 0 or not isinstance(want, str):
         raise CacheError("data description in the header is malformed")
     try:
-        fd, st = _open_regular(path, "data file")
+        fd, st = open_regular(path, "data file")
     except FileNotFoundError:
         raise CacheError("data file missing (wrong number of cache files)") from None
     try:
@@ -372,154 +340,6 @@ def _map_data(path: str, header: dict):
             data = mmap.mmap(fd, length, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)
-    if not hmac.compare_digest(_digest(data), want):
+    if not hmac.compare_digest(digest(data), want):
         raise CacheError("data file checksum mismatch")
     return data
-
-
-def _open_regular(path: str, what: str) -> tuple[int, os.stat_result]:
-    """A descriptor on ``path`` that is a regular file, and its fstat. O_NONBLOCK: a FIFO or device
-    planted under an entry's name must be refused, not waited on; O_NOFOLLOW: a symlink is not ours."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        raise CacheError(f"{what} cannot be opened: {e.strerror}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise CacheError(f"{what} is not a regular file")
-    return fd, st
-
-
-def _read_file(path: str, limit: int) -> bytes:
-    fd, st = _open_regular(path, os.path.basename(path))
-    with os.fdopen(fd, "rb") as f:
-        size = st.st_size
-        if size > limit:
-            raise CacheError(f"{os.path.basename(path)} is larger than allowed ({size} bytes)")
-        raw = f.read(size + 1)  # a file that grew since fstat is caught by the length checks
-    if len(raw) > limit:
-        raise CacheError(f"{os.path.basename(path)} is larger than allowed")
-    return raw
-
-
-def _touch(path: str) -> None:
-    try:
-        os.utime(path)  # last-used time for LRU eviction
-    except OSError:
-        pass
-
-
-class _AtomicFile:
-    """Write to a temp file in the same directory; fsync; rename over the target; fsync the dir."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __enter__(self):
-        d = os.path.dirname(self.path)
-        fd, self.tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
-        self.f = os.fdopen(fd, "wb")
-        return self.f
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            if exc_type is None:
-                self.f.flush()
-                os.fsync(self.f.fileno())
-                os.fchmod(self.f.fileno(), ENTRY_MODE)
-            self.f.close()
-            if exc_type is None:
-                os.replace(self.tmp, self.path)
-                dfd = os.open(os.path.dirname(self.path), os.O_RDONLY)
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
-        finally:
-            if os.path.exists(self.tmp):
-                os.unlink(self.tmp)
-
-
-def _load_or_create_key(path: str, repair: bool = False) -> bytes:
-    """The per-cache HMAC key. With ``repair``, a bad key is renamed ``cache.key.bad-<time>-<pid>``
-    (kept, never deleted) and a new one made: entries of the old key then fail their HMAC and are
-    recompiled one by one. Under a lock on the directory, so concurrent services repair once."""
-    if not os.path.lexists(path):
-        _create_key(path)
-    try:
-        return _read_key(path)
-    except CacheKeyError:
-        if not repair:
-            raise
-    with locked_directory(os.path.dirname(path)):
-        try:
-            return _read_key(path)  # another process repaired it meanwhile
-        except CacheKeyError as e:
-            reason = str(e)
-        aside = f"{path}.bad-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-        try:
-            os.rename(path, aside)
-        except FileNotFoundError:
-            aside = "(it vanished)"
-        except OSError as e:
-            raise CacheKeyError(f"{reason}, and it cannot be moved aside: {e.strerror}") from None
-        _create_key(path)
-        key = _read_key(path)
-    log.warning("%s: moved to %s, a new key was made; entries written with the old key will be recompiled",
-                reason, aside)
-    return key
-
-
-def _create_key(path: str) -> None:
-    """32 random bytes in a 0600 file, published atomically (a temp file hard-linked into place),
-    so concurrent first users agree on one complete key."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-key-", dir=os.path.dirname(path))  # mode 0600
-    except OSError as e:
-        raise CacheKeyError(f"cache key {path} cannot be created: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(32))
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass  # another process published its key first: use that one
-    finally:
-        os.unlink(tmp)
-
-
-def _read_key(path: str) -> bytes:
-    """The key, if it is exactly 32 bytes in a regular file of ours that nobody else can read:
-    anyone who knows it can forge entries."""
-    try:
-        fd, st = _open_regular(path, f"cache key {path}")
-    except FileNotFoundError:
-        raise CacheKeyError(f"cache key {path} is missing") from None
-    except CacheError as e:
-        raise CacheKeyError(str(e)) from None
-    with os.fdopen(fd, "rb") as f:
-        if st.st_uid != os.geteuid():
-            raise CacheKeyError(f"cache key {path} is owned by uid {st.st_uid}, not by this user")
-        if st.st_mode & 0o077:
-            raise CacheKeyError(f"cache key {path} is open to other users (mode {st.st_mode & 0o777:o})")
-        key = f.read(33)
-    if len(key) != 32:
-        raise CacheKeyError(f"cache key {path} is corrupt ({len(key)} bytes, not 32)")
-    return key
-
-
-@contextlib.contextmanager
-def locked_directory(directory: str):
-    """An exclusive flock on the directory itself, between processes: no lock file to leave behind."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)

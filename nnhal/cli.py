@@ -103,7 +103,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from cache.store import CacheError, CacheKeyError, CacheStore
+    from cache.files import CacheKeyError
+    from cache.store import CacheError, CacheStore
     from service.driver import Driver, capabilities_fingerprint
     from service.server import default_cache_dir
     d = args.cache_dir or default_cache_dir()

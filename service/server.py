@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from cache.store import CacheError, CacheStore, locked_directory
+from cache.files import locked_directory
+from cache.store import CacheError, CacheStore
 from hal.errors import HalError
 from service.driver import Driver, capabilities_fingerprint
 from service.proto import nnhal_pb2_grpc as pb_grpc

@@ -153,14 +153,14 @@ def test_data_file_swapped_during_load(tmp_path, monkeypatch):
     s = make(tmp_path)
     s.put(OTHER, *sample(1))
     s.put(TOKEN, *sample(0))
-    real = store_mod._read_file
+    real = store_mod.read_file
 
     def swapping(path, limit):
         out = real(path, limit)
         if path.endswith(TOKEN.hex() + ".model"):
             replace_file(files(s, TOKEN)[1], open(files(s, OTHER)[1], "rb").read())
         return out
-    monkeypatch.setattr(store_mod, "_read_file", swapping)
+    monkeypatch.setattr(store_mod, "read_file", swapping)
     rejected(s, match="checksum")
 
 
@@ -170,14 +170,14 @@ def test_file_replaced_after_verification_is_not_used(tmp_path, monkeypatch):
     s = make(tmp_path)
     want = sample(0)
     s.put(TOKEN, *want)
-    real = store_mod._digest
+    real = store_mod.digest
 
     def replacing(buf):
         out = real(buf)
         if len(buf) > 64:  # the data file, verified: now swap in other bytes under its name
             replace_file(files(s)[1], b"\xff" * len(buf))
         return out
-    monkeypatch.setattr(store_mod, "_digest", replacing)
+    monkeypatch.setattr(store_mod, "digest", replacing)
     payload, arrays = s.get(TOKEN)
     assert open(files(s)[1], "rb").read(4) == b"\xff" * 4  # the swap did happen
     assert_same((payload, arrays), want)
