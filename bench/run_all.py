@@ -1,9 +1,11 @@
-"""`make bench`: every benchmark in one run, written to bench/results.md.
+"""`make bench`: every benchmark in one run, written to bench/results.md; the backends' measured
+speeds also to bench/performance.json (`nnhal serve --performance bench/performance.json`).
 
 Ratios are against TFLite's CPU interpreter measured in the same process and run.
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -40,12 +42,8 @@ def delegated_models(runs: int = 100) -> str:
     return "\n".join(lines)
 
 
-def stated_vs_measured(rows: list[dict]) -> str:
-    """What the service states per operand type (hal.performance.MEASURED) beside what this run
-    measured: the geometric mean of the backend's whole-model ratios to TFLite 1 thread. A figure
-    that has drifted is updated by hand in hal/performance.py (the figures are the driver's claim
-    about its hardware, not a benchmark it runs at start)."""
-    from hal.performance import MEASURED
+def measured_speeds(rows: list[dict]) -> dict[tuple[str, int], list[float]]:
+    """(backend, NNAPI operand type) -> this run's whole-model ratios to TFLite 1 thread."""
     from hal.types import OperandType
     measured: dict[tuple[str, int], list[float]] = {}
     for r in rows:
@@ -55,13 +53,36 @@ def stated_vs_measured(rows: list[dict]) -> str:
         otype = (OperandType.TENSOR_QUANT8_ASYMM if "uint8" in r["model"] else
                  OperandType.TENSOR_QUANT8_ASYMM_SIGNED if "int8" in r["model"] else OperandType.TENSOR_FLOAT32)
         measured.setdefault((m.group(1), otype), []).append(r["ratio"])
+    return measured
+
+
+def _geomean(xs: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(xs))))
+
+
+def stated_vs_measured(rows: list[dict]) -> str:
+    """What the service states per operand type (hal.performance.MEASURED) beside what this run
+    measured: the geometric mean of the backend's whole-model ratios to TFLite 1 thread. A figure
+    that has drifted is updated by hand in hal/performance.py, or this machine's are stated with
+    `nnhal serve --performance bench/performance.json` (``write_performance``)."""
+    from hal.performance import MEASURED
     lines = ["| backend | operand type | stated exec_time | measured this run (geometric mean) | models |",
              "|---|---|---:|---:|---:|"]
-    for (backend, otype), ratios in sorted(measured.items()):
+    for (backend, otype), ratios in sorted(measured_speeds(rows).items()):
         stated = MEASURED.get(backend, {}).get(otype)
         lines.append(f"| {backend} | {otype.name} | {'' if stated is None else f'{stated:.2f}'} | "
-                     f"{float(np.exp(np.mean(np.log(ratios)))):.2f} | {len(ratios)} |")
+                     f"{_geomean(ratios):.2f} | {len(ratios)} |")
     return "\n".join(lines)
+
+
+def write_performance(rows: list[dict], path: str) -> None:
+    """This run's figures as `nnhal serve --performance` reads them (hal.performance.read_measured)."""
+    out: dict[str, dict[str, float]] = {}
+    for (backend, otype), ratios in sorted(measured_speeds(rows).items()):
+        out.setdefault(backend, {})[otype.name] = round(_geomean(ratios), 3)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
 
 
 def cpu_estimates(rows: list[dict]) -> str:
@@ -129,6 +150,8 @@ def main() -> int:
                     + stated_vs_measured(float_rows + quant_rows) + "\n\n"
                     "The cost model's CPU time of the same models (delegate/cost.py's rates) beside TFLite's:\n\n"
                     + cpu_estimates(float_rows + quant_rows))
+    write_performance(float_rows + quant_rows, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                           "performance.json"))
     text = "\n\n".join(sections) + f"\n\n(total benchmark time {time.time() - t0:.0f} s)\n"
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.md")
     text += "".join("\n" + s for s in kept_sections(out))

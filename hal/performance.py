@@ -13,11 +13,14 @@ backend's identity hashes its sources: re-measuring must not invalidate compiled
 
 A type no backend of the order measured (TENSOR_INT32, BOOL8, FLOAT16, ...) gets the slowest
 figure the order has: an unmeasured type errs towards the CPU, never towards delegation.
-``nnhal serve --relative-speed R`` replaces every figure with R (a faster machine behind the
-service, or figures measured elsewhere).
+``nnhal serve --performance FILE`` states figures measured on the machine the service runs on
+instead (``make bench`` writes them to bench/performance.json: the same ratios, this machine's);
+``nnhal serve --relative-speed R`` replaces every figure with R.
 """
 from __future__ import annotations
 
+import json
+import math
 from typing import Iterable
 
 from hal import backends
@@ -39,12 +42,17 @@ MEASURED: dict[str, dict[int, float]] = {
 
 #: The figure when no backend of the order has one: the CPU's.
 CPU = 1.0
+#: A performance file is a few lines; anything this large is not one.
+MAX_FILE_BYTES = 1 << 16
 
 
-def exec_times(order: Iterable[str] | None = None) -> dict[int, float]:
+def exec_times(order: Iterable[str] | None = None, measured: dict[str, dict[int, float]] | None = None
+               ) -> dict[int, float]:
     """NNAPI operand type (SUBGRAPH aside) -> exec_time for a service whose backend preference is
-    ``order`` (default: the process's preference)."""
-    stated = [MEASURED[b.name] for b in backends.candidates(order) if b.name in MEASURED]
+    ``order`` (default: the process's preference). ``measured`` (``read_measured``) replaces the
+    built-in figures of the backends it names."""
+    table = {**MEASURED, **(measured or {})}
+    stated = [table[b.name] for b in backends.candidates(order) if b.name in table]
     worst = max((v for p in stated for v in p.values()), default=CPU)
     return {int(t): next((p[t] for p in stated if t in p), worst) for t in OperandType if t != OperandType.SUBGRAPH}
 
@@ -52,3 +60,40 @@ def exec_times(order: Iterable[str] | None = None) -> dict[int, float]:
 def slowest(times: dict[int, float]) -> float:
     """The figure for work no operand type describes (control flow), and for unmeasured types."""
     return max(times.values(), default=CPU)
+
+
+def read_measured(path: str) -> dict[str, dict[int, float]]:
+    """Figures from a JSON file ``{"backend": {"TENSOR_FLOAT32": 1.06, ...}, ...}`` (what make bench
+    writes to bench/performance.json). ValueError, naming the file and what is wrong, for anything
+    else: a service must not state figures it cannot account for."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"performance file {path}: {e.strerror}") from None
+    if len(text) > MAX_FILE_BYTES:
+        raise ValueError(f"performance file {path}: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        raw = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"performance file {path}: not JSON ({e})") from None
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(f"performance file {path}: want an object of backend names")
+    known = {b.name for b in backends.available()}
+    out: dict[str, dict[int, float]] = {}
+    for name, figures in raw.items():
+        if name not in known:
+            raise ValueError(f"performance file {path}: unknown backend {name!r} "
+                             f"(available: {', '.join(sorted(known))})")
+        if not isinstance(figures, dict) or not figures:
+            raise ValueError(f"performance file {path}: {name}: want an object of operand type names")
+        out[name] = {}
+        for type_name, value in figures.items():
+            t = OperandType.__members__.get(type_name)
+            if t is None or t == OperandType.SUBGRAPH:
+                raise ValueError(f"performance file {path}: {name}: unknown operand type {type_name!r}")
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (number and math.isfinite(value) and value > 0):
+                raise ValueError(f"performance file {path}: {name}.{type_name} must be a number > 0, not {value!r}")
+            out[name][int(t)] = float(value)
+    return out

@@ -96,7 +96,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             raise ValueError("--max-clients and --client-max-bytes must be >= 1")
         return serve(args.socket, args.listen, args.workers, tls, args.insecure, cache_dir, args.cache_max_bytes,
                      backends=args.backend, parent_pid=args.parent_pid, max_clients=args.max_clients,
-                     client_max_bytes=args.client_max_bytes, relative_speed=args.relative_speed)
+                     client_max_bytes=args.client_max_bytes, relative_speed=args.relative_speed,
+                     performance_file=args.performance)
     except ValueError as e:
         print(f"nnhal serve: {e}", file=sys.stderr)
         return 2
@@ -293,6 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "to TFLite's CPU (NNAPI PerformanceInfo.exec_time; 0.5 = twice as fast); default: "
                             "what the backends measured (`nnhal backends`); the delegate's cost partitioning "
                             "weighs partitions with it")
+    serve.add_argument("--performance", default=None, metavar="FILE",
+                       help="the exec_time figures to state, measured on this machine (JSON: backend -> "
+                            "operand type -> time relative to TFLite's CPU; make bench writes "
+                            "bench/performance.json); default: the figures built in (`nnhal backends`)")
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # embedded: die with it
     serve.set_defaults(func=_cmd_serve)
 

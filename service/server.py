@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cache.files import locked_directory
 from cache.store import CacheError, CacheStore
+from hal import performance
 from hal.errors import HalError
 from service.driver import Driver, capabilities_fingerprint
 from service.proto import nnhal_pb2_grpc as pb_grpc
@@ -164,16 +165,20 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
                   cache_dir: str | None = None, cache_max_bytes: int | None = None,
                   backends: str | None = None, max_clients: int = DEFAULT_MAX_CLIENTS,
                   client_max_bytes: int = DEFAULT_CLIENT_MAX_BYTES,
-                  relative_speed: float | None = None) -> RunningServer:
+                  relative_speed: float | None = None, performance_file: str | None = None) -> RunningServer:
     """Start a server on a unix socket (default) or on HOST:PORT (TLS, or insecure loopback only).
 
     ``cache_dir=None`` disables compilation caching. ``backends`` is the compute backend
     preference ("numba,reference"; default $NNHAL_BACKENDS, else every available backend by
     priority); an unknown name is a ValueError before anything listens. ``relative_speed``: the
     exec_time the capabilities report for every operand type (the device's time relative to the
-    CPU's, > 0); None: what the backends state they measured (hal.performance)."""
+    CPU's, > 0); None: what the backends measured (hal.performance), or with ``performance_file``
+    the figures it holds (hal.performance.read_measured)."""
     if relative_speed is not None and not (math.isfinite(relative_speed) and relative_speed > 0):
         raise ValueError(f"--relative-speed must be a number > 0, not {relative_speed}")
+    if relative_speed is not None and performance_file is not None:
+        raise ValueError("give --relative-speed or --performance, not both")
+    measured = None if performance_file is None else performance.read_measured(performance_file)
     if listen is None and socket_path is None:
         socket_path = default_socket_path()
     if listen is None:  # refuse early, before the backends load; checked again under the lock
@@ -199,7 +204,7 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2 * max_clients + max(8, 4 * workers),
                                                     thread_name_prefix="nnhal-rpc"),
                          options=grpc_options() + KEEPALIVE)
-    pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver, relative_speed), server)
+    pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver, relative_speed, measured), server)
     prepared_servicer = PreparedModelServicer(
         driver, scheduler, os.path.dirname(socket_path) if listen is None else None)
     pb_grpc.add_PreparedModelServicer_to_server(prepared_servicer, server)
@@ -287,7 +292,8 @@ def serve(socket_path: str | None, listen: str | None, workers: int, tls: Server
           parent_pid: int | None = None, **limits) -> int:
     """Run until SIGTERM/SIGINT (or, with ``parent_pid``, until that process exits: an embedded
     service must not outlive the program that started it); then stop gracefully (in-flight
-    executions finish). ``limits``: max_clients, client_max_bytes, relative_speed (create_server)."""
+    executions finish). ``limits``: max_clients, client_max_bytes, relative_speed, performance_file
+    (create_server)."""
     running = create_server(socket_path, listen, workers=workers, tls=tls, insecure=insecure,
                             cache_dir=cache_dir, cache_max_bytes=cache_max_bytes, backends=backends, **limits)
     stop = threading.Event()

@@ -157,13 +157,14 @@ def _session(driver: Driver, context):
 
 
 class DeviceServicer(pb_grpc.DeviceServicer):
-    def __init__(self, driver: Driver, relative_speed: float | None = None):
+    def __init__(self, driver: Driver, relative_speed: float | None = None,
+                 measured: dict[str, dict[int, float]] | None = None):
         self.driver = driver
         #: NNAPI operand type -> the exec_time getCapabilities reports (the device's time relative
         #: to TFLite's CPU; the delegate's cost partitioning reads them, delegate.cost): what the
-        #: driver's backends state they measured (hal.performance), or `nnhal serve --relative-speed`
-        #: for every type.
-        times = performance.exec_times(driver.backend_order)
+        #: driver's backends measured (hal.performance; `nnhal serve --performance FILE`: this
+        #: machine's figures), or `nnhal serve --relative-speed` for every type.
+        times = performance.exec_times(driver.backend_order, measured)
         self.exec_times = times if relative_speed is None else dict.fromkeys(times, float(relative_speed))
 
     def OpenSession(self, request_iterator, context):

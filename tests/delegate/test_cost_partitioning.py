@@ -393,6 +393,67 @@ def test_the_default_service_states_its_backends_measured_figures(server, tmp_pa
         assert e.delegated == (e.saving_us > 0)
 
 
+def _performance_file(tmp_path, content) -> str:
+    path = tmp_path / "performance.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(path)
+
+
+def test_a_performance_file_replaces_the_figures_of_the_backends_it_names(tmp_path):
+    path = _performance_file(tmp_path, {backends.REFERENCE: {"TENSOR_FLOAT32": 7.5, "TENSOR_INT32": 2}})
+    measured = performance.read_measured(path)
+    assert measured == {backends.REFERENCE: {OperandType.TENSOR_FLOAT32: 7.5, OperandType.TENSOR_INT32: 2.0}}
+    times = performance.exec_times([backends.REFERENCE], measured)
+    assert times[OperandType.TENSOR_FLOAT32] == 7.5 and times[OperandType.TENSOR_INT32] == 2.0
+    # The reference backend's built-in int8 figure is replaced too: an unnamed type is unmeasured.
+    assert times[OperandType.TENSOR_QUANT8_ASYMM_SIGNED] == 7.5
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", "not JSON"),
+    ([1.0], "want an object of backend names"),
+    ({"tpu": {"TENSOR_FLOAT32": 0.1}}, "unknown backend 'tpu' (available: "),
+    ({backends.REFERENCE: {"TENSOR_FLOAT64": 1.0}}, "unknown operand type 'TENSOR_FLOAT64'"),
+    ({backends.REFERENCE: {"name": 1.0}}, "unknown operand type 'name'"),
+    ({backends.REFERENCE: {"SUBGRAPH": 1.0}}, "unknown operand type 'SUBGRAPH'"),
+    ({backends.REFERENCE: {"TENSOR_FLOAT32": 0}}, "TENSOR_FLOAT32 must be a number > 0, not 0"),
+    ({backends.REFERENCE: {"TENSOR_FLOAT32": True}}, "must be a number > 0, not True"),
+    ({backends.REFERENCE: {"TENSOR_FLOAT32": "1.0"}}, "must be a number > 0, not '1.0'"),
+    ('{"reference": {"TENSOR_FLOAT32": NaN}}', "must be a number > 0, not nan"),
+    ({backends.REFERENCE: []}, "want an object of operand type names"),
+    (" " * (performance.MAX_FILE_BYTES + 1), "larger than"),
+])
+def test_a_bad_performance_file_is_one_clear_error(tmp_path, content, words):
+    path = _performance_file(tmp_path, content)
+    with pytest.raises(ValueError, match=f"performance file {path}: ") as e:
+        performance.read_measured(path)
+    assert words in str(e.value)
+    with pytest.raises(ValueError, match="No such file"):
+        performance.read_measured(str(tmp_path / "missing.json"))
+
+
+def test_a_service_started_with_a_performance_file_states_its_figures(tmp_path):
+    from service.client import Client
+    figures = {backends.REFERENCE: {"TENSOR_FLOAT32": 0.25, "TENSOR_QUANT8_ASYMM_SIGNED": 0.125}}
+    s = ServerProcess(tmp_path, "--performance", _performance_file(tmp_path, figures), "--backend", "reference")
+    try:
+        with Client.connect(s.address) as client:
+            stated = {p.type: p.info.exec_time for p in client.get_capabilities().operand_performance}
+    finally:
+        s.stop()
+    assert stated[OperandType.TENSOR_FLOAT32] == 0.25 and stated[OperandType.TENSOR_QUANT8_ASYMM_SIGNED] == 0.125
+    assert stated[OperandType.TENSOR_INT32] == 0.25  # unmeasured: the slowest stated
+
+
+def test_serve_refuses_a_bad_performance_file_and_both_speed_options(tmp_path):
+    for extra, words in ((("--performance", _performance_file(tmp_path, "[]")), "want an object of backend names"),
+                         (("--performance", _performance_file(tmp_path, {}), "--relative-speed", "0.5"),
+                          "give --relative-speed or --performance, not both")):
+        out = subprocess.run([sys.executable, "-m", "nnhal.cli", "serve", "--socket", str(tmp_path / "s.sock"),
+                              "--no-cache", *extra], capture_output=True, text=True, timeout=HANG_LIMIT_S)
+        assert out.returncode == 2 and words in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
 def test_serve_refuses_a_relative_speed_that_is_not_positive(tmp_path):
     out = subprocess.run([sys.executable, "-m", "nnhal.cli", "serve", "--socket", str(tmp_path / "s.sock"),
                           "--no-cache", "--relative-speed", "0"], capture_output=True, text=True,
