@@ -102,6 +102,11 @@ class Sessions:
                 if s.prepared.pop(prepared_id, None) is not None:
                     return
 
+    def owner_of(self, prepared_id: str) -> str:
+        """The id of the session owning a prepared model; "" if none does (an in-process caller)."""
+        with self._lock:
+            return next((s.id for s in self._sessions.values() if prepared_id in s.prepared), "")
+
     def forget_buffer(self, token: int) -> None:
         with self._lock:
             for s in self._sessions.values():

@@ -98,12 +98,46 @@ def test_the_client_polls_only_when_a_core_is_free_and_the_wait_is_short():
 
 def test_the_service_polls_only_for_a_burst_invoked_back_to_back():
     """A burst's thread polls after a reply only when the request before it was its own: bursts
-    taking turns (a model's partitions, two clients) would hold the GIL the next one needs."""
+    taking turns (a model's partitions, two clients) would hold the GIL the next one needs. Whether
+    the request before was another client's is what the reply's REPLY_SHARED says."""
     from types import SimpleNamespace
 
     from service.local_burst import _LastServed
-    a, b = SimpleNamespace(token=b"a" * 16), SimpleNamespace(token=b"b" * 16)
-    assert [_LastServed.took_turn(x) for x in (a, a, a, b, a, b, b)] == [False, True, True, False, False, False, True]
+    a1, a2 = SimpleNamespace(token=b"1" * 16, client="A"), SimpleNamespace(token=b"2" * 16, client="A")
+    b1 = SimpleNamespace(token=b"3" * 16, client="B")
+    turns = [_LastServed.took_turn(x) for x in (a1, a1, a2, a1, b1, b1, a1)]
+    assert [again for again, _ in turns][1:] == [True, False, False, False, True, False]
+    assert [shared for _, shared in turns][1:] == [False, False, False, True, False, True]
+
+
+def test_the_client_blocks_while_the_service_says_other_clients_take_turns():
+    from service.local_burst import WaitStrategy
+    w = WaitStrategy(service_threads=1, cores=2)
+    w.observe(30e-6)
+    assert w.spin_s() > 0
+    w.shared = True
+    assert w.spin_s() == 0
+    w.shared = False
+    assert w.spin_s() > 0
+
+
+def test_replies_say_when_another_client_was_served_in_between(server, client):
+    """Two clients (two sessions) taking turns: each reply after the other's request carries
+    REPLY_SHARED, so neither polls; alone again, the flag clears."""
+    from service.client import Client
+    rng = np.random.default_rng(5)
+    with Client.connect(server.address) as other:
+        pa, pb_ = client.prepare_model(add_model((3, 4))), other.prepare_model(add_chain(2, (3, 4)))
+        with pa.local_burst() as la, pb_.local_burst() as lb:
+            for _ in range(3):
+                a, b = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
+                np.testing.assert_array_equal(la.execute([a, b]).outputs[0], a + b)
+                np.testing.assert_allclose(lb.execute([a]).outputs[0], 3 * a, rtol=1e-6)
+                assert la.session.wait.shared and lb.session.wait.shared
+            la.execute([a, b])
+            assert la.session.wait.shared  # b's request came before this one
+            la.execute([a, b])
+            assert not la.session.wait.shared  # alone again
 
 
 def test_bursts_taking_turns_still_answer_each_request(client):
