@@ -21,6 +21,7 @@ from bench.rpc_roundtrip import start_server, stop_servers
 from delegate import load_delegate
 from delegate.runtime import Interpreter
 from nnhal.examples import _Net
+from tests.delegate.helpers import random_inputs, run
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -52,24 +53,6 @@ def _models():
             ("mobilenet_like float32 64x64 + COS tail", mobilenet_like_with_cpu_tail(np.float32))]
 
 
-def _feeds(it: Interpreter, rng) -> list[np.ndarray]:
-    out = []
-    for d in it.get_input_details():
-        if np.issubdtype(d["dtype"], np.integer):
-            info = np.iinfo(d["dtype"])
-            out.append(rng.integers(info.min, info.max + 1, d["shape"]).astype(d["dtype"]))
-        else:
-            out.append(rng.uniform(-1, 1, d["shape"]).astype(d["dtype"]))
-    return out
-
-
-def _run(it: Interpreter, xs) -> list[np.ndarray]:
-    for d, x in zip(it.get_input_details(), xs):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
-
-
 def measure(rounds: int = 5, per_round: int = 40, progress=None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as d:
@@ -87,11 +70,11 @@ def measure(rounds: int = 5, per_round: int = 40, progress=None) -> list[dict]:
                     dl = load_delegate(f"unix:{sock}", partitioning=mode)
                     delegates[mode] = dl
                     configs[mode] = Interpreter(model_path=path, num_threads=1, experimental_delegates=[dl])
-                xs = _feeds(configs["TFLite CPU"], np.random.default_rng(0))
+                xs = random_inputs(configs["TFLite CPU"], np.random.default_rng(0))
                 for it in configs.values():
                     it.allocate_tensors()
-                    _run(it, xs)  # warm-up
-                times = time_interleaved(configs, lambda it, xs=xs: _run(it, xs), rounds, per_round)
+                    run(it, xs)  # warm-up
+                times = time_interleaved(configs, lambda it, xs=xs: run(it, xs), rounds, per_round)
                 base = statistics.median(times["TFLite CPU"])
                 for k in configs:
                     rep = delegates[k].report if k in delegates else None

@@ -150,10 +150,10 @@ def main() -> int:
                     + stated_vs_measured(float_rows + quant_rows) + "\n\n"
                     "The cost model's CPU time of the same models (delegate/cost.py's rates) beside TFLite's:\n\n"
                     + cpu_estimates(float_rows + quant_rows))
-    write_performance(float_rows + quant_rows, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                           "performance.json"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    write_performance(float_rows + quant_rows, os.path.join(here, "performance.json"))
     text = "\n\n".join(sections) + f"\n\n(total benchmark time {time.time() - t0:.0f} s)\n"
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.md")
+    out = os.path.join(here, "results.md")
     text += "".join("\n" + s for s in kept_sections(out))
     with open(out, "w") as f:
         f.write(text)
