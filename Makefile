@@ -4,32 +4,35 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help setup test test-litert run bench lint clean ops cts soak fuzz wheel
+.PHONY: help setup setup-tflite-runtime test test-tflite-runtime run bench lint clean ops cts soak fuzz wheel
 
 help:  ## Show this help
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-21s %s\n", $$1, $$2}'
 
 PROTO_OUT := service/proto/nnhal_pb2.py service/proto/nnhal_pb2_grpc.py
 
-setup: $(BIN)/nnhal $(PROTO_OUT)  ## Create .venv, install pinned deps and nnhal (editable), compile the numba kernels, generate protobuf code
+setup: $(BIN)/nnhal $(PROTO_OUT)  ## Create .venv (LiteRT 2.3, numpy 2), install pinned deps, nnhal, MediaPipe + example extensions (editable), compile the numba kernels, generate protobuf code
 
-$(BIN)/nnhal: pyproject.toml requirements.lock
+# Editable installs of nnhal and its extensions; setuptools' "Editable installation" notice once, not per project.
+EDITABLE := --no-deps -e . -e extensions/mediapipe $(foreach d,$(wildcard extensions/examples/*/pyproject.toml),-e $(dir $(d)))
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
+
+$(BIN)/nnhal: pyproject.toml requirements.lock extensions/mediapipe/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.lock
-	$(BIN)/pip install -q --no-deps -e .
-	$(BIN)/pip install -q --no-deps $(foreach d,$(wildcard extensions/examples/*/pyproject.toml),-e $(dir $(d)))
-	$(BIN)/python -c "from hal import backends; backends.ensure_loaded()"  # warm-up: compile the numba kernels
+	$(QUIET_EDITABLE) $(BIN)/pip install -q $(EDITABLE)
+	$(BIN)/python -c "from hal import backends; backends.ensure_loaded()"  # compile the numba kernels for this machine, once
 	@touch $@
 
 $(PROTO_OUT) &: service/proto/nnhal.proto $(BIN)/nnhal
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. service/proto/nnhal.proto
 
-EXAMPLE_EXTENSIONS := $(dir $(wildcard extensions/examples/*/pyproject.toml))
+EXTENSION_PROJECTS := extensions/mediapipe $(dir $(wildcard extensions/examples/*/pyproject.toml))
 
-wheel: setup  ## Build dist/: the nnhal wheel (only the nnhal namespace + the nnhal, inference_diff commands) and the example extensions' wheels
-	rm -rf build dist/nnhal-*.whl
-	$(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist . $(EXAMPLE_EXTENSIONS)
+wheel: setup  ## Build dist/: the nnhal wheel (only the nnhal namespace + the nnhal, inference_diff commands), nnhal-mediapipe's and the example extensions' wheels
+	rm -rf build dist/nnhal-*.whl dist/nnhal_*.whl
+	$(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist . $(EXTENSION_PROJECTS)
 
 test: setup  ## Run the test suite (parallel on all cores)
 	$(BIN)/pytest -n auto $(PYTEST_ARGS)
@@ -63,15 +66,23 @@ ops: setup  ## Supported (operation, operand type) matrix
 	$(BIN)/nnhal ops
 
 clean:  ## Remove the venv and caches
-	rm -rf $(VENV) $(LITERT_VENV) .pytest_cache .hypothesis build dist *.egg-info $(PROTO_OUT)
+	rm -rf $(VENV) $(TFLRT_VENV) .pytest_cache .hypothesis build dist *.egg-info $(PROTO_OUT)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
-LITERT_VENV := .venv-litert
+TFLRT_VENV := .venv-tflite-runtime
+TFLRT_BIN  := $(TFLRT_VENV)/bin
+#: What depends on the TFLite runtime: the delegate, the tools, the TFLite reader, the extensions' TFLite models.
+TFLRT_TESTS ?= tests/delegate tests/tools tests/extensions tests/converted tests/test_tfl.py extensions/mediapipe/tests
 
-test-litert: $(PROTO_OUT)  ## Delegate tests against ai-edge-litert 2.3 (numpy 2) in a second venv
-	test -x $(LITERT_VENV)/bin/python || $(PY) -m venv $(LITERT_VENV)
-	$(LITERT_VENV)/bin/pip install -q --upgrade pip
-	$(LITERT_VENV)/bin/pip install -q ai-edge-litert==2.3.0 "numpy>=2" grpcio==1.85.1 grpcio-health-checking==1.85.1 \
-		protobuf==7.36.2 flatbuffers==25.12.19 tflite==2.18.0 blake3==1.0.11 pytest==9.2.0 hypothesis==6.170.15
-	$(LITERT_VENV)/bin/pip install -q --no-deps -e .
-	PATH=$(CURDIR)/$(LITERT_VENV)/bin:$$PATH $(LITERT_VENV)/bin/pytest tests/delegate tests/test_tfl.py $(PYTEST_ARGS)
+setup-tflite-runtime: $(TFLRT_BIN)/nnhal $(PROTO_OUT)  ## Second venv .venv-tflite-runtime: tflite-runtime 2.14 (numpy 1.26; Python 3.11), requirements-tflite-runtime.lock
+
+$(TFLRT_BIN)/nnhal: pyproject.toml requirements-tflite-runtime.lock extensions/mediapipe/pyproject.toml
+	$(PY) -m venv $(TFLRT_VENV)
+	$(TFLRT_BIN)/pip install -q --upgrade pip
+	$(TFLRT_BIN)/pip install -q -r requirements-tflite-runtime.lock
+	$(QUIET_EDITABLE) $(TFLRT_BIN)/pip install -q $(EDITABLE)
+	$(TFLRT_BIN)/python -c "from hal import backends; backends.ensure_loaded()"  # its numba's kernels, once
+	@touch $@
+
+test-tflite-runtime: setup-tflite-runtime  ## The runtime-dependent tests (TFLRT_TESTS) under tflite-runtime 2.14, in .venv-tflite-runtime
+	PATH=$(CURDIR)/$(TFLRT_BIN):$$PATH $(TFLRT_BIN)/pytest -n auto -m "not wheel" $(TFLRT_TESTS) $(PYTEST_ARGS)

@@ -61,11 +61,19 @@ def load_in_subprocess(path, service_address: str) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=120)
 
 
+#: What LiteRT itself refuses before a delegate sees the model: its flatbuffers verifier, and its
+#: size check of a tensor whose dimensions multiply past what it can allocate (a negative one).
+LITERT_OWN_REFUSALS = ("The model is not a valid Flatbuffer buffer",
+                       "tflite/util.cc BytesRequired number of elements overflowed")
+
+
 def refused_by_the_delegate(r: subprocess.CompletedProcess, why: str) -> bool:
     """The delegate refused the model for ``why`` (one line, no traceback); or LiteRT, which runs
-    the flatbuffers verifier when it loads a model, refused the file before the delegate saw it."""
+    the flatbuffers verifier and checks tensor sizes when it loads a model, refused the file before
+    the delegate saw it."""
     from delegate.runtime import RUNTIME
-    if RUNTIME == "ai_edge_litert" and "refused: The model is not a valid Flatbuffer buffer" in r.stdout:
+    if RUNTIME == "ai_edge_litert" and "Traceback" not in r.stderr and any(
+            f"refused: {litert}" in r.stdout for litert in LITERT_OWN_REFUSALS):
         return True
     return f"refused: {why}" in r.stdout and why in r.stderr and "Traceback" not in r.stderr
 

@@ -46,10 +46,12 @@ def cases(draw):
     fh, fw, sh, sw = (draw(st.integers(1, 4)) for _ in range(4))
     out = []
     for size, s, f in ((h, sh, fh), (w, sw, fw)):
-        natural = _implied(size, s, f, padding)
-        if padding == Padding.SAME and draw(st.booleans()):
-            natural -= draw(st.integers(0, s - 1))  # any size whose ceil(out / stride) is the input's
-        out.append(natural if draw(st.booleans()) else max(1, natural + draw(st.integers(-3, 3))))
+        # Every output size the input follows from (TFLite's check since 2.15, which LiteRT makes:
+        # a convolution of the output, stride s, gives the input back): SAME, ceil(out / s) == in,
+        # sizes up to s - 1 below the natural one; VALID, sizes up to s - 1 above it (a negative
+        # tail padding in NNAPI's explicit signature).
+        natural, extra = _implied(size, s, f, padding), draw(st.integers(0, s - 1))
+        out.append(natural - extra if padding == Padding.SAME else natural + extra)
     return {"x_shape": [n, h, w, c], "w_shape": [oc, fh, fw, c], "oc": oc, "y_shape": [n, out[0], out[1], oc],
             "padding": padding, "stride": (sh, sw), "act": draw(st.sampled_from(ACTS)), "bias": draw(st.booleans()),
             "const_w": draw(st.booleans())}
@@ -141,8 +143,8 @@ def test_both_signatures_are_used():
     w = np.ones((2, 3, 3, 1), np.float32)
     natural = {"x_shape": [1, 3, 3, 1], "w_shape": [2, 3, 3, 1], "oc": 2, "y_shape": [1, 6, 6, 2],
                "padding": Padding.SAME, "stride": (2, 2), "act": Act.NONE, "bias": False, "const_w": True}
-    larger = dict(natural, y_shape=[1, 9, 8, 2])
-    for case, count in ((natural, 9), (larger, 11)):
+    wider = dict(natural, padding=Padding.VALID, y_shape=[1, 8, 8, 2])  # VALID's 7 + 1: a negative tail
+    for case, count in ((natural, 9), (wider, 11)):
         ops = convert_partition(read_model(_tfl_model(case, np.float32, w, None))).model.main.operations
         assert [(op.type, len(op.inputs)) for op in ops] == [(TC, count)]
         x = np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1)
@@ -150,7 +152,7 @@ def test_both_signatures_are_used():
 
 
 def test_options_read_from_the_live_interpreter():
-    case = {"x_shape": [1, 3, 3, 1], "w_shape": [2, 3, 3, 1], "oc": 2, "y_shape": [1, 7, 5, 2],
+    case = {"x_shape": [1, 3, 3, 1], "w_shape": [2, 3, 3, 1], "oc": 2, "y_shape": [1, 10, 8, 2],
             "padding": Padding.VALID, "stride": (3, 2), "act": Act.RELU6, "bias": True, "const_w": True}
     assert_live_options_match(_tfl_model(case, np.float32, np.ones((2, 3, 3, 1), np.float32), np.ones(2, np.float32)))
 

@@ -16,13 +16,19 @@ next backend of the preference order, ultimately the reference backend.
 
 Kernels are compiled for their exact signatures when this package is imported (service start,
 ``make setup``'s warm-up), never during an execution, and cached on disk by numba in a per-user
-directory ($NNHAL_NUMBA_CACHE_DIR, else $XDG_CACHE_HOME/nnhal/numba or ~/.cache/nnhal/numba). A
-cache that cannot be read is discarded and the kernels compiled again.
+directory ($NNHAL_NUMBA_CACHE_DIR, else $XDG_CACHE_HOME/nnhal/numba or ~/.cache/nnhal/numba), one
+subdirectory per (sources, numba, Python) so that two environments (LiteRT's numpy 2 and
+tflite-runtime's numpy 1) never overwrite each other's kernels. A cache that cannot be read is
+discarded and the kernels compiled again. A compilation says so on stderr: it takes tens of seconds,
+once per machine and environment.
 """
 from __future__ import annotations
 
 import os
 import pathlib
+import sys
+
+import numba  # ImportError: the backend is unavailable, hal.backends says so
 
 
 def cache_dir() -> pathlib.Path:
@@ -34,11 +40,13 @@ def cache_dir() -> pathlib.Path:
 
 
 def _sources_digest() -> str:
-    """Digest of this package's sources. numba keys a cached kernel on its own file only, not on
-    the helpers inlined into it (fixedpoint.py): a directory per source digest makes any edit
-    recompile everything, and leaves nothing stale behind to load."""
+    """Digest of this package's sources, numba's version and Python's. numba keys a cached kernel on
+    its own file only, not on the helpers inlined into it (fixedpoint.py): a directory per source
+    digest makes any edit recompile everything, and leaves nothing stale behind to load. numba
+    drops a cache index written by another numba version, so environments with different numbas
+    sharing one directory would recompile at every start."""
     import hashlib
-    h = hashlib.sha256()
+    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]}".encode())
     for p in sorted(pathlib.Path(__file__).parent.glob("*.py")):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     return h.hexdigest()[:16]
@@ -65,10 +73,7 @@ def _prepare_cache(keep_days: float = 14.0) -> pathlib.Path:
 
 CACHE = _prepare_cache()
 os.environ["NUMBA_CACHE_DIR"] = str(CACHE)
-
-import numba  # noqa: E402  (ImportError: the backend is unavailable, hal.backends says so)
-
-numba.config.CACHE_DIR = str(CACHE)  # also when numba was imported before this package
+numba.config.CACHE_DIR = str(CACHE)  # numba is imported: its config reads the variable no more
 
 from hal.backends import Backend, register_backend  # noqa: E402
 
@@ -89,8 +94,13 @@ def _load() -> None:
     import logging
     import pkgutil
     import shutil
-    import sys
+    import time
     names = [f"{__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)]
+    compiling = not any(CACHE.rglob("*.nbi"))
+    if compiling:  # a first start on this machine: tens of seconds in which nothing else is said
+        print(f"nnhal: compiling the numba kernels once for this machine and environment (into {CACHE})...",
+              file=sys.stderr, flush=True)
+    t0 = time.monotonic()
     try:
         for name in names:
             importlib.import_module(name)
@@ -103,6 +113,8 @@ def _load() -> None:
         BACKEND.kernels.clear()
         for name in names:
             importlib.import_module(name)
+    if compiling:
+        print(f"nnhal: numba kernels compiled in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
 _load()
