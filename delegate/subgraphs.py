@@ -2,25 +2,42 @@
 
 TfLiteContext's AcquireSubgraphContext / ReleaseSubgraphContext (TFLite >= 2.13, usable only while
 a delegate prepares) give another subgraph's context in delegate mode: its plan, nodes and tensors
-read exactly as the delegate reads its own. Two things TFLite's C API does not give a delegate:
+read exactly as the delegate reads its own. Two things TfLiteContext does not give a delegate:
 
 - a subgraph's input and output tensor indexes (what an IF or WHILE passes to it and gets back);
-- MarkSubgraphAsDelegationSkippable, a C++ member of tflite::Subgraph in TFLite 2.14, which a
-  delegate calls for the subgraphs of a control-flow node it runs whole: TFLite would otherwise
-  prepare the delegate on those subgraphs too, and delegate them a second time (experiment: a
-  model with a WHILE gets one Prepare per subgraph, and only one once cond and body are marked).
+- marking a subgraph delegation-skippable, which a delegate does for the subgraphs of a
+  control-flow node it runs whole: TFLite would otherwise prepare the delegate on those subgraphs
+  too, and delegate them a second time (experiment: a model with a WHILE gets one Prepare per
+  subgraph, and only one once cond and body are marked).
 
-Both come from the tflite::Subgraph behind ``context->impl_``, at offsets read from the runtime
-build's exported code (``SetInputs``, ``SetOutputs``, ``AcquireSubgraphContext``,
-``MarkSubgraphAsDelegationSkippable``). Every read is checked for consistency first (the context
-lies inside its Subgraph where expected; that Subgraph is in its own subgraph list; vectors are
-well formed, in readable memory, and hold valid tensor indexes). On a runtime whose layout is not
-known here nothing is read, and control flow stays on TFLite's CPU kernels.
+TFLite's opaque C API has both (TfLiteOpaqueContextMarkSubgraphAsDelegationSkippable, ...), but
+neither Python runtime's library makes them reachable: tflite_runtime 2.14 exports the C++ member
+tflite::Subgraph::MarkSubgraphAsDelegationSkippable and no opaque-context function; LiteRT 2.3's
+interpreter (libpywrap_litert_common.so) exports no TFLite symbol at all, and its symbol table shows
+that neither that member nor those opaque-context functions were linked in. So both come from the
+tflite::Subgraph behind ``context->impl_``, at offsets read from each runtime build's own code
+(its symbol table names the functions, also where they are not exported):
+
+- ``SetInputs`` / ``SetOutputs`` move their vector into ``inputs_`` / ``outputs_``;
+- ``AcquireSubgraphContext`` indexes the ``subgraphs_`` list, bumps the acquired Subgraph's
+  delegate-context switch count, and hands back the address of its ``context_``;
+- ``Interpreter::ModifyGraphWithDelegateImpl`` tests each Subgraph's ``is_delegation_skippable_``
+  byte before preparing a delegate on it (and 2.14's ``MarkSubgraphAsDelegationSkippable`` sets
+  that byte).
+
+Where the member is exported it is called; elsewhere the byte is set, as the member does. Every
+read is checked for consistency first: the context lies inside its Subgraph where expected, and
+TFLite has switched that Subgraph to the delegate context (its switch count is positive); that
+Subgraph is in its own subgraph list, and every Subgraph there points back at itself through its
+context; vectors are well formed, in readable memory, and hold valid tensor indexes; the flag is a
+bool before it is set. On a runtime (version, machine) whose layout is not known here nothing is
+read, and control flow stays on TFLite's CPU kernels.
 """
 from __future__ import annotations
 
 import ctypes as C
 import os
+import platform
 from dataclasses import dataclass
 from typing import Callable
 
@@ -35,20 +52,42 @@ class SubgraphLayout:
     inputs: int  # std::vector<int> inputs_
     outputs: int  # std::vector<int> outputs_
     subgraphs: int  # std::vector<std::unique_ptr<Subgraph>>* subgraphs_
-    mark_skippable: str  # mangled Subgraph::MarkSubgraphAsDelegationSkippable(int)
+    skippable: int  # bool is_delegation_skippable_
+    switches: int  # int delegate_context_switch_count_: positive while a delegate prepares it
+    #: (library file in the runtime's package, mangled Subgraph::MarkSubgraphAsDelegationSkippable(int))
+    #: where the runtime exports it; None: set ``skippable`` instead.
+    mark_skippable: tuple[str, str] | None = None
+
+    @property
+    def span(self) -> int:
+        """Bytes of a Subgraph read here: every offset above lies below it."""
+        return max(self.context + C.sizeof(capi.TfLiteContext), self.inputs + 24, self.outputs + 24,
+                   self.subgraphs + 8, self.skippable + 1, self.switches + 4)
 
 
-#: (runtime package, version) -> layout. tflite_runtime 2.14.0 (manylinux x86-64), from its
-#: disassembly: SetInputs/SetOutputs store at +0x128/+0x140, AcquireSubgraphContext reads the
-#: subgraph list at +0x240 and reports errors through the context at +0x28.
+#: (runtime package, version) -> layout, for x86-64 builds (the manylinux wheels).
+#: tflite_runtime 2.14.0 (_pywrap_tensorflow_interpreter_wrapper.so): SetInputs/SetOutputs store at
+#: +0x128/+0x140; AcquireSubgraphContext reads the subgraph list at +0x240 and reports errors
+#: through the context at +0x28; MarkSubgraphAsDelegationSkippable (exported) sets the byte at
+#: +0x2f0, which Interpreter::ModifyGraphWithDelegateImpl tests; the context switch count is at
+#: +0x2f4 (SwitchToKernelContext).
+#: ai_edge_litert 2.3.0 (libpywrap_litert_common.so, named by its local symbols): the same, but the
+#: subgraph list at +0x248, the skippable byte at +0x2f8 (tested by ModifyGraphWithDelegateImpl;
+#: nothing in the library sets it) and the switch count at +0x2fc (AcquireSubgraphContext /
+#: ReleaseSubgraphContext).
 LAYOUTS = {
-    ("tflite_runtime", "2.14.0"): SubgraphLayout(0x28, 0x128, 0x140, 0x240,
-                                                  "_ZN6tflite8Subgraph33MarkSubgraphAsDelegationSkippableEi"),
+    ("tflite_runtime", "2.14.0"): SubgraphLayout(
+        0x28, 0x128, 0x140, 0x240, 0x2f0, 0x2f4,
+        ("_pywrap_tensorflow_interpreter_wrapper.so", "_ZN6tflite8Subgraph33MarkSubgraphAsDelegationSkippableEi")),
+    ("ai_edge_litert", "2.3.0"): SubgraphLayout(0x28, 0x128, 0x140, 0x248, 0x2f8, 0x2fc),
 }
 
 AcquireFn = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_int, C.POINTER(C.c_void_p))
 ReleaseFn = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_int)
 MAX_SUBGRAPHS = 1 << 16
+#: Nested delegate-context switches of one Subgraph: one per Prepare in progress, and one per
+#: AcquireSubgraphContext not yet released.
+MAX_SWITCHES = 1 << 10
 
 
 class SubgraphAccessError(LookupError):
@@ -56,35 +95,36 @@ class SubgraphAccessError(LookupError):
 
 
 def _runtime() -> tuple[tuple[str, str], str] | None:
-    """((package, version), path of its interpreter library) of the TFLite runtime in use."""
+    """((package, version), its directory) of the TFLite runtime in use."""
     from delegate.runtime import RUNTIME
     try:
         pkg = __import__(RUNTIME)
     except ImportError:
         return None
-    version = getattr(pkg, "__version__", "")
-    lib = os.path.join(os.path.dirname(pkg.__file__), "_pywrap_tensorflow_interpreter_wrapper.so")
-    return (RUNTIME, version), lib
+    return (RUNTIME, getattr(pkg, "__version__", "")), os.path.dirname(pkg.__file__)
 
 
 _LAYOUT: tuple[SubgraphLayout, Callable[[int, int], int] | None] | None | bool = False
 
 
 def layout() -> tuple[SubgraphLayout, Callable[[int, int], int] | None] | None:
-    """This runtime's layout and its MarkSubgraphAsDelegationSkippable, or None if not known."""
+    """This runtime's layout and its exported MarkSubgraphAsDelegationSkippable (None where the
+    runtime has none to call), or None if the layout is not known."""
     global _LAYOUT
     if _LAYOUT is False:
         _LAYOUT = None
         found = _runtime()
-        if found is not None and found[0] in LAYOUTS:
+        if found is not None and found[0] in LAYOUTS and platform.machine() == "x86_64":
             lay = LAYOUTS[found[0]]
             mark = None
-            try:
-                fn = getattr(C.CDLL(found[1]), lay.mark_skippable)
-                fn.argtypes, fn.restype = [C.c_void_p, C.c_int], C.c_int
-                mark = fn
-            except (OSError, AttributeError):
-                pass
+            if lay.mark_skippable is not None:
+                library, symbol = lay.mark_skippable
+                try:
+                    fn = getattr(C.CDLL(os.path.join(found[1], library)), symbol)
+                    fn.argtypes, fn.restype = [C.c_void_p, C.c_int], C.c_int
+                    mark = fn
+                except (OSError, AttributeError):
+                    pass
             _LAYOUT = (lay, mark)
     return _LAYOUT
 
@@ -106,6 +146,12 @@ class SubgraphAccess:
         self.impl = capi.TfLiteContext.from_address(ctx_p).impl_ or 0
         if self.impl + self.layout.context != ctx_p:
             raise SubgraphAccessError("the context is not where this runtime's Subgraph keeps it")
+        if not self.readable(self.impl, self.layout.span):
+            raise SubgraphAccessError("the context's Subgraph lies outside readable memory")
+        # TFLite switched this Subgraph to the delegate context before calling Prepare: a count at
+        # the wrong place (another build) would most likely read 0 or garbage.
+        if not 0 < C.c_int.from_address(self.impl + self.layout.switches).value <= MAX_SWITCHES:
+            raise SubgraphAccessError("the context's Subgraph is not being prepared by a delegate")
         self.all = self._subgraph_list()
         if self.impl not in self.all:
             raise SubgraphAccessError("the context's Subgraph is not in its own subgraph list")
@@ -128,7 +174,12 @@ class SubgraphAccess:
         holder = _word(self.impl + self.layout.subgraphs)
         if not holder:
             raise SubgraphAccessError("the Subgraph has no subgraph list")
-        return self._vector(holder, 8, MAX_SUBGRAPHS)
+        found = self._vector(holder, 8, MAX_SUBGRAPHS)
+        for sub in found:  # each a Subgraph whose context names it as its impl_, as TFLite sets it
+            if not sub or not self.readable(sub, self.layout.span) \
+                    or capi.TfLiteContext.from_address(sub + self.layout.context).impl_ != sub:
+                raise SubgraphAccessError("the subgraph list holds something other than Subgraphs")
+        return found
 
     @property
     def index(self) -> int:
@@ -148,12 +199,24 @@ class SubgraphAccess:
             raise SubgraphAccessError("subgraph inputs/outputs out of range")
         return ins, outs
 
+    def skippable(self, index: int) -> bool:
+        """Whether TFLite will skip subgraph ``index`` when it prepares delegates."""
+        return C.c_uint8.from_address(self.all[index] + self.layout.skippable).value == 1
+
     def mark_skippable(self, index: int) -> bool:
         """TFLite will not prepare delegates on subgraph ``index`` (a control-flow node the delegate
         runs whole owns it). False when this runtime cannot."""
-        if self._mark is None or not 0 < index < len(self.all):
+        if not 0 < index < len(self.all):
             return False
-        return self._mark(self.impl, index) == capi.kTfLiteOk
+        flag = C.c_uint8.from_address(self.all[index] + self.layout.skippable)
+        if flag.value not in (0, 1):  # not a bool: not the byte TFLite tests
+            return False
+        if self._mark is not None:
+            if self._mark(self.impl, index) != capi.kTfLiteOk:
+                return False
+        else:  # what MarkSubgraphAsDelegationSkippable does, where the runtime left it out
+            flag.value = 1
+        return flag.value == 1
 
 
 class LiveSubgraphs:

@@ -11,7 +11,7 @@ import hal
 from delegate import load_delegate
 from delegate.mapping import MappingError, convert_partition
 from delegate.simple import PythonDelegate, SimpleDelegateInterface, absorbed_subgraphs
-from delegate.subgraphs import LiveSubgraphs, SubgraphAccess, layout
+from delegate.subgraphs import LAYOUTS, AcquireFn, LiveSubgraphs, ReleaseFn, SubgraphAccess, layout
 from delegate.tfl import read_model
 from delegate.tfl.builder import TfLiteModelBuilder
 from tests.delegate.control_flow_models import (
@@ -25,10 +25,10 @@ from tests.delegate.control_flow_models import (
 )
 from tests.delegate.helpers import assert_outputs_equal, interpreter, run
 
-#: Reading another subgraph's inputs/outputs needs the runtime's tflite::Subgraph layout, known for
-#: tflite_runtime 2.14 (delegate.subgraphs.LAYOUTS); elsewhere (LiteRT 2.3 exports no Subgraph
-#: symbols) IF / WHILE stay on TFLite's CPU: test_unknown_runtime_keeps_control_flow_on_cpu.
-needs_layout = pytest.mark.skipif(layout() is None, reason="this TFLite runtime's Subgraph layout is not known")
+#: Reading another subgraph's inputs/outputs needs the runtime's tflite::Subgraph layout
+#: (delegate.subgraphs.LAYOUTS), known for both runtimes nnhal supports: the tests below hold each to
+#: delegating IF / WHILE (test_the_runtime_in_use_has_a_known_layout says which is missing). Where a
+#: layout is not known, IF / WHILE stay on TFLite's CPU: test_unknown_runtime_keeps_control_flow_on_cpu.
 
 
 # ---- mapping, run in-process by hal (no TFLite delegate); the plain cases: tests/ops/test_control_flow.py
@@ -129,7 +129,6 @@ class _Probe(SimpleDelegateInterface):
         return False
 
 
-@needs_layout
 def test_live_subgraphs_read_as_the_file_says():
     """Each subgraph's nodes, inputs and outputs, read through AcquireSubgraphContext and the
     runtime's Subgraph layout, are the file's (TFLite drops the cond's unused input: -1)."""
@@ -149,7 +148,6 @@ def test_live_subgraphs_read_as_the_file_says():
     assert list(it._interpreter.InputIndices()) == file.inputs
 
 
-@needs_layout
 def test_subgraph_access_checks_its_context():
     seen = []
 
@@ -165,7 +163,6 @@ def test_subgraph_access_checks_its_context():
         SubgraphAccess(C.addressof(C.create_string_buffer(512)), lambda a, n: True)
 
 
-@needs_layout
 def test_live_graph_reads_only_during_prepare():
     kept = []
 
@@ -183,9 +180,59 @@ def test_live_graph_reads_only_during_prepare():
         graph.subgraph(1)
 
 
+def test_the_runtime_in_use_has_a_known_layout():
+    """Both supported runtimes (pyproject's pins) delegate control flow: a new runtime version needs
+    its Subgraph layout derived from its build (delegate/subgraphs.py says how)."""
+    from delegate.runtime import label
+    assert layout() is not None, f"{label()}: no tflite::Subgraph layout in delegate.subgraphs.LAYOUTS"
+    assert {("tflite_runtime", "2.14.0"), ("ai_edge_litert", "2.3.0")} <= set(LAYOUTS)
+
+
+def test_acquiring_a_subgraph_switches_its_context():
+    """The layout's switch count, read on another Subgraph: TFLite bumps it while that subgraph's
+    context is acquired, and drops it back on release."""
+    counts = []
+
+    class Acquire(SimpleDelegateInterface):
+        def initialize(self, context):
+            if context.subgraph == 0:
+                access = SubgraphAccess(context.ctx_p, lambda a, n: True)
+                count = C.c_int.from_address(access.all[2] + access.layout.switches)
+                ctx = context.ctx
+                got = C.c_void_p()
+                counts.append(count.value)
+                assert AcquireFn(ctx.AcquireSubgraphContext)(context.ctx_p, 2, C.byref(got)) == 0
+                counts.append(count.value)
+                assert got.value == access.all[2] + access.layout.context
+                assert ReleaseFn(ctx.ReleaseSubgraphContext)(context.ctx_p, 2) == 0
+                counts.append(count.value)
+            return False
+
+    interpreter(counter_loop_model(), PythonDelegate(Acquire()))
+    assert counts == [0, 1, 0]
+
+
+def test_a_subgraph_marked_skippable_is_not_prepared():
+    """Marking the body (subgraph 2) while the primary subgraph is prepared: TFLite then prepares
+    the delegate on the primary and the cond only. The primary and out-of-range indexes are refused."""
+    seen, marked = [], []
+
+    class Mark(SimpleDelegateInterface):
+        def initialize(self, context):
+            seen.append(context.subgraph)
+            if context.subgraph == 0:
+                access = context.graph.subgraphs.access
+                marked.append([access.mark_skippable(k) for k in (0, 2, 3, -1)])
+                marked.append([access.skippable(k) for k in range(3)])
+            return False
+
+    interpreter(counter_loop_model(), PythonDelegate(Mark()))
+    assert marked == [[False, True, False, False], [False, False, True]]
+    assert seen == [0, 1]
+
+
 # ---- end to end: the nnhal service --------------------------------------------------------------
 
-@needs_layout
 @pytest.mark.parametrize("scalar_cond", [False, True])
 def test_while_loop_delegated_whole_matches_cpu(server, scalar_cond):
     model = counter_loop_model(scalar_cond=scalar_cond)
@@ -200,7 +247,6 @@ def test_while_loop_delegated_whole_matches_cpu(server, scalar_cond):
     assert [k.fallbacks for k in d.impl.kernels] == [0]  # the service ran it
 
 
-@needs_layout
 @pytest.mark.parametrize("local_burst", [True, False])
 def test_delegated_while_obeys_loop_timeout_ms(server, local_burst):
     """A delegated WHILE longer than loop_timeout_ms fails the invoke with MISSED_DEADLINE (NNAPI's
@@ -217,7 +263,6 @@ def test_delegated_while_obeys_loop_timeout_ms(server, local_burst):
     assert [k.fallbacks for k in d.impl.kernels] == [0]
 
 
-@needs_layout
 def test_if_both_branches_delegated_match_cpu(server):
     model = if_model()
     d = load_delegate(server.address)
@@ -227,7 +272,6 @@ def test_if_both_branches_delegated_match_cpu(server):
     assert [(n.op, n.placement) for n in d.report.nodes] == [("IF", "nnhal")] and d.report.subgraphs == {}
 
 
-@needs_layout
 def test_while_nested_in_if_delegated_matches_cpu(server):
     model = if_model(nested_while=True)
     d = load_delegate(server.address)
@@ -238,7 +282,6 @@ def test_while_nested_in_if_delegated_matches_cpu(server):
     assert [k.fallbacks for k in d.impl.kernels] == [0]
 
 
-@needs_layout
 def test_while_with_unmappable_body_stays_on_cpu(server):
     """FLOOR_MOD has no NNAPI mapping: the WHILE runs on TFLite's CPU with a reason naming the body's
     node; TFLite then prepares the delegate on cond and body, which are delegated in part."""
@@ -266,7 +309,11 @@ def test_unknown_runtime_keeps_control_flow_on_cpu(server, monkeypatch):
     """Where the Subgraph layout is not known, nothing is read from it: the WHILE stays on TFLite's CPU
     with the reason, the rest is delegated, and the results are TFLite's."""
     import delegate.subgraphs
-    monkeypatch.setattr(delegate.subgraphs, "_LAYOUT", None)
+    from delegate.runtime import RUNTIME
+    runtime = __import__(RUNTIME)
+    monkeypatch.delitem(delegate.subgraphs.LAYOUTS, (RUNTIME, runtime.__version__))
+    monkeypatch.setattr(delegate.subgraphs, "_LAYOUT", False)  # looked up again, and not found
+    assert layout() is None
     model = counter_loop_model()
     d = load_delegate(server.address, max_delegated_partitions=0, partitioning="largest")
     it, ref = interpreter(model, d), interpreter(model)
