@@ -16,7 +16,6 @@ from delegate.mapping import MappingError, convert_partition
 from delegate.mapping.core import lookup_mapper
 from delegate.mapping.scalars import SCALAR_AS_ONE
 from delegate.nnhal_delegate import supported_nodes
-from delegate.subgraphs import layout
 from delegate.tfl import read_model
 from delegate.tfl.builder import TfLiteModelBuilder
 from delegate.tfl.schema import builtin_code, builtin_name
@@ -30,7 +29,6 @@ from tests.delegate.control_flow_models import (
 )
 from tests.delegate.helpers import assert_outputs_equal, interpreter, run
 
-needs_layout = pytest.mark.skipif(layout() is None, reason="this TFLite runtime's Subgraph layout is not known")
 NONE = {"fused_activation_function": 0}
 NOT_LISTED = "is not among the operations that take it as a [1] tensor"
 
@@ -177,7 +175,6 @@ def test_scalar_counter_loop_runs_in_hal_as_tflite():
         assert_outputs_equal([g.reshape(w.shape) for g, w in zip(got, want)], want)
 
 
-@needs_layout
 def test_scalar_counter_loop_delegated_whole_matches_cpu(service):
     model = counter_loop_model(scalar_counter=True)
     rep = _delegated(service, model, loop_feeds(np.random.default_rng(1), scalar_counter=True))
@@ -217,7 +214,6 @@ def _sequence_loop_model(steps: int = 5, width: int = 3) -> bytes:
     return root.build()
 
 
-@needs_layout
 def test_loop_gathering_at_its_scalar_counter_delegated_matches_cpu(service):
     rng = np.random.default_rng(2)
     rep = _delegated(service, _sequence_loop_model(), [[_feed(rng, (5, 3), F32)] for _ in range(2)])
@@ -246,7 +242,6 @@ def _scalar_if_model() -> bytes:
     return root.build()
 
 
-@needs_layout
 def test_if_on_a_computed_scalar_condition_delegated_matches_cpu(service):
     rng = np.random.default_rng(3)
     feeds = [[F32(a), F32(b), _feed(rng, SHAPE, F32)] for a, b in ((1, 2), (2, 1), (0.5, -3))]
