@@ -16,11 +16,11 @@ import argparse
 import faulthandler
 import gc
 import json
+import logging
 import os
 import signal
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -233,9 +233,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     faulthandler.enable()  # a crash leaves its Python stacks in the client's log
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the orchestrator asks for them on a hang
-    # The delegate warns once per delegate when the service is unreachable: expected here, and
+    # The delegate logs once per delegate when the service is unreachable: expected here, and
     # counted from the kernels instead.
-    warnings.filterwarnings("ignore", message="nnhal delegate:")
+    logging.getLogger("nnhal.delegate").addFilter(lambda r: not r.getMessage().startswith("nnhal delegate:"))
     client = SoakClient(args)
     print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
     line = sys.stdin.readline().split()

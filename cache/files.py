@@ -21,7 +21,7 @@ ENTRY_MODE = 0o400  # entries are never modified in place; a mapped data file mu
 
 
 class CacheError(Exception):
-    """Why an entry was rejected (the entry has been removed)."""
+    """Why an entry was rejected (the entry has been removed), or why the cache cannot be used."""
 
 
 class CacheKeyError(CacheError):
@@ -37,11 +37,16 @@ def is_ours(path: str) -> bool:
 
 
 def unlink(path: str) -> int:
+    """1 if ``path`` was removed, 0 if it was gone already; CacheError (one line) if it cannot be
+    removed (a read-only directory or file system, an immutable file)."""
     try:
         os.unlink(path)
         return 1
     except FileNotFoundError:
         return 0
+    except OSError as e:
+        raise CacheError(f"cannot remove {os.path.basename(path)} from {os.path.dirname(path)}: "
+                         f"{e.strerror or e}") from None
 
 
 def digest(buf) -> str:

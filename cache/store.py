@@ -30,6 +30,7 @@ import numpy as np
 from cache.files import (
     AtomicFile,
     CacheError,
+    CacheKeyError,
     digest,
     file_digest,
     is_ours,
@@ -65,20 +66,29 @@ class EntryInfo:
 
 class CacheStore:
     def __init__(self, directory: str, *, driver_version: str, capabilities_fingerprint: str,
-                 max_bytes: int | None = None, repair_key: bool = False):
+                 max_bytes: int | None = None, repair_key: bool = False, create: bool = True):
         """``repair_key``: a corrupt or untrusted ``cache.key`` is moved aside and replaced (the
-        service does this: the key was already useless); otherwise it is a CacheKeyError."""
+        service does this: the key was already useless); otherwise it is a CacheKeyError.
+        ``create``: make the directory and its key when missing (the service). False (`nnhal
+        cache`, which inspects): an existing directory only, nothing created — a mistyped path
+        must not become an empty cache; without a key, ``key`` is None and get() a CacheKeyError."""
         if max_bytes is not None and max_bytes < 0:
             raise ValueError(f"cache max_bytes must be >= 0, not {max_bytes}")
         self.dir = os.path.abspath(directory)
-        try:
-            os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        except OSError as e:
-            raise CacheError(f"cannot use cache directory {self.dir}: {e.strerror}") from None
+        if create:
+            try:
+                os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            except OSError as e:
+                raise CacheError(f"cannot use cache directory {self.dir}: {e.strerror}") from None
+        elif not os.path.isdir(self.dir):
+            raise CacheError(f"{self.dir} is not a directory" if os.path.exists(self.dir)
+                             else f"cache directory {self.dir} does not exist")
         self.driver_version = driver_version
         self.fingerprint = capabilities_fingerprint
         self.max_bytes = max_bytes
-        self.key = load_or_create_key(os.path.join(self.dir, KEY_FILE), repair=repair_key)
+        self.key_path = os.path.join(self.dir, KEY_FILE)
+        self.key = load_or_create_key(self.key_path, repair=repair_key) \
+            if create or os.path.lexists(self.key_path) else None
         self._lock = threading.Lock()
 
     # ---- paths --------------------------------------------------------------
@@ -146,6 +156,8 @@ class CacheStore:
         model_path, data_path = self._paths(token)
         if not os.path.exists(model_path):
             raise CacheError("no cache entry for this token")
+        if self.key is None:  # not the entry's fault: it stays
+            raise CacheKeyError(f"cache key {self.key_path} is missing: no entry can be authenticated")
         try:
             payload, header = self._read_model(model_path, token)
             data = _map_data(data_path, header)
@@ -260,7 +272,8 @@ class CacheStore:
         kept)]). A folder given as --cache-dir may hold anyone's files: an entry is ours when its
         model file is a regular file of ours named ``<64 hex>.model`` with nnhal's magic and a
         header naming that token (not its HMAC: entries of a lost key are ours too); its data
-        file goes with it. ``cache.key`` stays."""
+        file goes with it. ``cache.key`` stays. A file that cannot be removed (a read-only
+        directory) is a CacheError naming it and why."""
         removed, skipped, taken = 0, [], {KEY_FILE}
         names = sorted(os.listdir(self.dir))
         for name in names:

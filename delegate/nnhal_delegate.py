@@ -12,7 +12,8 @@ answer within the bound on every wait (deadline_ms plus a grace, else a default
 scaled by the model's slowest execution: service.client's constants), the
 partition runs in-process on hal (same kernels, same results) and reconnection
 is tried later; with allow_in_process_fallback=False (TFLite's disallow_nnapi_cpu)
-that invoke fails instead, with one clear error.
+that invoke fails instead, with one clear error (logged once, then counted while it
+repeats). A Ctrl-C is the caller's KeyboardInterrupt, never a fallback (delegate.interrupts).
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ import dataclasses
 import logging
 import re
 import time
-import warnings
 
 import numpy as np
 
@@ -99,8 +99,8 @@ class NnhalDelegate(SimpleDelegateInterface):
             self.report.service = self.client.address
         except ServiceUnavailableError as e:
             self.report.error = str(e)
-            if not self._warned:
-                warnings.warn(f"nnhal delegate: {e}; the model runs on TFLite's CPU kernels", stacklevel=2)
+            if not self._warned:  # logged, not warnings.warn: a warning would show a line of nnhal's source
+                log.warning("nnhal delegate: %s; the model runs on TFLite's CPU kernels", e)
                 self._warned = True
         return self.client
 
@@ -250,6 +250,7 @@ class NnhalKernel(SimpleDelegateKernel):
         self.owner = owner
         self.remote = None
         self.burst = None
+        self._reopen_burst = False  # a Ctrl-C closed the local burst: open another at the next eval
         self.local = None  # hal CompiledModel, compiled on first fallback
         self.fallbacks = 0
         self.slowest_s = 0.0  # the slowest in-process run: a re-prepared remote waits in proportion
@@ -371,13 +372,17 @@ class NnhalKernel(SimpleDelegateKernel):
             self.remote.observe(self.slowest_s)  # in-process runs measured this model too
             self.burst = None
             if o.local_burst:
-                try:
-                    self.burst = self.remote.local_burst()
-                except ServiceError as e:
-                    log.info("local burst unavailable (%s); using gRPC", e)
+                self._open_local_burst()
         except ServiceUnavailableError as e:
             log.warning("nnhal service lost while preparing a partition: %s", e)
             self._lose(client)
+
+    def _open_local_burst(self) -> None:
+        try:
+            self.burst = self.remote.local_burst()
+        except ServiceError as e:
+            log.info("local burst unavailable (%s); using gRPC", e)
+        self._reopen_burst = False  # unless a Ctrl-C interrupted this too
 
     def eval(self, context: DelegateContext) -> None:
         if self.folded_only:
@@ -394,8 +399,10 @@ class NnhalKernel(SimpleDelegateKernel):
         failure = "the nnhal service is unreachable"
         if self.remote is not None:
             timeout = self.owner.options.deadline_ms / 1e3 if self.owner.options.deadline_ms else None
+            if self._reopen_burst and self.burst is None:
+                self._open_local_burst()
+            runner = self.burst if self.burst is not None else self.remote
             try:
-                runner = self.burst if self.burst is not None else self.remote
                 # Every wait is bounded (service.client: the deadline plus a grace, else a default
                 # scaled by this model's slowest execution): a stopped service times out as lost.
                 loop_ms = self.owner.options.loop_timeout_ms
@@ -408,6 +415,11 @@ class NnhalKernel(SimpleDelegateKernel):
                 if self.owner.options.allow_in_process_fallback:
                     log.warning("%s; running the partition in-process", failure)
                 self._lose(self.remote.client)
+            except KeyboardInterrupt:  # Ctrl-C: not a service failure, so no fallback (delegate.interrupts)
+                if runner is self.burst:  # its request may still be answered into its slots: never reused
+                    self._close_burst()
+                    self.burst, self._reopen_burst = None, True
+                raise
         if outs is None:
             if not self.owner.options.allow_in_process_fallback:
                 raise NoFallbackError(f"{failure}; in-process fallback is off (disallow_nnapi_cpu)")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from delegate.partition import PARTITIONING, parse_node_ranges
 from hal.types import ExecutionPreference, Priority
 from service import DEVICE_NAME
+from service.address import client_address
 from service.server import check_socket_path
 from service.tls import ClientTls, check_tls_address, client_tls
 
@@ -43,6 +44,8 @@ def _from_alias(name: str, value):
 
 @dataclass
 class NnhalOptions:
+    #: unix:PATH, a bare socket path (taken as unix:PATH) or HOST:PORT; None: the per-user socket,
+    #: else an embedded service (delegate.embedded).
     service_address: str | None = None
     max_delegated_partitions: int = 3  # 0 = unlimited
     min_nodes_per_partition: int = 1
@@ -57,7 +60,8 @@ class NnhalOptions:
     #: TFLite's NNAPI ``cache_dir``: here a key, not storage. The compiled artifacts stay in the
     #: service's cache (the driver owns storage in this design); the directory's real path is mixed
     #: into the token, so two apps with different cache dirs never share compiled entries. It must
-    #: exist (as TFLite requires).
+    #: exist (as TFLite requires). The tools' flag is TFLite's --delegate_serialize_dir, apart from
+    #: `nnhal serve --cache-dir`, the service's storage.
     cache_dir: str | None = None
     execution_preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER
     priority: Priority = Priority.MEDIUM
@@ -112,8 +116,10 @@ class NnhalOptions:
         parse_node_ranges(o.partitions)  # validate early
         if o.partitioning not in PARTITIONING:
             raise ValueError(f"unknown partitioning {o.partitioning!r} (one of: {', '.join(PARTITIONING)})")
-        if o.service_address and o.service_address.startswith("unix:"):
-            check_socket_path(o.service_address.removeprefix("unix:").removeprefix("//"))
+        if o.service_address:  # a bare socket path becomes unix:PATH (service.address)
+            o.service_address = client_address(o.service_address)
+            if o.service_address.startswith("unix:"):
+                check_socket_path(o.service_address.removeprefix("unix:").removeprefix("//"))
         o.tls = client_tls(o.tls_ca_file, o.tls_cert_file, o.tls_key_file)  # a bad file: ValueError now
         if o.tls is not None:
             check_tls_address(o.service_address, "tls_ca_file/tls_cert_file/tls_key_file")

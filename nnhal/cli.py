@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -109,38 +110,64 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     from service.driver import Driver, capabilities_fingerprint
     from service.server import default_cache_dir
     d = args.cache_dir or default_cache_dir()
-    try:  # a bad key is only reported here: `nnhal serve` is the one that replaces it
+    if args.cache_dir is None and not os.path.lexists(d):  # no service has run as this user yet
+        print(f"0 entries: no compilation cache at {d} yet (nnhal serve makes it)")
+        return 0
+    try:  # inspects only: a missing directory or key is not made, a bad key not replaced (nnhal serve does)
         store = CacheStore(d, driver_version=Driver.version_string(),
-                           capabilities_fingerprint=capabilities_fingerprint())
+                           capabilities_fingerprint=capabilities_fingerprint(), create=False)
     except CacheKeyError as e:
         print(f"nnhal cache: {e} (nnhal serve moves a bad key aside and makes a new one)", file=sys.stderr)
         return 2
     except CacheError as e:
         print(f"nnhal cache: {e}", file=sys.stderr)
         return 2
-    if args.action == "ls":
-        entries = store.entries()
-        print(f"{'token':<64}  {'model B':>9}  {'data B':>11}  last used")
-        for e in entries:
-            import time
-            print(f"{e.token_hex:<64}  {e.model_bytes:>9}  {e.data_bytes:>11}  "
-                  f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e.last_used))}")
-        print(f"{len(entries)} entries, {store.total_bytes()} bytes in {d}")
-        return 0
-    if args.action == "verify":
-        bad = 0
-        for e in store.entries():
-            reason = store.verify(bytes.fromhex(e.token_hex))
-            print(f"{e.token_hex}  {'ok' if reason is None else 'REJECTED (removed): ' + reason}")
-            bad += reason is not None
-        return 1 if bad else 0
+    try:
+        return _CACHE_ACTIONS[args.action](store)
+    except CacheError as e:  # clear on a read-only directory
+        print(f"nnhal cache: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # verify removing a bad entry from a read-only directory, a folder gone meanwhile
+        print(f"nnhal cache: {e.filename or store.dir}: {e.strerror or e}", file=sys.stderr)
+        return 2
+
+
+def _cache_ls(store) -> int:
+    import time
+    entries = store.entries()
+    print(f"{'token':<64}  {'model B':>9}  {'data B':>11}  last used")
+    for e in entries:
+        print(f"{e.token_hex:<64}  {e.model_bytes:>9}  {e.data_bytes:>11}  "
+              f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e.last_used))}")
+    print(f"{len(entries)} entries, {store.total_bytes()} bytes in {store.dir}")
+    return 0
+
+
+def _cache_verify(store) -> int:
+    entries = store.entries()
+    if entries and store.key is None:
+        print(f"nnhal cache: cache key {store.key_path} is missing: the {len(entries)} entries cannot be verified "
+              f"(nnhal serve makes a new key, then recompiles them)", file=sys.stderr)
+        return 2
+    bad = 0
+    for e in entries:
+        reason = store.verify(bytes.fromhex(e.token_hex))
+        print(f"{e.token_hex}  {'ok' if reason is None else 'REJECTED (removed): ' + reason}")
+        bad += reason is not None
+    return 1 if bad else 0
+
+
+def _cache_clear(store) -> int:
     n, kept = store.clear()
-    print(f"removed {n} files from {d}")
+    print(f"removed {n} files from {store.dir}")
     if kept:
         print(f"kept {len(kept)} files nnhal cannot identify as its own cache entries:")
         for name, why in kept:
             print(f"  {name}: {why}")
     return 0
+
+
+_CACHE_ACTIONS = {"ls": _cache_ls, "verify": _cache_verify, "clear": _cache_clear}
 
 
 def _load_report(args: argparse.Namespace, prog: str):
@@ -182,7 +209,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             paths = write_overlays(args.model_explorer, args.model_file, r,
                                    read_benchmark(args.benchmark_json, args.model_file))
         except (OSError, ValueError) as e:
-            print(f"nnhal report: --model_explorer: {e}", file=sys.stderr)
+            print(f"nnhal report: --model-explorer: {e}", file=sys.stderr)
             return 2
         print("Model Explorer overlays: " + ", ".join(paths), file=sys.stderr)
     return 0
@@ -267,8 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="require client certificates signed by this CA (mTLS); with --tls-cert/--tls-key")
     serve.add_argument("--insecure", action="store_true", help="plaintext TCP (loopback addresses only)")
     serve.add_argument("--workers", type=int, default=2, help="execution worker threads (default 2)")
-    serve.add_argument("--cache-dir", default=None,
-                       help="compilation cache directory (default $XDG_CACHE_HOME/nnhal or ~/.cache/nnhal)")
+    serve.add_argument("--cache-dir", metavar="DIR", default=None,
+                       help="the service's compilation cache: where compiled models are stored (default "
+                            "$XDG_CACHE_HOME/nnhal or ~/.cache/nnhal; not the tools' --delegate_serialize_dir, a "
+                            "key mixed into the cache token)")
     serve.add_argument("--cache-max-bytes", type=int, default=None, metavar="N",
                        help="evict least-recently-used cache entries beyond this size (N >= 0); an entry "
                             "larger than N is not stored")
@@ -309,21 +338,23 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("action", choices=["ls", "verify", "clear"],
                        help="ls: list entries; verify: check every entry (bad ones are removed); clear: remove "
                             "the entries (other files in the folder are kept and listed)")
-    cache.add_argument("--cache-dir", default=None, help="cache directory (default as for serve)")
+    cache.add_argument("--cache-dir", metavar="DIR", default=None,
+                       help="the service's compilation cache directory, as given to nnhal serve (default as "
+                            "for serve); it must exist: nothing is created")
     cache.set_defaults(func=_cmd_cache)
 
-    # The TFLite-style tools: TFLite's flag names, no abbreviations (TFLite has none), and a flag they
-    # do not know is "Unconsumed cmdline flags" (main).
+    # The TFLite-style tools: TFLite's flag names where TFLite has one (tool_support's spelling rule),
+    # no abbreviations (TFLite has none), and a flag they do not know is "Unconsumed cmdline flags" (main).
     report = sub.add_parser("report", help="which nodes of a .tflite model the delegate runs, and why not",
                             allow_abbrev=False)
     report.add_argument("--model_file", "--graph", dest="model_file", required=True)
     from nnhal.tool_support import add_delegate_arguments
     add_delegate_arguments(report)
     report.add_argument("--json", action="store_true")
-    report.add_argument("--model_explorer", metavar="FILE", default=None,
+    report.add_argument("--model-explorer", metavar="FILE", default=None,
                         help="also write Model Explorer overlays (node data): FILE.placement.json, "
-                             "FILE.partition.json and, with --benchmark_json, FILE.latency.json")
-    report.add_argument("--benchmark_json", metavar="FILE", default=None,
+                             "FILE.partition.json and, with --benchmark-json, FILE.latency.json")
+    report.add_argument("--benchmark-json", metavar="FILE", default=None,
                         help="nnhal benchmark --json output for this model: per-node latency overlay")
     report.set_defaults(func=_cmd_report)
 
@@ -331,12 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "(needs the optional ai-edge-model-explorer)")
     explore.add_argument("model_file", metavar="MODEL")
     add_delegate_arguments(explore)
-    explore.add_argument("--benchmark_json", metavar="FILE", default=None,
+    explore.add_argument("--benchmark-json", metavar="FILE", default=None,
                          help="nnhal benchmark --json output for this model: adds a latency overlay")
-    explore.add_argument("--out_dir", default=None, help="where the overlay files go (default: a temp folder)")
+    explore.add_argument("--out-dir", default=None, help="where the overlay files go (default: a temp folder)")
     explore.add_argument("--port", type=int, default=8080, help="Model Explorer's port (default 8080 or the next "
                          "free one)")
-    explore.add_argument("--no_browser", action="store_true", help="do not open a browser tab")
+    explore.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
     explore.set_defaults(func=_cmd_explore)
 
     from nnhal import inference_diff
@@ -357,7 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cts = sub.add_parser("cts", help="run NNAPI's CTS cases (cts/) and print a table per operation")
     cts.add_argument("--service", nargs="?", const="", default=None, metavar="ADDRESS",
-                     help="through a real service: ADDRESS, or (no value) a private one started for the run")
+                     help="through a real service: ADDRESS (HOST:PORT, or unix:PATH or a path with a / for its "
+                          "unix socket), or (no value) a private one started for the run")
     cts.add_argument("--tls-ca-file", metavar="PEM", help="TLS to a HOST:PORT --service: the CA to trust")
     cts.add_argument("--tls-cert-file", metavar="PEM", help="client certificate, for a service that requires one")
     cts.add_argument("--tls-key-file", metavar="PEM", help="the client certificate's private key")
@@ -371,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     cts.set_defaults(func=lambda a: __import__("nnhal.cts.cli", fromlist=["main"]).main(a))
 
     demo = sub.add_parser("demo", help="inference_diff + benchmark on bundled example models (make run)")
-    demo.add_argument("--out_dir", default=None, help="where the example .tflite files are written")
+    demo.add_argument("--out-dir", default=None, help="where the example .tflite files are written")
     demo.add_argument("--runs", type=int, default=20)
     demo.set_defaults(func=lambda a: __import__("nnhal.demo", fromlist=["main"]).main(a.out_dir, a.runs))
     from service.logconfig import add_log_level_argument

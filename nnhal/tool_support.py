@@ -1,6 +1,13 @@
-"""What the TFLite-style tools (report, benchmark, inference_diff) share: the flags that reach the
-service (address, TLS) and the delegate's options, checked before any run; the output file, checked
-before the run too; and Ctrl-C that ends a run with one line, even inside TFLite."""
+"""What nnhal's commands share: one flag spelling rule and one-line usage errors (OneLineErrors);
+for the TFLite-style tools (report, benchmark, inference_diff), the flags that reach the service
+(address, TLS) and the delegate's options, checked before any run; the output file, checked before
+the run too; and Ctrl-C that ends a run with one line, even inside TFLite.
+
+Flag spelling, the same in every command: a name TFLite gives (TFLITE_FLAGS: its tools' flags and
+its NNAPI delegate's option names) keeps TFLite's underscores, so a TFLite command line works as
+is; every other flag is nnhal's own and spelled with dashes (--tls-ca-file, --service-address,
+--log-level). Every flag also accepts the other separator (--num-runs, --tls_ca_file), unlisted,
+so no command line written for an earlier spelling breaks."""
 from __future__ import annotations
 
 import argparse
@@ -14,13 +21,65 @@ import threading
 INTERRUPTED = 130
 
 
+#: Flag names TFLite gives, spelled as TFLite spells them: benchmark_model's and inference_diff's
+#: flags, its NNAPI delegate provider's (--nnapi_*, --delegate_serialize_*), and the options of
+#: StatefulNnApiDelegate that nnhal's tools take as flags.
+TFLITE_FLAGS = frozenset("--" + name for name in (
+    "graph", "num_runs", "warmup_runs", "min_secs", "max_secs", "num_threads", "enable_op_profiling",
+    "report_peak_memory_footprint", "input_layer", "input_layer_shape", "input_layer_value_range",
+    "input_layer_value_files",  # benchmark_model
+    "model_file", "num_interpreter_threads", "output_file_path", "delegate",  # inference_diff
+    "nnapi_execution_preference", "nnapi_execution_priority", "nnapi_accelerator_name", "nnapi_allow_fp16",
+    "disable_nnapi_cpu", "max_delegated_partitions", "min_nodes_per_partition", "delegate_serialize_dir",
+    "delegate_serialize_token",  # the NNAPI delegate provider
+    "execution_preference", "accelerator_name", "allow_fp16", "disallow_nnapi_cpu",
+    "max_number_delegated_partitions", "model_token", "cache_dir",  # StatefulNnApiDelegate::Options
+))
+
+
+def other_separators(flag: str) -> set[str]:
+    """The spellings of ``flag`` with the other word separator: --num_runs -> {--num-runs}."""
+    if not flag.startswith("--"):
+        return set()
+    name = flag[2:]
+    return {"--" + name.replace("_", "-"), "--" + name.replace("-", "_")} - {flag}
+
+
 class OneLineErrors(argparse.ArgumentParser):
-    """argparse's usage errors in one line ("nnhal benchmark: argument --num_runs: invalid int
-    value: 'x'"), like every other bad input of the command line."""
+    """The parser of every nnhal command: argparse's usage errors in one line ("nnhal benchmark:
+    argument --num_runs: invalid int value: 'x'"), like every other bad input of the command line;
+    and every flag also under its other separator (see the module's docstring), unlisted: help and
+    error messages name the canonical spelling only."""
 
     def error(self, message: str):
         print(f"{self.prog}: {message}", file=sys.stderr)
         sys.exit(2)
+
+    def parse_known_args(self, args=None, namespace=None):
+        # Here rather than in add_argument: argument groups add actions without it. Each
+        # subcommand's parser runs this too, when the subcommand is chosen.
+        for action in self._actions:
+            for flag in action.option_strings:
+                for alias in other_separators(flag):
+                    self._option_string_actions.setdefault(alias, action)
+        return super().parse_known_args(args, namespace)
+
+    def _get_option_tuples(self, option_string):
+        """An abbreviation (serve's --no for --no-cache) that matches two spellings of one flag is
+        not ambiguous: one match per flag (argparse's private hook for abbreviations)."""
+        seen: set[int] = set()
+        return [t for t in super()._get_option_tuples(option_string)
+                if not (id(t[0]) in seen or seen.add(id(t[0])))]
+
+
+def hidden_alias(p: argparse.ArgumentParser, action: argparse.Action, *names: str) -> None:
+    """Old names of ``action`` that keep working, exactly as spelled (not under the other
+    separator), and stay out of the help: --cache_dir, now --delegate_serialize_dir, must not make
+    the service's --cache-dir spelling mean the delegate's key on a tool."""
+    for name in names:
+        if name in p._option_string_actions:
+            raise ValueError(f"{name} is already a flag of {p.prog}")
+        p._option_string_actions[name] = action
 
 
 #: Exit status for flags a tool does not know (TFLite's tools: EXIT_FAILURE).
@@ -51,15 +110,16 @@ def add_bool_flag(p: argparse.ArgumentParser, *names: str, help: str) -> None:  
 
 
 def add_delegate_arguments(p: argparse.ArgumentParser) -> None:
-    """The delegate's flags, the same in every tool: ours, and the names TFLite's tools give the
-    NNAPI delegate's options (--nnapi_*, --disable_nnapi_cpu, --delegate_serialize_*)."""
+    """The delegate's flags, the same in every tool: ours (dashes), and the names TFLite's tools give
+    the NNAPI delegate's options (--nnapi_*, --disable_nnapi_cpu, --delegate_serialize_*)."""
     from delegate.partition import PARTITIONING
-    p.add_argument("--service_address", default=None,
-                   help="HOST:PORT or unix:PATH (default: the per-user socket, else an embedded service)")
-    p.add_argument("--tls_ca_file", metavar="PEM", default=None, help="TLS to a HOST:PORT service: the CA to trust")
-    p.add_argument("--tls_cert_file", metavar="PEM", default=None,
+    p.add_argument("--service-address", metavar="ADDRESS", default=None,
+                   help="the service: HOST:PORT (TCP; TLS with --tls-ca-file), or unix:PATH or a path with a / "
+                        "(its unix socket); default: the per-user socket, else an embedded service")
+    p.add_argument("--tls-ca-file", metavar="PEM", default=None, help="TLS to a HOST:PORT service: the CA to trust")
+    p.add_argument("--tls-cert-file", metavar="PEM", default=None,
                    help="client certificate, for a service that requires one (nnhal serve --tls-client-ca)")
-    p.add_argument("--tls_key_file", metavar="PEM", default=None, help="the client certificate's private key")
+    p.add_argument("--tls-key-file", metavar="PEM", default=None, help="the client certificate's private key")
     p.add_argument("--execution_preference", "--nnapi_execution_preference", dest="execution_preference",
                    default="fast_single_answer", help="low_power, fast_single_answer (default) or sustained_speed")
     p.add_argument("--priority", "--nnapi_execution_priority", dest="priority", default="medium",
@@ -80,16 +140,33 @@ def add_delegate_arguments(p: argparse.ArgumentParser) -> None:
                         "supported one only in the partitions estimated faster there than on the CPU "
                         "(the service's capabilities); cost_strict: that rule for a whole model too; "
                         "largest: the largest partitions (TFLite NNAPI delegate's rule)")
-    p.add_argument("--cache_dir", "--delegate_serialize_dir", dest="cache_dir", default=None,
-                   help="an existing directory whose real path keys the service's compilation cache")
-    p.add_argument("--model_token", "--delegate_serialize_token", "--cache_token", dest="cache_token", default=None,
-                   help="mixed into the cache token; keep it stable to share compiled entries across runs")
+    serialize_dir = p.add_argument(
+        "--delegate_serialize_dir", dest="cache_dir", metavar="DIR", default=None,
+        help="the delegate's cache_dir: an existing directory whose real path is mixed into the cache token, "
+             "so runs with different directories never share compiled entries; a key, not storage (the "
+             "compiled entries stay in the service's cache, nnhal serve --cache-dir); was --cache_dir")
+    hidden_alias(p, serialize_dir, "--cache_dir")
+    token = p.add_argument("--model_token", "--delegate_serialize_token", dest="cache_token", metavar="TOKEN",
+                           default=None,
+                           help="mixed into the cache token; keep it stable to share compiled entries across runs")
+    hidden_alias(p, token, "--cache_token")
+
+
+#: The tools' TLS flags, as their messages name them.
+TLS_FLAGS = ("--tls-ca-file", "--tls-cert-file", "--tls-key-file")
 
 
 def delegate_options(args: argparse.Namespace) -> dict:
     """load_delegate's options (without service_address) from the flags, checked now: a missing
-    TLS file or an unknown preference is a ValueError (one line) before TFLite loads anything."""
+    TLS file or an unknown preference is a ValueError (one line, naming the flag) before TFLite
+    loads anything."""
     from delegate.nnhal_delegate import NnhalOptions
+    from service.tls import check_tls_address, client_tls
+    if client_tls(args.tls_ca_file, args.tls_cert_file, args.tls_key_file, TLS_FLAGS) is not None:
+        check_tls_address(args.service_address, "/".join(TLS_FLAGS))
+    if args.cache_dir is not None and not os.path.isdir(args.cache_dir):
+        raise ValueError(f"--delegate_serialize_dir {args.cache_dir!r} is not a directory (it must exist, "
+                         f"as in TFLite)")
     options = {name: getattr(args, name) for name in (
         "tls_ca_file", "tls_cert_file", "tls_key_file", "execution_preference", "priority", "accelerator_name",
         "allow_fp16", "min_nodes_per_partition", "partitions", "partitioning", "cache_dir")}

@@ -23,10 +23,12 @@ import numpy as np
 from hal.model import Model
 from hal.types import DeviceType, ErrorStatus, ExecutionPreference, OperandType, Priority
 from service import local_burst
+from service.address import client_address
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.server import default_address
 from service.servicer import MAX_MESSAGE_BYTES, SESSION_KEY, grpc_options
+from service.tls import connect_failure
 from service.transfer import (
     SHM_THRESHOLD,  # noqa: F401 - re-exported: callers size tensors by it
     ModelTransfer,
@@ -117,18 +119,6 @@ def _rpc_error(e: grpc.RpcError, bound: float) -> ServiceError:
     return ServiceUnavailableError(f"nnhal service unavailable ({code}: {detail})")
 
 
-def _tls_failure(channel: grpc.Channel) -> str:
-    """Why a TLS channel is not ready, in the transport's words: a refused certificate must not
-    look like a service that is down."""
-    try:
-        pb_grpc.DeviceStub(channel).GetVersionString(pb.Empty(), timeout=1.0)
-        return "over TLS"
-    except grpc.RpcError as e:
-        detail = e.details() if hasattr(e, "details") else str(e)
-    return (f"over TLS ({detail}); check the CA file (tls_ca_file), and the client certificate "
-            f"(tls_cert_file, tls_key_file) if the service requires one")
-
-
 def _timeout_ns(timeout_s: float | None) -> int:
     return int(timeout_s * 1e9) if timeout_s else 0
 
@@ -185,7 +175,7 @@ class RemotePreparedModel:
                         if out.WhichOneof("where") != "location":
                             out.inline_capacity = n
                     reply = _rpc(self.client.prepared.Execute, ex, self.wait_s(timeout_s))
-            except ServiceTimeoutError:
+            except (ServiceTimeoutError, KeyboardInterrupt):  # gRPC cancels an interrupted call
                 self._abandon_scratch()
                 raise
             _check(reply)
@@ -239,11 +229,11 @@ class BurstSession:
         try:
             reply = self._replies.get(timeout=bound)
         except queue.Empty:
-            self._broken = f"the burst was abandoned after the service did not answer within {bound:g} s"
-            self._call.cancel()
-            self._send.put(None)  # releases the thread feeding the stream
-            self.pm._abandon_scratch()
+            self._abandon(f"the burst was abandoned after the service did not answer within {bound:g} s")
             raise ServiceTimeoutError(f"the nnhal service did not answer within {bound:g} s") from None
+        except KeyboardInterrupt:  # the reply may still come: it must not be read as the next one's
+            self._abandon("the burst was abandoned when an execution was interrupted")
+            raise
         if isinstance(reply, grpc.RpcError):
             self._broken = "the burst stream failed"
             raise _rpc_error(reply, bound)
@@ -251,6 +241,12 @@ class BurstSession:
             self._broken = "the service ended the burst stream"
             raise ServiceUnavailableError(self._broken)
         return reply
+
+    def _abandon(self, why: str) -> None:
+        self._broken = why
+        self._call.cancel()
+        self._send.put(None)  # releases the thread feeding the stream
+        self.pm._abandon_scratch()
 
     def execute(self, inputs: list[np.ndarray], *, measure_timing: bool = False,
                 timeout_s: float | None = None, loop_timeout_s: float | None = None) -> ExecutionOutput:
@@ -331,6 +327,9 @@ class LocalBurst:
                                       f"the burst is closed") from None
         except (OSError, ConnectionError) as e:
             raise ServiceUnavailableError(f"local burst broken: {e}") from None
+        except KeyboardInterrupt:  # the service may still answer into the slots: never use them again
+            self.close()
+            raise
         if status != ErrorStatus.NONE:
             raise ServiceError(status, message, shapes)
         self.pm.observe(time.perf_counter() - t0)
@@ -385,8 +384,10 @@ class Client:
                 certificate_chain: bytes | None = None) -> "Client":
         """Connect and wait until the service answers; ServiceUnavailableError otherwise. TLS when
         root_certificates (PEM of the CA to trust) or a client certificate (mTLS: private_key and
-        certificate_chain, PEM) is given; service.tls.client_tls reads them from files."""
-        address = address or default_address()
+        certificate_chain, PEM) is given; service.tls.client_tls reads them from files.
+        ``address``: unix:PATH, a bare socket path (taken as unix:PATH) or HOST:PORT
+        (service.address; ValueError for a name that could be either); None: the per-user socket."""
+        address = client_address(address) if address else default_address()
         tls = root_certificates is not None or certificate_chain is not None
         if tls:
             channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(
@@ -401,10 +402,9 @@ class Client:
             client.get_version_string(max(deadline - time.monotonic(), 0.05))
             client._open_session(max(deadline - time.monotonic(), 0.05))
         except (grpc.FutureTimeoutError, ServiceUnavailableError):
-            why = _tls_failure(channel) if tls else "(start one with `nnhal serve`)"
+            why = connect_failure(address, timeout_s, tls, channel)
             channel.close()
-            raise ServiceUnavailableError(
-                f"no nnhal service answers at {address} within {timeout_s:g} s {why}") from None
+            raise ServiceUnavailableError(why) from None
         except ServiceError:  # it answered, and refused (e.g. too many clients)
             client.close()
             raise

@@ -1,16 +1,21 @@
 """One logging convention for the service, the delegate and the tools: ``--log-level``, else
-$NNHAL_LOG, else a default; one format; everything on stderr."""
+$NNHAL_LOG, else a default; one format; everything on stderr; a message that repeats on every
+call said once, then counted (RepeatedMessages)."""
 from __future__ import annotations
 
 import logging
 import os
 import sys
+import threading
+import time
 
 ENV = "NNHAL_LOG"
 LEVELS = ("debug", "info", "warning", "error", "critical")
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: The loggers nnhal's code logs to ("nnhal.service", "nnhal.delegate", ...).
 LOGGER = "nnhal"
+#: A repeated message's count is logged at most this often (RepeatedMessages).
+REPEAT_INTERVAL_S = 10.0
 
 
 def resolve_level(flag: str | None, default: str = "warning") -> str:
@@ -56,3 +61,43 @@ def configure_library_logging() -> None:
 def add_log_level_argument(p) -> None:
     p.add_argument("--log-level", default=None, metavar="LEVEL",
                    help=f"{', '.join(LEVELS)} (default ${ENV}, else warning; serve: info)")
+
+
+class RepeatedMessages:
+    """Log a message that may come on every call (a node failing on each invoke while the service
+    is gone): the first time as it is; its repeats only as a count, at most once per
+    ``interval_s``, when another message comes, and at flush() (its owner's end, or exit).
+    Thousands of identical lines a second would bury everything else."""
+
+    def __init__(self, logger: logging.Logger, level: int = logging.ERROR,
+                 interval_s: float = REPEAT_INTERVAL_S):
+        self.logger, self.level, self.interval_s = logger, level, interval_s
+        self._lock = threading.Lock()
+        self._last: str | None = None
+        self._repeats = 0  # of _last, not logged yet
+        self._said_at = 0.0  # when _last or its count was last logged
+
+    def log(self, message: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if message == self._last:
+                self._repeats += 1
+                if now - self._said_at >= self.interval_s:
+                    self._say_repeats(now)
+                return
+            self._say_repeats(now)
+            self._last, self._said_at = message, now
+            self.logger.log(self.level, "%s", message)
+
+    def flush(self) -> None:
+        """Log the count of repeats not said yet."""
+        with self._lock:
+            self._say_repeats(time.monotonic())
+
+    def _say_repeats(self, now: float) -> None:
+        if self._repeats:
+            lines = self._last.splitlines() or [""]
+            gist = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1].strip()}"  # a traceback's ends
+            self.logger.log(self.level, "%s (repeated %d more %s)", gist, self._repeats,
+                            "time" if self._repeats == 1 else "times")
+            self._repeats, self._said_at = 0, now
