@@ -12,10 +12,14 @@ from delegate.partition import PartitionPlan
 
 @dataclass
 class NodeReport:
-    index: int
-    op: str
-    placement: str = "CPU"
-    partition: int | None = None
+    """One TFLite node of the subgraph."""
+
+    index: int  #: the node's index in TFLite's execution plan
+    op: str  #: its TFLite operator ("CONV_2D", a custom op's code, ...)
+    placement: str = "CPU"  #: "nnhal" (in a delegated partition) or "CPU" (TFLite's kernels)
+    partition: int | None = None  #: index into DelegationReport.partitions when on nnhal
+    #: Why it stays on the CPU: no NNAPI mapping, hal's rule it breaks, the service's refusal, the
+    #: partitioning rule (estimated slower, partition limit), "nnhal service unreachable". None on nnhal.
     reason: str | None = None
     #: The service's compute backend(s) for this node's NNAPI operations (filled by
     #: NnhalDelegate.fetch_backends, e.g. for `nnhal report`).
@@ -24,10 +28,13 @@ class NodeReport:
 
 @dataclass
 class DelegationReport:
-    nodes: list[NodeReport] = field(default_factory=list)
-    partitions: list[list[int]] = field(default_factory=list)
-    service: str | None = None
-    error: str | None = None
+    """``delegate.report`` (``load_delegate(...).report``): filled while TFLite prepares the model,
+    i.e. after ``Interpreter(..., experimental_delegates=[d])``; ``delegated`` counts the nodes on nnhal."""
+
+    nodes: list[NodeReport] = field(default_factory=list)  #: every node of the primary subgraph
+    partitions: list[list[int]] = field(default_factory=list)  #: node indices of each delegated partition
+    service: str | None = None  #: the address of the service the partitions run on ("unix:/...")
+    error: str | None = None  #: why nothing could be delegated (e.g. the service unreachable)
     #: Other subgraphs TFLite prepared the delegate on, by subgraph index (negative: not known):
     #: those of IF / WHILE nodes left to TFLite's CPU (a delegated IF / WHILE runs its subgraphs).
     subgraphs: dict[int, DelegationReport] = field(default_factory=dict)
