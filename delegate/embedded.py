@@ -3,7 +3,8 @@
 With no ``service_address``, the delegate first tries the default socket; if
 nothing answers there it starts ``nnhal serve`` as a child process on a private
 socket and stops it when this Python process exits (the child also watches this process and
-stops when it dies, even by SIGKILL).
+stops when it dies, even by SIGKILL). The tools' reference for CUSTOM ops TFLite cannot run is
+such a child too, with the reference backend only (reference_address).
 """
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ from service.server import MAX_SOCKET_PATH_BYTES, default_address
 log = logging.getLogger("nnhal.delegate")
 
 _lock = threading.Lock()
-_child: subprocess.Popen | None = None
+_child: subprocess.Popen | None = None  # the embedded default service
 _child_address: str | None = None
+_reference: subprocess.Popen | None = None  # the tools' reference service (reference_address)
+_reference_address: str | None = None
 
 
 def connect(address: str | None, timeout_s: float = 2.0, **tls) -> Client:
@@ -51,48 +54,72 @@ def _child_log_level() -> str:
 def _embedded_address() -> str:
     global _child, _child_address
     with _lock:
-        if _child is not None and _child.poll() is None:
-            return _child_address
-        if _child_address is not None:  # a previous child died: its directory may be left
-            shutil.rmtree(os.path.dirname(_child_address[len("unix:"):]), ignore_errors=True)
-        d = tempfile.mkdtemp(prefix="nnhal-embedded-")
+        if _child is None or _child.poll() is not None:
+            _child, _child_address = _start_child("embedded", _child_address)
+        return _child_address
+
+
+def reference_address() -> str:
+    """A private ``nnhal serve --backend reference --no-cache``, started on first use and stopped
+    with this process: the tools' oracle for the CUSTOM ops TFLite has no kernel for (nnhal.reference).
+    Private, so that neither the service under test (its backends, its compilation cache, its
+    transport) nor another user's default service is part of the reference."""
+    global _reference, _reference_address
+    with _lock:
+        if _reference is None or _reference.poll() is not None:
+            _reference, _reference_address = _start_child("reference", _reference_address,
+                                                          "--backend", "reference", "--no-cache")
+        return _reference_address
+
+
+def _start_child(what: str, previous: str | None, *args: str) -> tuple[subprocess.Popen, str]:
+    """``nnhal serve *args`` on a private socket in a new directory (nnhal-<what>-*); returns once
+    it answers. One that does not start is stopped: nothing is left running."""
+    prefix = f"nnhal-{what}-"
+    if previous is not None:  # a previous child died: its directory may be left
+        shutil.rmtree(os.path.dirname(previous[len("unix:"):]), ignore_errors=True)
+    d = tempfile.mkdtemp(prefix=prefix)
+    sock = os.path.join(d, "nnhal.sock")
+    if len(os.fsencode(sock)) > MAX_SOCKET_PATH_BYTES:  # a deep $TMPDIR: AF_UNIX paths are short
+        os.rmdir(d)
+        d = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
         sock = os.path.join(d, "nnhal.sock")
-        if len(os.fsencode(sock)) > MAX_SOCKET_PATH_BYTES:  # a deep $TMPDIR: AF_UNIX paths are short
-            os.rmdir(d)
-            d = tempfile.mkdtemp(prefix="nnhal-embedded-", dir="/tmp")
-            sock = os.path.join(d, "nnhal.sock")
-        # --parent-pid: the child stops when this process exits however it exits (even SIGKILL,
-        # when atexit never runs) and removes the directory.
-        _child = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "--socket", sock,
-                                   "--log-level", _child_log_level(), "--parent-pid", str(os.getpid())],
-                                  stdout=subprocess.DEVNULL)
-        _child_address = "unix:" + sock
-        # Generous: a service's first start on a machine compiles the numba kernels (~12 s on 2
-        # cores; `make setup` does it ahead), after which it starts in about a second.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and _child.poll() is None:
-            if os.path.exists(sock):
-                try:
-                    Client.connect(_child_address, timeout_s=0.5).close()
-                    log.info("started embedded nnhal service (pid %d) on %s", _child.pid, _child_address)
-                    return _child_address
-                except ServiceUnavailableError:
-                    pass
-            time.sleep(0.05)
-        raise ServiceUnavailableError("the embedded nnhal service did not start")
+    # --parent-pid: the child stops when this process exits however it exits (even SIGKILL,
+    # when atexit never runs) and removes the directory.
+    child = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "--socket", sock,
+                              "--log-level", _child_log_level(), "--parent-pid", str(os.getpid()), *args],
+                             stdout=subprocess.DEVNULL)
+    address = "unix:" + sock
+    # Generous: a service's first start on a machine compiles the numba kernels (~12 s on 2
+    # cores; `make setup` does it ahead), after which it starts in about a second.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and child.poll() is None:
+        if os.path.exists(sock):
+            try:
+                Client.connect(address, timeout_s=0.5).close()
+                log.info("started %s nnhal service (pid %d) on %s", what, child.pid, address)
+                return child, address
+            except ServiceUnavailableError:
+                pass
+        time.sleep(0.05)
+    child.kill()  # it removes its directory only when it stops by itself
+    child.wait()
+    shutil.rmtree(d, ignore_errors=True)
+    raise ServiceUnavailableError(f"the {what} nnhal service did not start")
 
 
 @atexit.register
 def stop_embedded() -> None:
-    global _child
+    global _child, _reference
     with _lock:
-        if _child is not None and _child.poll() is None:
-            _child.terminate()
-            try:
-                _child.wait(10)
-            except subprocess.TimeoutExpired:
-                _child.kill()
-                _child.wait()
-        if _child_address is not None:  # the child removes it too; not if it was killed
-            shutil.rmtree(os.path.dirname(_child_address[len("unix:"):]), ignore_errors=True)
-        _child = None
+        for child, address in ((_child, _child_address), (_reference, _reference_address)):
+            if child is not None and child.poll() is None:
+                child.terminate()
+                try:
+                    child.wait(10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+            if address is not None:  # the child removes it too; not if it was killed
+                shutil.rmtree(os.path.dirname(address[len("unix:"):]), ignore_errors=True)
+        _child = _reference = None

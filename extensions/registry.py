@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from importlib import metadata
@@ -143,6 +144,41 @@ def by_custom_code(code: str | None) -> tuple[Extension, ExtensionOperation] | N
             if code in op.custom_codes:
                 return ext, op
     return None
+
+
+@dataclass(frozen=True)
+class Installable:
+    """An extension nnhal knows of but does not include: the custom codes it implements and the
+    distribution that provides it, so a model needing it can name the pip command."""
+
+    extension: str
+    distribution: str
+    extra: str  # nnhal's optional dependency that installs it: pip install 'nnhal[extra]'
+    source: str  # its folder in nnhal's source tree, relative to extensions/
+    custom_codes: tuple[str, ...]
+
+    def pip_command(self) -> str:
+        """``pip install 'nnhal[x]'``, and from a source checkout the folder to install."""
+        command = f"pip install 'nnhal[{self.extra}]' (the {self.distribution} distribution)"
+        folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), self.source)
+        if os.path.isfile(os.path.join(folder, "pyproject.toml")):  # a source checkout
+            relative = os.path.relpath(folder)
+            command += f"; in this source checkout: pip install -e {folder if relative.startswith('..') else relative}"
+        return command
+
+
+#: Extensions distributed apart from nnhal (extensions/<source>, each its own distribution and an
+#: extra of nnhal's pyproject.toml). Tests check each entry against the extension it names.
+INSTALLABLE = (
+    Installable("com.google.mediapipe", "nnhal-mediapipe", "mediapipe", "mediapipe",
+                ("Convolution2DTransposeBias", "Landmarks2TransformMatrix", "TransformTensorBilinear",
+                 "TransformLandmarks")),
+)
+
+
+def installable_for(code: str | None) -> Installable | None:
+    """The known extension that implements custom code ``code``, installed or not."""
+    return next((i for i in INSTALLABLE if code in i.custom_codes), None)
 
 
 def load_object(spec: str) -> Extension:

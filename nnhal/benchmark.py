@@ -5,7 +5,9 @@ order, top-10, by op type with MACs).
 It takes TFLite benchmark_model's flags (--graph, --num_runs, --warmup_runs, --min_secs,
 --max_secs, --num_threads, --enable_op_profiling, --input_layer*, --report_peak_memory_footprint)
 and prints benchmark_model's summary lines for the delegated run first (its timed loop too:
-at least --num_runs runs and --min_secs seconds, stopping after --max_secs).
+at least --num_runs runs and --min_secs seconds, stopping after --max_secs). A model with a CUSTOM
+op only an nnhal extension implements has no TFLite CPU baseline: that row says why, the delegated
+rows stand.
 """
 from __future__ import annotations
 
@@ -21,9 +23,12 @@ from collections import defaultdict
 
 import numpy as np
 
+from delegate.report import allocation_error
+from extensions.registry import by_custom_code
 from hal.model import Model
 from hal.types import OperationType
-from nnhal.inference_diff import model_and_inputs_error
+from nnhal.inference_diff import model_and_inputs_error, tool_error
+from nnhal.reference import custom_codes, unresolved_custom_op
 from nnhal.tool_inputs import add_input_arguments, input_layers, input_sources, resize_inputs
 from nnhal.tool_support import (
     add_bool_flag,
@@ -33,7 +38,6 @@ from nnhal.tool_support import (
     interrupts_after_tflite_calls,
     progress_bar,
     tflite_call,
-    tflite_error,
 )
 
 
@@ -167,20 +171,36 @@ def benchmark(model_file: str, runs: int = 50, warmup: int = 5, threads: int = 1
         result["nnhal"] = _summary(timed)
         result["operations"] = _profile(kernels)
         del it, d, d1
-        with tflite_call():
-            cpu = interpreter()
-        _latency(cpu, inputs, warmup, 0.0, max_secs)
-        result["cpu"] = _summary(_latency(cpu, inputs, runs, min_secs, max_secs, progress, "TFLite CPU"))
+        cpu = _cpu_interpreter(model_file, interpreter)
+        if isinstance(cpu, str):
+            result["cpu"], result["cpu_unavailable"] = None, cpu
+        else:
+            _latency(cpu, inputs, warmup, 0.0, max_secs)
+            result["cpu"] = _summary(_latency(cpu, inputs, runs, min_secs, max_secs, progress, "TFLite CPU"))
     finally:
         if monitor:
             monitor.__exit__()
-    result["ratio_nnhal_over_cpu"] = result["nnhal"]["mean_us"] / result["cpu"]["mean_us"]
+    result["ratio_nnhal_over_cpu"] = result["nnhal"]["mean_us"] / result["cpu"]["mean_us"] if result["cpu"] else None
     result["benchmark_model"] = {
         "num_runs": runs, "warmup_runs": warmup, "min_secs": min_secs, "max_secs": max_secs,
         "init_us": int(cache_wall * 1e6), "warmup_us": [int(x) for x in warm], "inference_us": [int(x) for x in timed],
         "memory_mb": {"init": (init_kb - start_kb) / 1024.0, "overall": (overall_kb - start_kb) / 1024.0,
                       "peak": monitor.peak_kb / 1024.0 if monitor else None}}
     return result
+
+
+def _cpu_interpreter(model_file: str, interpreter):
+    """The baseline: TFLite alone, or why it cannot be one (a CUSTOM op only an nnhal extension
+    implements has no TFLite kernel: the delegated rows stand without it)."""
+    try:
+        with tflite_call():
+            return interpreter()
+    except (RuntimeError, ValueError) as e:
+        code = unresolved_custom_op(e, custom_codes(model_file))
+        found = by_custom_code(code)
+        if found is None:
+            raise
+        return f"TFLite has no kernel for custom op {code!r} (extension {found[0].name}: only the delegate runs it)"
 
 
 def stat_line(xs: list[int]) -> str:
@@ -267,10 +287,14 @@ def format_result(r: dict, op_profiling: bool = True) -> str:
               f"{'':<16}{'mean us':>10}{'std':>9}{'p50':>10}{'p90':>10}"]
     lines = [x for x in lines if x is not None]
     for label, s in (("TFLite CPU", cpu), ("TFLite + nnhal", nn)):
+        if s is None:
+            lines.append(f"{label:<16}not available: {r.get('cpu_unavailable')}")
+            continue
         lines.append(f"{label:<16}{s['mean_us']:>10.1f}{s['std_us']:>9.1f}{s['p50_us']:>10.1f}{s['p90_us']:>10.1f}")
     dl = r["delegation"]
     pr = r["prepare"]
-    lines.append(f"ratio nnhal/CPU (mean): {r['ratio_nnhal_over_cpu']:.2f}x   delegated {dl['delegated_nodes']}/"
+    ratio = "n/a" if r["ratio_nnhal_over_cpu"] is None else f"{r['ratio_nnhal_over_cpu']:.2f}x"
+    lines.append(f"ratio nnhal/CPU (mean): {ratio}   delegated {dl['delegated_nodes']}/"
                  f"{dl['total_nodes']} nodes in {dl['partitions']} partition(s)")
     lines.append(_prepare_line(pr))
     ops = r["operations"] if op_profiling else []
@@ -356,8 +380,11 @@ def run_cli(args: argparse.Namespace) -> int:
                           peak_memory=args.report_peak_memory_footprint)
     except KeyboardInterrupt:
         return interrupted("nnhal benchmark")
+    except MemoryError as e:  # tflite_runtime's std::bad_alloc, numpy's "Unable to allocate"
+        print(f"nnhal benchmark: {args.model_file}: {allocation_error(args.model_file, e)}", file=sys.stderr)
+        return 2
     except (ValueError, RuntimeError) as e:  # TFLite's load / prepare errors: multi-line, joined
-        print(f"nnhal benchmark: {args.model_file}: {tflite_error(e, args.model_file)}", file=sys.stderr)
+        print(f"nnhal benchmark: {args.model_file}: {tool_error(e, args.model_file)}", file=sys.stderr)
         return 2
     print(json.dumps(r, indent=1) if args.json else format_result(r, args.enable_op_profiling))
     return 0

@@ -2,8 +2,9 @@
 so a mismatch can be traced to the first operation that diverges (as Hexagon NN's and MACE's
 per-layer dumps allow).
 
-For one set of inputs: a delegated interpreter and the TFLite CPU reference, both keeping every
-tensor (experimental_preserve_all_tensors); each delegated partition's NNAPI model then runs in
+For one set of inputs: a delegated interpreter and the TFLite CPU reference (nnhal.reference: with
+the custom ops TFLite has no kernel for on nnhal's reference backend), both keeping every tensor
+(experimental_preserve_all_tensors); each delegated partition's NNAPI model then runs in
 process on hal, operation by operation, from the inputs TFLite gave that partition. Written:
 ``p{P}_op{K}_out{J}.npy`` (hal), ``ref_t{T}.npy`` (TFLite CPU's tensor T) and ``index.json``.
 An operation is paired with a TFLite tensor when it is the last NNAPI operation a TFLite node
@@ -15,6 +16,8 @@ import json
 import os
 
 import numpy as np
+
+from nnhal.reference import reference_interpreter
 
 
 def _max_abs_diff(a: np.ndarray, ref: np.ndarray) -> float | None:
@@ -101,16 +104,19 @@ def dump_operations(dump_dir: str, model_file: str, inputs: list[np.ndarray], so
     os.makedirs(dump_dir, exist_ok=True)
     d = load_delegate(service_address, **(options or {}))
     test = _interpreter(model_file, sources, [d], reference_kernels)
-    ref = _interpreter(model_file, sources, None, reference_kernels)
+    reference = reference_interpreter(model_file, lambda oracle: _interpreter(model_file, sources, oracle,
+                                                                              reference_kernels))
+    ref = reference.interpreter
     _invoke(test, inputs)
     _invoke(ref, inputs)
     names = {int(t["index"]): t["name"] for t in ref.get_tensor_details()}
     node_outputs = {int(op["index"]): (op["op_name"], [int(t) for t in op["outputs"]]) for op in ref._get_ops_details()}
     references: dict[int, str] = {}
     overwritten = _overwritten(ref, node_outputs)
+    hidden = reference.hidden_tensors()  # inside a partition of the reference's oracle: TFLite has no value
 
-    def reference(t: int) -> tuple[np.ndarray | None, str | None]:
-        if t in overwritten:
+    def reference_value(t: int) -> tuple[np.ndarray | None, str | None]:
+        if t in overwritten or t in hidden:
             return None, None
         try:
             value = ref.get_tensor(t)
@@ -150,7 +156,7 @@ def dump_operations(dump_dir: str, model_file: str, inputs: list[np.ndarray], so
                        "max_abs_diff": None}
                 if j < len(tfl_outputs) and len(tfl_outputs) == len(step.outputs):
                     t = tfl_outputs[j]
-                    value, file = reference(t)
+                    value, file = reference_value(t)
                     out.update(tflite_tensor=t, tflite_name=names.get(t), reference_file=file,
                                reference_overwritten=t in overwritten,
                                max_abs_diff=None if value is None else _max_abs_diff(values[o], value))

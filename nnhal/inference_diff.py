@@ -3,7 +3,8 @@
 Like tensorflow/lite/tools/evaluation/tasks/inference_diff: each run draws random
 inputs (N(0.5, 1/3) clipped to [0, 1], mapped onto the range the model expects:
 nnhal.tool_inputs; or benchmark_model's --input_layer_value_range / _files), invokes
-the reference (TFLite CPU, one thread) and the test interpreter (TFLite + delegate)
+the reference (TFLite CPU, one thread; CUSTOM ops TFLite has no kernel for on nnhal's
+reference backend: nnhal.reference) and the test interpreter (TFLite + delegate)
 ``INVOKES_PER_RUN`` times each, and records per output the mean absolute difference.
 Prints TFLite's lines, then per output the largest absolute difference seen and that
 difference relative to the reference output's range:
@@ -29,6 +30,8 @@ import time
 
 import numpy as np
 
+from delegate.report import allocation_error, memory_error
+from nnhal.reference import reference_interpreter
 from nnhal.tool_inputs import (  # noqa: F401 - random_input: part of this module's API
     add_input_arguments,
     check_input_flags,
@@ -47,13 +50,14 @@ def one_line(e: BaseException) -> str:
 
 def model_file_error(path: str) -> str | None:
     """Why the .tflite file cannot be handed to TFLite, or None. TFLite's loader does not verify
-    the flatbuffer: a truncated or corrupted file would crash it (SIGSEGV) instead of failing."""
+    the flatbuffer: a truncated or corrupted file would crash it (SIGSEGV) instead of failing; a
+    tensor larger than the machine's memory fails its allocation (or draws the OOM killer)."""
     from delegate.tfl.verify import ModelFormatError, verify_model_file
     try:
         verify_model_file(path)
     except ModelFormatError as e:
         return one_line(e)
-    return None
+    return memory_error(path)
 
 
 def model_and_inputs_error(args) -> str | None:
@@ -65,10 +69,11 @@ def model_and_inputs_error(args) -> str | None:
     if error:
         return f"{args.model_file}: {error}"
     try:
-        check_input_flags(args.model_file, input_layers(args))
+        sources = check_input_flags(args.model_file, input_layers(args))
     except ValueError as e:
         return str(e)
-    return None
+    error = memory_error(args.model_file, {s.index: s.shape for s in sources}) if sources else None
+    return f"{args.model_file}: {error}" if error else None  # an input --input_layer_shape made too large
 
 
 def _interpreter(path: str, threads: int, delegates=None, reference_kernels: bool = False, sources=None):
@@ -140,8 +145,10 @@ def evaluate(model_file: str, num_runs: int = 50, threads: int = 1, delegate: st
     with tflite_call():
         details = Interpreter(model_path=model_file).get_input_details()
     sources = input_sources(details, layers or {}, model_file)  # a bad flag: ValueError before any run
-    with tflite_call():
-        ref = _interpreter(model_file, 1, None, reference_kernels, sources)
+    with tflite_call():  # TFLite's kernels; nnhal's reference backend for custom ops TFLite has none for
+        reference = reference_interpreter(model_file, lambda oracle: _interpreter(
+            model_file, 1, oracle, reference_kernels, sources))
+        ref = reference.interpreter
         test = _interpreter(model_file, threads, delegates, reference_kernels, sources)
     if delegates:
         report = delegates[0].report
@@ -174,6 +181,8 @@ def evaluate(model_file: str, num_runs: int = 50, threads: int = 1, delegate: st
     }
     if dump is not None:
         metrics["dump"] = dump
+    if reference.oracle is not None:
+        metrics["reference"] = {"oracle_nodes": reference.oracle_nodes, "oracle_custom_ops": reference.oracle_codes}
     if report is not None:
         metrics["delegation"] = {"delegated_nodes": report.delegated, "total_nodes": len(report.nodes),
                                  "partitions": len(report.partitions), "service": report.service,
@@ -192,6 +201,11 @@ def format_metrics(m: dict) -> str:
     for k, e in enumerate(m["output_errors"]):  # ours, after TFLite's lines
         lines.append(f"OutputMaxError[{k}]: max_abs_error={e['max_abs_error']:.6g}, "
                      f"relative_error={e['relative_error']:.6g}")
+    oracle = m.get("reference")
+    if oracle is not None:
+        lines.append(f"Reference: TFLite's kernels, and nnhal's reference backend for node(s) "
+                     f"{','.join(map(str, oracle['oracle_nodes']))} (custom ops TFLite has no kernel for: "
+                     f"{', '.join(oracle['oracle_custom_ops'])})")
     d = m.get("delegation")
     if d is not None:
         lines.append(f"Delegation: {d['delegated_nodes']}/{d['total_nodes']} nodes in {d['partitions']} "
@@ -251,8 +265,15 @@ def _usage_error(args: argparse.Namespace) -> str | None:
     return model_and_inputs_error(args)
 
 
+def tool_error(e: BaseException, model_file: str) -> str:
+    """A TFLite error in one line; one without a message (LiteRT's failed allocation) says which
+    tensor is the largest and the memory there is."""
+    from nnhal.tool_support import tflite_error
+    return tflite_error(e, model_file) if str(e).strip() else allocation_error(model_file, e)
+
+
 def run_cli(args: argparse.Namespace) -> int:
-    from nnhal.tool_support import delegate_options, interrupted, interrupts_after_tflite_calls, tflite_error
+    from nnhal.tool_support import delegate_options, interrupted, interrupts_after_tflite_calls
     error = _usage_error(args)
     if error:
         print(f"inference_diff: {error}", file=sys.stderr)
@@ -269,8 +290,11 @@ def run_cli(args: argparse.Namespace) -> int:
                          progress=True, dump_dir=args.dump_dir)
     except KeyboardInterrupt:
         return interrupted("inference_diff")
+    except MemoryError as e:  # tflite_runtime's std::bad_alloc, numpy's "Unable to allocate"
+        print(f"inference_diff: {args.model_file}: {allocation_error(args.model_file, e)}", file=sys.stderr)
+        return 2
     except (ValueError, RuntimeError) as e:  # TFLite's load / prepare errors: multi-line, joined
-        print(f"inference_diff: {args.model_file}: {tflite_error(e, args.model_file)}", file=sys.stderr)
+        print(f"inference_diff: {args.model_file}: {tool_error(e, args.model_file)}", file=sys.stderr)
         return 2
     except OSError as e:  # --dump_dir: not creatable, disk full
         print(f"inference_diff: --dump_dir: {e.strerror or e}: {e.filename or args.dump_dir}", file=sys.stderr)

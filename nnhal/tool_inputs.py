@@ -282,9 +282,10 @@ def input_layers(args) -> dict[str, InputLayer]:
                              args.input_layer_value_files)
 
 
-def check_input_flags(model_file: str, layers: dict[str, InputLayer]) -> None:
-    """The input flags against the model's inputs, before any run (a ValueError if they do not fit)."""
+def check_input_flags(model_file: str, layers: dict[str, InputLayer]) -> list[InputSource]:
+    """The input flags against the model's inputs, before any run (a ValueError if they do not fit);
+    the inputs they describe (none without flags)."""
     if not layers:
-        return
+        return []
     from delegate.runtime import Interpreter
-    input_sources(Interpreter(model_path=model_file).get_input_details(), layers, model_file)
+    return input_sources(Interpreter(model_path=model_file).get_input_details(), layers, model_file)
