@@ -1,4 +1,4 @@
-"""--dump_dir: every delegated NNAPI operation's output next to TFLite CPU's value of the same tensor,
+"""--dump-dir: every delegated NNAPI operation's output next to TFLite CPU's value of the same tensor,
 so a mismatch can be traced to the first operation that diverges (as Hexagon NN's and MACE's
 per-layer dumps allow).
 
@@ -77,7 +77,9 @@ def _run_operations(model, inputs: list[np.ndarray]) -> tuple[dict[int, np.ndarr
 
 
 def _interpreter(model_file: str, sources, delegates=None, reference_kernels: bool = False):
-    """Keeping every tensor; the reference without XNNPACK, whose partitions would hide theirs."""
+    """Keeping every tensor; the reference without XNNPACK, whose partitions would hide theirs.
+    LiteRT, keeping every tensor, hands a delegate's partition over one node (one kernel) at a
+    time, so the dump then lists one partition per delegated node; tflite-runtime 2.14 does not."""
     from delegate.runtime import Interpreter, OpResolverType
     from nnhal.tool_inputs import resize_inputs
     kind = OpResolverType.BUILTIN_REF if reference_kernels else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES

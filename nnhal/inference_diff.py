@@ -238,9 +238,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delegate", default="nnhal", help="'nnhal' (default) or 'none'")
     add_input_arguments(p)
     add_delegate_arguments(p)
-    p.add_argument("--dump_dir", default=None, help="write each delegated operation's output of the first run "
+    p.add_argument("--dump-dir", default=None, help="write each delegated operation's output of the first run "
                    "and TFLite CPU's value of the same tensor (.npy) and index.json: where outputs start to differ")
-    add_bool_flag(p, "--reference_kernels", help="use TFLite's reference kernels on both sides (the bit-exactness "
+    add_bool_flag(p, "--reference-kernels", help="use TFLite's reference kernels on both sides (the bit-exactness "
                   "oracle)")
 
 
@@ -259,9 +259,9 @@ def _usage_error(args: argparse.Namespace) -> str | None:
     if error:
         return f"--output_file_path: {error}"
     if args.dump_dir and args.delegate not in ("nnhal",):
-        return "--dump_dir needs --delegate nnhal (it dumps the delegated operations)"
+        return "--dump-dir needs --delegate nnhal (it dumps the delegated operations)"
     if args.dump_dir and os.path.exists(args.dump_dir) and not os.path.isdir(args.dump_dir):
-        return f"--dump_dir: {args.dump_dir} is not a directory"
+        return f"--dump-dir: {args.dump_dir} is not a directory"
     return model_and_inputs_error(args)
 
 
@@ -296,8 +296,8 @@ def run_cli(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as e:  # TFLite's load / prepare errors: multi-line, joined
         print(f"inference_diff: {args.model_file}: {tool_error(e, args.model_file)}", file=sys.stderr)
         return 2
-    except OSError as e:  # --dump_dir: not creatable, disk full
-        print(f"inference_diff: --dump_dir: {e.strerror or e}: {e.filename or args.dump_dir}", file=sys.stderr)
+    except OSError as e:  # --dump-dir: not creatable, disk full
+        print(f"inference_diff: --dump-dir: {e.strerror or e}: {e.filename or args.dump_dir}", file=sys.stderr)
         return 2
     print(format_metrics(m))
     if args.output_file_path:

@@ -1,7 +1,7 @@
 """The tools' reference: TFLite's kernels, and nnhal's reference backend for the CUSTOM ops TFLite
 has no kernel for.
 
-inference_diff (and its --dump_dir) compares the delegate with a reference. TFLite's kernels are
+inference_diff (and its --dump-dir) compares the delegate with a reference. TFLite's kernels are
 that reference wherever TFLite has one: every builtin op, and the custom ops its resolver registers
 (LiteRT's Convolution2DTransposeBias, TFLite_Detection_PostProcess). A CUSTOM op that only an
 nnhal extension implements (MediaPipe's Landmarks2TransformMatrix, ...) has no TFLite kernel, so

@@ -11,10 +11,6 @@ import pytest
 from nnhal.cli import TFLITE_TOOLS, build_parser
 from nnhal.tool_support import TFLITE_FLAGS, other_separators
 
-#: nnhal/inference_diff.py's own flags, still underscored: that file was being changed by someone
-#: else when the rule came in; rename them there (--dump-dir, --reference-kernels) and drop this.
-NOT_YET_RENAMED = {"--dump_dir", "--reference_kernels"}
-
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
     parser = build_parser()
@@ -53,8 +49,6 @@ def _with_value(flag: str, a: argparse.Action) -> list[str]:
 @pytest.mark.parametrize("name, flag", FLAGS, ids=[f"{n} {f}" for n, f in FLAGS])
 def test_spelling_rule(name, flag):
     """TFLite's names as TFLite spells them, so its command lines work as is; ours with dashes."""
-    if flag in NOT_YET_RENAMED:
-        pytest.xfail(f"{flag}: see NOT_YET_RENAMED")
     assert flag in TFLITE_FLAGS or "_" not in flag, \
         f"nnhal {name} {flag}: nnhal's own flags are spelled with dashes ({flag.replace('_', '-')})"
 
