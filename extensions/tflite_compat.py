@@ -38,7 +38,9 @@ hal.quant.activation_range_quantized computes it. The delegate uses it where the
 differ, or the rank exceeds NNAPI's 4 (delegate/mapping/activations.py).
 
 nnhal ships and registers it itself (extensions.registry.load_plugins, and the MEAN and QUANTIZE mappers
-in the client's process): it is not a vendor plugin, and needs no installation.
+in the client's process): it is not a vendor plugin, and needs no installation. Its companion
+com.nnhal.litert (extensions/litert_compat.py: LiteRT's FULLY_CONNECTED, requantized in double) is
+registered with it, so a service knows both.
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from extensions import litert_compat
 from extensions.registry import Extension, ExtensionOperation
 from hal import quant
 from hal.backends.reference.reduce import MeanData, execute_mean, plan_mean
@@ -174,7 +177,9 @@ EXTENSION = Extension(
 
 
 def ensure_registered() -> None:
-    """Register the extension in this process unless it is (the delegate's mappers call this)."""
+    """Register the extension, and com.nnhal.litert, in this process unless they are (the delegate's
+    mappers and extensions.registry.load_plugins call this)."""
     from extensions.registry import lookup, register
     if lookup(NAME) is None:
         register(EXTENSION)
+    litert_compat.ensure_registered()

@@ -75,7 +75,7 @@ def convert_subgraph(ctx: MappingContext, k: int, outer_inputs: list[int], n_out
         raise MappingError(f"{where} takes {len(graph.inputs)} inputs, the node passes {len(outer_inputs)}")
     if len(graph.outputs) != n_outputs:
         raise MappingError(f"{where} gives {len(graph.outputs)} outputs, the node needs {n_outputs}")
-    sub = MappingContext(graph, ctx.validate)
+    sub = MappingContext(graph, ctx.validate, ctx.runtime)
     sub.subgraph_path = (*path, k)
     b = sub.builder
     outer = ctx.builder.operands

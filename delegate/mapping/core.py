@@ -11,12 +11,14 @@ and a refusal carries hal's message (InvalidNnapiOperation).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from delegate.mapping import scalars
+from delegate.mapping.host_runtime import Runtime, host_runtime
 from delegate.mapping.options import OptionsReader
 from delegate.tfl.graph import TfLiteGraph, TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import ActivationFunctionType, Padding, TensorType, builtin_name
@@ -120,8 +122,11 @@ _PADDING = {Padding.SAME: PaddingScheme.SAME, Padding.VALID: PaddingScheme.VALID
 class MappingContext:
     """Builds one NNAPI Model from TFLite nodes; TFLite tensors become operands on first use."""
 
-    def __init__(self, graph: TfLiteGraph, validate: bool = True):
+    def __init__(self, graph: TfLiteGraph, validate: bool = True, runtime: Runtime | None = None):
         self.graph = graph
+        #: The TFLite runtime, (package, version), whose reference kernels the NNAPI model must
+        #: equal where runtimes differ (delegate.mapping.host_runtime); default: the host's.
+        self.runtime = runtime if runtime is not None else host_runtime()
         self.builder = ModelBuilder()
         self.operand_of: dict[int, int] = {}  # tflite tensor index -> NNAPI operand index
         self.node: TfLiteNode | None = None
@@ -449,7 +454,8 @@ def _map_custom(ctx: MappingContext, node: TfLiteNode) -> None:
 
 def convert_partition(graph: TfLiteGraph, node_indexes: list[int] | None = None,
                       inputs: list[int] | None = None, outputs: list[int] | None = None, *,
-                      validate: bool = True, infer_shapes: bool = False) -> ConvertedPartition:
+                      validate: bool = True, infer_shapes: bool = False,
+                      runtime: Runtime | None = None) -> ConvertedPartition:
     """Translate the given nodes (default: all) into one NNAPI Model.
 
     ``inputs``/``outputs`` (tensor indexes) override the computed boundary, e.g. with the
@@ -459,13 +465,17 @@ def convert_partition(graph: TfLiteGraph, node_indexes: list[int] | None = None,
     ``infer_shapes=True``: only the inputs' shapes are trusted; the shapes of the tensors the
     partition produces are inferred by hal and constants folded again for them (a partition
     converted again after a resize, where TFLite left some dims stale: see
-    delegate.mapping.shape_inference). The model's output operands then carry the new shapes."""
+    delegate.mapping.shape_inference). The model's output operands then carry the new shapes.
+    ``runtime``: the TFLite runtime whose reference kernels the model must equal (default: the
+    one the delegate runs in, delegate.mapping.host_runtime); tests of hal's kernels name
+    host_runtime.TFLITE_RUNTIME_2_14 to get NNAPI's own operations whatever the host."""
     if node_indexes is None:
         node_indexes = list(range(len(graph.nodes)))
     if infer_shapes:
         from delegate.mapping.shape_inference import convert_with_inferred_shapes
-        return convert_with_inferred_shapes(convert_partition, graph, node_indexes, inputs, outputs, validate)
-    ctx = MappingContext(graph, validate)
+        return convert_with_inferred_shapes(functools.partial(convert_partition, runtime=runtime), graph,
+                                            node_indexes, inputs, outputs, validate)
+    ctx = MappingContext(graph, validate, runtime)
     computed_in, computed_out = partition_io(graph, node_indexes)
     if inputs is None:
         inputs = computed_in

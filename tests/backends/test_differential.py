@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from delegate.mapping import convert_partition
+from delegate.mapping.host_runtime import TFLITE_RUNTIME_2_14
 from delegate.tfl import read_model
 from hal import backends
 from nnhal.examples import mobilenet_like
@@ -30,7 +31,10 @@ def registered():
 
 
 def _mobilenet(dtype):
-    return convert_partition(read_model(mobilenet_like(dtype, input_size=16, width=8))).model
+    """NNAPI operations only, whatever TFLite runtime is installed (LiteRT's quantized FULLY_CONNECTED
+    maps to an extension operation, which only its extension's backend runs)."""
+    return convert_partition(read_model(mobilenet_like(dtype, input_size=16, width=8)),
+                             runtime=TFLITE_RUNTIME_2_14).model
 
 
 def _input(dtype):

@@ -1,7 +1,10 @@
 """int8/uint8 models whose ops TFLite computes in quantized forms NNAPI lacks, through TFLite with the
 nnhal delegate (a real `nnhal serve`) vs TFLite's reference kernels (BUILTIN_REF), bit-exact, every
 node delegated in one partition:
-- per-channel FULLY_CONNECTED (int8 weights, one scale per unit): RESHAPE + 1x1 CONV_2D + RESHAPE;
+- per-channel FULLY_CONNECTED (int8 weights, one scale per unit): RESHAPE + 1x1 CONV_2D + RESHAPE in
+  a runtime that requantizes it in fixed point (tflite-runtime 2.14), and every 8-bit
+  FULLY_CONNECTED com.nnhal.litert:FULLY_CONNECTED_DOUBLE_REQUANT in one that requantizes in
+  double (LiteRT >= 1.3; delegate/mapping/host_runtime.py);
 - MEAN with another output quantization: com.nnhal.tflite:QUANTIZED_MEAN;
 - QUANTIZE uint8 -> int8 and int8 -> uint8 at the edges of an int8 model (the converter's uint8 I/O):
   NNAPI DEQUANTIZE + QUANTIZE for equal scales, com.nnhal.tflite:REQUANTIZE for different ones;
@@ -17,10 +20,12 @@ import pytest
 
 from delegate import load_delegate
 from delegate.mapping import MappingError, convert_partition
+from delegate.mapping.host_runtime import host_runtime, requantizes_fully_connected_in_double
 from delegate.tfl import TfLiteModelBuilder, read_model
-from extensions import tflite_compat
+from extensions import litert_compat, tflite_compat
 from hal.types import OperationType
 from tests.delegate.helpers import interpreter, random_inputs, run
+from tests.ops._tflite_compat_util import is_compat_operation
 
 SEEDS = range(6)
 
@@ -208,14 +213,20 @@ def test_requantizing_relu6(server):
     for seed in SEEDS:
         model = requantizing_relu6(seed)
         ops = [op.type for op in convert_partition(read_model(model)).model.main.operations]
-        relu = ops[3]  # after RESHAPE, CONV_2D, RESHAPE
-        assert relu >> 16 != 0 and relu & 0xFFFF == tflite_compat.RELU_REQUANTIZED, ops
+        relu = ops[1 if requantizes_fully_connected_in_double(host_runtime()) else 3]  # after the first FC's operations
+        assert is_compat_operation(relu, tflite_compat.RELU_REQUANTIZED), ops
         _check(server, model)
 
 
-def test_per_channel_fc_becomes_conv():
-    ops = [op.type for op in convert_partition(read_model(single_fc(1, 2, 10, 6))).model.main.operations]
-    assert ops == [OperationType.RESHAPE, OperationType.CONV_2D, OperationType.RESHAPE]
+def test_per_channel_fc_mapping():
+    """The host runtime's arithmetic: LiteRT's double requantization, else the exact CONV_2D rewrite."""
+    model = convert_partition(read_model(single_fc(1, 2, 10, 6))).model
+    ops = [op.type for op in model.main.operations]
+    if requantizes_fully_connected_in_double(host_runtime()):
+        assert [e.name for e in model.extension_name_to_prefix] == [litert_compat.NAME]
+        assert len(ops) == 1 and is_compat_operation(ops[0], litert_compat.FULLY_CONNECTED_DOUBLE_REQUANT), ops
+    else:
+        assert ops == [OperationType.RESHAPE, OperationType.CONV_2D, OperationType.RESHAPE]
 
 
 def _fc_model(w_q: dict, x_shape=(2, 4), y_shape=(2, 3), keep=False) -> bytes:

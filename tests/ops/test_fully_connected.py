@@ -135,7 +135,8 @@ def test_keep_num_dims_quantized_rank3_not_mapped():
 
 
 def test_per_channel_weights_are_mapped():
-    """Mapped as RESHAPE + 1x1 CONV_2D + RESHAPE (tests/delegate/test_quantized_rewrites.py)."""
+    """Mapped as RESHAPE + 1x1 CONV_2D + RESHAPE, or in LiteRT to com.nnhal.litert's double
+    requantization (tests/delegate/test_quantized_rewrites.py)."""
     m = TfLiteModelBuilder()
     x = m.add_input("x", [2, 4], np.int8, scale=0.1, zero_point=0)
     w = m.add_constant("w", np.ones((3, 4), np.int8), scale=[0.1, 0.2, 0.3], zero_point=[0, 0, 0])

@@ -89,8 +89,10 @@ def supports(ctx: OperationContext) -> str | None:
 def _requant(ctx: OperationContext, out_c: int) -> tuple[np.ndarray, np.ndarray, int, int, int]:
     x, w, out = ctx.input(INPUT), ctx.input(FILTER), ctx.output(0)
     scales = w.channel_scales if w.type == QPC else [w.scale] * out_c
-    uint8_per_tensor = ctx.op_type != FC and x.type == QU8 and w.type == QU8
-    mult, shift = quant.conv_multipliers(x.scale, scales, out.scale, uint8_per_tensor)
+    # The scales' product in float32 where TFLite forms it with GetQuantizedConvolutionMultipler:
+    # FULLY_CONNECTED (per-tensor weights, every type) and uint8 per-tensor convolutions.
+    float_product = ctx.op_type == FC or (x.type == QU8 and w.type == QU8)
+    mult, shift = quant.conv_multipliers(x.scale, scales, out.scale, float_product)
     act = ctx.params.act
     lo, hi = quant.activation_range_quantized(act, out.type, out.scale, out.zero_point)
     return mult, shift, out.zero_point, lo, hi

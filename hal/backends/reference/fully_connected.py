@@ -48,8 +48,9 @@ def plan(ctx: OperationContext) -> FullyConnectedData:
         d.input_offset = -x.zero_point
         d.weights_offset = -w.zero_point
         d.output_offset = out.zero_point
-        # GetQuantizedConvolutionMultipler: the scales' product and quotient in double.
-        real = float(np.float32(x.scale)) * float(np.float32(w.scale)) / float(np.float32(out.scale))
+        # GetQuantizedConvolutionMultipler (TFLite's kernel_util.cc and AOSP's OperationsUtils.cpp):
+        # the scales' product in float32, the quotient in double.
+        real = float(np.float32(x.scale) * np.float32(w.scale)) / float(np.float32(out.scale))
         d.output_multiplier, d.output_shift = quant.quantize_multiplier(real)
         d.act_min, d.act_max = quant.activation_range_quantized(d.act, out.type, out.scale, out.zero_point)
     if w.is_constant and ctx.packing:
