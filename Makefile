@@ -40,7 +40,7 @@ test: setup  ## Run the test suite (parallel on all cores)
 run: setup  ## Main job: example models through the delegate; inference_diff + benchmark vs TFLite CPU
 	$(BIN)/nnhal demo
 
-bench: setup  ## Benchmarks (RPC paths, cache, delegated models, float and quantized 224x224 models vs TFLite) -> bench/results.md
+bench: setup setup-tflite-runtime  ## Benchmarks (RPC paths, cache, delegated models, float and quantized 224x224 models vs TFLite) -> bench/results.md
 	$(BIN)/python -m bench.run_all
 
 SOAK_SECONDS ?= 300

@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import tflite_runtime_baseline as tflrt
 from bench.rpc_roundtrip import start_server
 from delegate.mapping import convert_partition
 from delegate.tfl import read_model
@@ -50,20 +51,23 @@ def measure(tflite_model: bytes, repeats: int = 5) -> dict:
         finally:
             proc.terminate()
             proc.wait(30)
+        other = tflrt.one_shot([(model_file, [])], d, runs=0)
+    other = None if other is None else {"runtime": other["runtime"], **other["models"][0]}
     ms = lambda xs: 1e3 * statistics.median(xs)  # noqa: E731
     return {"parameters": params, "operations": len(model.main.operations),
             "compile_ms": ms(compile_s), "from_cache_ms": ms(cache_s),
             "compile_all_ms": [1e3 * x for x in compile_s], "from_cache_all_ms": [1e3 * x for x in cache_s],
-            "e2e_compile_ms": ms(e2e_compile_s), "e2e_cache_ms": ms(e2e_cache_s), "cpu_prepare_ms": ms(cpu_s)}
+            "e2e_compile_ms": ms(e2e_compile_s), "e2e_cache_ms": ms(e2e_cache_s), "cpu_prepare_ms": ms(cpu_s),
+            "tflrt": other}
 
 
 def _interpreter_s(model_file: str, address: str | None, user_token: bytes) -> float:
-    """Seconds until a TFLite Interpreter (with the nnhal delegate, if ``address``) is ready to invoke."""
+    """Seconds until a LiteRT Interpreter (with the nnhal delegate, if ``address``) is ready to invoke."""
     from delegate import load_delegate
     from delegate.runtime import Interpreter
     t = time.perf_counter()
     delegates = [load_delegate(address, cache_token=user_token)] if address else []
-    it = Interpreter(model_path=model_file, experimental_delegates=delegates)
+    it = Interpreter(model_path=model_file, num_threads=1, experimental_delegates=delegates)
     it.allocate_tensors()
     if address:
         assert delegates[0].report.delegated == len(delegates[0].report.nodes), "not fully delegated"
@@ -71,16 +75,21 @@ def _interpreter_s(model_file: str, address: str | None, user_token: bytes) -> f
 
 
 def to_markdown(r: dict) -> str:
+    from delegate.runtime import label
     runs = lambda xs: ", ".join(f"{x:.1f}" for x in xs)  # noqa: E731
+    other = r["tflrt"]
+    beside = (f"{tflrt.LABEL}: {tflrt.NOT_MEASURED}" if other is None else
+              f"{other['runtime']}: not measured, {other['error']}" if "error" in other else
+              f"{other['runtime']}: {other['allocate_ms']:.1f} ms")
     return (
         "| path | parameters | NNAPI operations | prepareModel ms (median) | prepareModelFromCache ms | ratio |\n"
         "|---|---:|---:|---:|---:|---:|\n"
         f"| NNAPI calls (client → service) | {r['parameters']:,} | {r['operations']} | {r['compile_ms']:.1f} | "
         f"{r['from_cache_ms']:.1f} | {r['compile_ms'] / r['from_cache_ms']:.1f}x |\n"
-        f"| TFLite Interpreter + nnhal delegate, ready to invoke | | | {r['e2e_compile_ms']:.1f} | "
+        f"| {label()} Interpreter + nnhal delegate, ready to invoke | | | {r['e2e_compile_ms']:.1f} | "
         f"{r['e2e_cache_ms']:.1f} | {r['e2e_compile_ms'] / r['e2e_cache_ms']:.1f}x |\n\n"
         f"Each run: prepareModel {runs(r['compile_all_ms'])} ms; fromCache {runs(r['from_cache_all_ms'])} ms. "
         "prepareModel includes sending the weights (shared memory) and writing the entry (fsync'd); "
         "fromCache verifies every byte of it (HMAC, SHA-256 payload, BLAKE3 data). The delegate rows also "
         "read the TFLite file, convert the partition and compute the token in both cases. For scale, "
-        f"TFLite CPU alone is ready to invoke in {r['cpu_prepare_ms']:.1f} ms.")
+        f"{label()} alone (1 thread) is ready to invoke in {r['cpu_prepare_ms']:.1f} ms ({beside}).")

@@ -1,14 +1,16 @@
 """Float32 whole models through the delegate: the onnxruntime backend vs the reference backend vs
-TFLite's XNNPACK, measured in one run, configurations interleaved round by round.
+the CPU runtimes' XNNPACK, measured in one run, configurations interleaved round by round.
 
 Models are built by the project (random weights): MobileNetV2 and EfficientNet-B0 at 224x224 and
-a BlazeFace-style detector at 128x128, float32. Rows: TFLite's default CPU path (XNNPACK) with 1
-and 2 threads; the delegate on a service whose backend preference is ``onnxruntime,reference``
-(``--threads 1``: one intra-op thread, as TFLite's 1-thread row) and on one restricted to
-``reference``. Accuracy: the largest |difference| from TFLite's reference kernels (BUILTIN_REF) over
-every output, divided by that output's largest magnitude (the "output scale"). Ready: seconds from
-``Interpreter(...)`` to the end of the first ``invoke()`` — TFLite alone, and with the delegate on a
-cold compilation cache (a new token: prepareModel) and a warm one (prepareModelFromCache).
+a BlazeFace-style detector at 128x128, float32. Rows: LiteRT's default CPU path (XNNPACK) with 1
+and 2 threads; tflite-runtime 2.14's (XNNPACK too) with 1 thread; the delegate (in LiteRT) on a
+service whose backend preference is ``onnxruntime,reference`` (``--threads 1``: one intra-op
+thread, as the CPU's 1-thread rows) and on one restricted to ``reference``. Ratios are against
+LiteRT 1 thread and tflite-runtime 1 thread, the faster one's in bold. Accuracy: the largest
+|difference| from LiteRT's reference kernels (BUILTIN_REF) over every output, divided by that
+output's largest magnitude (the "output scale"). Ready: milliseconds from ``Interpreter(...)`` to
+the end of the first ``invoke()`` — each CPU runtime alone, and LiteRT with the delegate on a cold
+compilation cache (a new token: prepareModel) and a warm one (prepareModelFromCache).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.quantized_models import time_interleaved
+from bench.baselines import anchor, beside, not_measured_row, p50_cell, ratio_cells, time_interleaved, with_ratios
 from bench.rpc_roundtrip import start_server, stop_servers
 from delegate import load_delegate
 from delegate.runtime import Interpreter, OpResolverType
@@ -68,8 +70,8 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                 ref = Interpreter(model_path=path, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
                 ref.allocate_tensors()
                 want = _outputs(ref, x)
-                configs = {"TFLite 1 thread": Interpreter(model_path=path, num_threads=1),
-                           "TFLite 2 threads": Interpreter(model_path=path, num_threads=2)}
+                configs = {anchor(1): Interpreter(model_path=path, num_threads=1),
+                           anchor(2): Interpreter(model_path=path, num_threads=2)}
                 delegates = {}
                 for name in servers:
                     dl = load_delegate(address[name], max_delegated_partitions=0)
@@ -79,40 +81,48 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                 for it in configs.values():
                     it.allocate_tensors()
                     _outputs(it, x)  # warm-up
-                times = time_interleaved(configs, lambda it, x=x: _outputs(it, x), rounds, per_round)
-                base = statistics.median(times["TFLite 1 thread"])
-                for k, it in configs.items():
+                with beside(path, [x], d) as tflrt:
+                    times = time_interleaved(configs, lambda it, x=x: _outputs(it, x), rounds, per_round,
+                                             tflrt.remote)
+                figures = with_ratios(times, tflrt.config)
+                for k in (anchor(1), anchor(2), tflrt.config, *delegates):
+                    if k not in figures:
+                        rows.append(not_measured_row(label, k, tflrt.why))
+                        continue
                     rep = delegates[k].report if k in delegates else None
-                    rows.append({"model": label, "config": k, "p50_ms": 1e3 * statistics.median(times[k]),
-                                 "ratio": statistics.median(times[k]) / base,
+                    rows.append({"model": label, "config": k, **figures[k],
                                  "delegated": "" if rep is None else f"{rep.delegated}/{len(rep.nodes)}",
-                                 "error": _scaled_error(_outputs(it, x), want)})
+                                 "error": None if k not in configs else _scaled_error(_outputs(configs[k], x), want)})
                 token = f"bench-{time.time_ns()}".encode()
-                tflite = statistics.median(_ready_s(path, None, x) for _ in range(3))
+                litert = statistics.median(_ready_s(path, None, x) for _ in range(3))
                 cold = _ready_s(path, address["onnxruntime"], x, token)
                 warm = statistics.median(_ready_s(path, address["onnxruntime"], x, token) for _ in range(3))
-                rows.append({"model": label, "ready_ms": (1e3 * tflite, 1e3 * cold, 1e3 * warm)})
+                other = tflrt.info["ready_ms"] if tflrt.why is None else None
+                rows.append({"model": label, "ready_ms": (1e3 * litert, other, 1e3 * cold, 1e3 * warm),
+                             "tflrt_why": tflrt.why})
         finally:
             stop_servers(servers.values())
     return rows
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| model | configuration | p50 ms | × TFLite 1 thread | delegated nodes | max error / output scale |",
-             "|---|---|---:|---:|---|---:|"]
+    lines = [f"| model | configuration | p50 ms | × {anchor(1)} | × tflite-runtime 1 thread | delegated nodes | "
+             "max error / output scale |", "|---|---|---:|---:|---:|---|---:|"]
     ready = []
     for r in rows:
         if "ready_ms" in r:
             ready.append(r)
             continue
-        lines.append(f"| {r['model']} | {r['config']} | {r['p50_ms']:.2f} | {r['ratio']:.2f} | {r['delegated']} | "
-                     f"{r['error']:.1e} |")
+        error = "" if r.get("error") is None else f"{r['error']:.1e}"
+        lines.append(f"| {r['model']} | {r['config']} | {p50_cell(r, 2)} | {ratio_cells(r)} | "
+                     f"{r.get('delegated', '')} | {error} |")
     lines += ["", "Interpreter ready (construct, allocate_tensors, first invoke), ms:", "",
-              "| model | TFLite alone | nnhal onnxruntime, cold cache | warm cache | warm × TFLite |",
-              "|---|---:|---:|---:|---:|"]
+              "| model | LiteRT alone | tflite-runtime alone | nnhal onnxruntime (in LiteRT), cold cache | warm cache "
+              "| warm × LiteRT |", "|---|---:|---:|---:|---:|---:|"]
     for r in ready:
-        tflite, cold, warm = r["ready_ms"]
-        lines.append(f"| {r['model']} | {tflite:.1f} | {cold:.1f} | {warm:.1f} | {warm / tflite:.2f} |")
+        litert, other, cold, warm = r["ready_ms"]
+        other_cell = r["tflrt_why"] if other is None else f"{other:.1f}"
+        lines.append(f"| {r['model']} | {litert:.1f} | {other_cell} | {cold:.1f} | {warm:.1f} | {warm / litert:.2f} |")
     return "\n".join(lines)
 
 

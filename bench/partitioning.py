@@ -1,22 +1,23 @@
-"""Partly supported models: TFLite alone vs the delegate choosing partitions largest-first (TFLite
+"""Partly supported models: the CPU alone vs the delegate choosing partitions largest-first (TFLite
 NNAPI delegate's rule) vs by estimated cost (the default), measured in one run, interleaved.
 
 Models: the converter's dynamic-range CNN (tests/converted: hybrid convolutions stay on the CPU,
 three float partitions around them); four runs of ADDs on [1, 6] tensors split by COS (no NNAPI
 mapping); mobilenet_like (64x64, width 16) in int8 and in float32, followed by COS (int8: after
 a DEQUANTIZE), so one heavy partition and a CPU tail. The service is `nnhal serve`
-with its default backends, stating its measured speeds (hal/performance.py).
+with its default backends, stating its measured speeds (hal/performance.py: relative to LiteRT 1
+thread). The delegate runs in LiteRT (1 thread); ratios are against LiteRT alone and tflite-runtime
+2.14 alone (1 thread), the faster one's in bold.
 """
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from bench.quantized_models import time_interleaved
+from bench.baselines import anchor, beside, not_measured_row, p50_cell, ratio_cells, time_interleaved, with_ratios
 from bench.rpc_roundtrip import start_server, stop_servers
 from delegate import load_delegate
 from delegate.runtime import Interpreter
@@ -64,22 +65,25 @@ def measure(rounds: int = 5, per_round: int = 40, progress=None) -> list[dict]:
                     progress(label)
                 path = str(Path(d) / "m.tflite")
                 Path(path).write_bytes(model)
-                configs = {"TFLite CPU": Interpreter(model_path=path, num_threads=1)}
+                configs = {anchor(1): Interpreter(model_path=path, num_threads=1)}
                 delegates = {}
                 for mode in ("largest", "cost"):
                     dl = load_delegate(f"unix:{sock}", partitioning=mode)
                     delegates[mode] = dl
                     configs[mode] = Interpreter(model_path=path, num_threads=1, experimental_delegates=[dl])
-                xs = random_inputs(configs["TFLite CPU"], np.random.default_rng(0))
+                xs = random_inputs(configs[anchor(1)], np.random.default_rng(0))
                 for it in configs.values():
                     it.allocate_tensors()
                     run(it, xs)  # warm-up
-                times = time_interleaved(configs, lambda it, xs=xs: run(it, xs), rounds, per_round)
-                base = statistics.median(times["TFLite CPU"])
-                for k in configs:
+                with beside(path, xs, d) as tflrt:
+                    times = time_interleaved(configs, lambda it, xs=xs: run(it, xs), rounds, per_round, tflrt.remote)
+                figures = with_ratios(times, tflrt.config)
+                for k in (anchor(1), tflrt.config, *delegates):
+                    if k not in figures:
+                        rows.append(not_measured_row(label, k, tflrt.why))
+                        continue
                     rep = delegates[k].report if k in delegates else None
-                    rows.append({"model": label, "config": k, "p50_us": 1e6 * statistics.median(times[k]),
-                                 "ratio": statistics.median(times[k]) / base,
+                    rows.append({"model": label, "config": k, **figures[k],
                                  "delegated": "" if rep is None else
                                  f"{rep.delegated}/{len(rep.nodes)} in {len(rep.partitions)}"})
         finally:
@@ -88,12 +92,13 @@ def measure(rounds: int = 5, per_round: int = 40, progress=None) -> list[dict]:
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| model | configuration | p50 µs | × TFLite CPU | delegated nodes, partitions |",
-             "|---|---|---:|---:|---|"]
+    lines = [f"| model | configuration | p50 µs | × {anchor(1)} | × tflite-runtime 1 thread | "
+             "delegated nodes, partitions |", "|---|---|---:|---:|---:|---|"]
     for r in rows:
         config = {"largest": "delegate, largest-first", "cost": "delegate, cost (default)"}.get(r["config"],
                                                                                               r["config"])
-        lines.append(f"| {r['model']} | {config} | {r['p50_us']:.1f} | {r['ratio']:.2f} | {r['delegated']} |")
+        us = r if r.get("p50_ms") is None else {**r, "p50_ms": 1e3 * r["p50_ms"]}
+        lines.append(f"| {r['model']} | {config} | {p50_cell(us, 1)} | {ratio_cells(r)} | {r.get('delegated', '')} |")
     return "\n".join(lines)
 
 

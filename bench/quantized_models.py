@@ -1,23 +1,30 @@
 """Quantized whole models through the delegate: the numba backend vs the reference backend vs
-TFLite's own int8 kernels, measured in one run, configurations interleaved round by round.
+the CPU runtimes' own 8-bit kernels, measured in one run, configurations interleaved round by round.
 
 Models are built by the project (random weights): MobileNetV2 and EfficientNet-B0 at 224x224, int8
-(per-channel filters, int8 I/O) and uint8 (per-tensor, uint8 I/O). Rows: TFLite's default kernels
-with 1 and 2 threads; the delegate on a service whose backend preference is ``numba,reference``,
-and on one restricted to ``reference``. Bit-exactness is against TFLite's reference kernels
-(BUILTIN_REF); the int8 REF SOFTMAX is wrong on 1000 classes (../shared/notes/tflite-oracle.md),
-so a model's output that differs from REF only there is compared with the optimized kernel too.
+(per-channel filters, int8 I/O) and uint8 (per-tensor, uint8 I/O). Rows: LiteRT's default CPU
+path (XNNPACK, which runs 8-bit models too) with 1 and 2 threads; tflite-runtime 2.14 with 1
+thread (its default resolver: its own 8-bit kernels, not XNNPACK); the delegate (in LiteRT) on a
+service whose backend preference is ``numba,reference``, and on one restricted to ``reference``.
+Ratios are against LiteRT 1 thread and tflite-runtime 1 thread, the faster one's in bold.
+Bit-exactness is against LiteRT's reference kernels (BUILTIN_REF). Its 8-bit SOFTMAX over 1000
+classes is wrong in a corner (../shared/notes/tflite-oracle.md), and in LiteRT 2.3 it aborts the
+process on EfficientNet-B0's logits (both types; REF therefore runs in a child process); an output
+that differs from REF, or has none, is compared with LiteRT's builtin kernels
+(BUILTIN_WITHOUT_DEFAULT_DELEGATES) too. Those are not REF's either: on EfficientNet-B0 int8
+without its SOFTMAX, nnhal's logits equal REF's and LiteRT's builtin kernels' do not (2026-11-27);
+LiteRT's XNNPACK rows differ from REF by a few steps.
 """
 from __future__ import annotations
 
-import statistics
+import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
+from bench.baselines import anchor, beside, not_measured_row, p50_cell, ratio_cells, time_interleaved, with_ratios
 from bench.rpc_roundtrip import start_server, stop_servers
 from delegate import load_delegate
 from delegate.runtime import Interpreter, OpResolverType
@@ -34,25 +41,37 @@ def _run(it, x) -> np.ndarray:
     return it.get_tensor(it.get_output_details()[0]["index"])
 
 
-def _exactness(out: np.ndarray, ref: np.ndarray, optimized: np.ndarray) -> str:
+#: A child process's BUILTIN_REF output: argv model, input .npy, output .npy.
+_REFERENCE = """import sys, numpy as np
+from delegate.runtime import Interpreter, OpResolverType
+it = Interpreter(model_path=sys.argv[1], experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+it.allocate_tensors()
+it.set_tensor(it.get_input_details()[0]["index"], np.load(sys.argv[2]))
+it.invoke()
+np.save(sys.argv[3], it.get_tensor(it.get_output_details()[0]["index"]))
+"""
+
+
+def _reference(path: Path, x: np.ndarray) -> np.ndarray | None:
+    """LiteRT's BUILTIN_REF output for ``x``, or None where REF aborts (its process, not ours)."""
+    xin, out = path.with_suffix(".in.npy"), path.with_suffix(".ref.npy")
+    np.save(xin, x)
+    done = subprocess.run([sys.executable, "-c", _REFERENCE, str(path), str(xin), str(out)],
+                          capture_output=True, timeout=600)
+    return np.load(out) if done.returncode == 0 else None
+
+
+def _exactness(out: np.ndarray, ref: np.ndarray | None, optimized: np.ndarray) -> str:
+    diff = lambda want: int(np.abs(out.astype(int) - want.astype(int)).max())  # noqa: E731
+    if ref is None:
+        return ("REF aborts (its 1000-class 8-bit SOFTMAX); " +
+                ("= LiteRT's builtin kernels" if np.array_equal(out, optimized) else
+                 f"max |diff| vs LiteRT's builtin kernels {diff(optimized)}"))
     if np.array_equal(out, ref):
         return "bit-exact vs REF"
     if np.array_equal(out, optimized):
-        return "= TFLite's optimized kernels; ≠ REF (REF's 1000-class 8-bit SOFTMAX corner)"
-    return f"DIFFERS: max |diff| vs REF {int(np.abs(out.astype(int) - ref.astype(int)).max())}"
-
-
-def time_interleaved(configs: dict, run, rounds: int, per_round: int) -> dict[str, list[float]]:
-    """Seconds per ``run(config)``, configurations interleaved round by round, the order reversed
-    every other round (no first-run or thermal bias toward one of them)."""
-    times: dict[str, list[float]] = {k: [] for k in configs}
-    for r in range(rounds):
-        for k in (list(configs) if r % 2 == 0 else list(reversed(configs))):
-            for _ in range(per_round):
-                t = time.perf_counter()
-                run(configs[k])
-                times[k].append(time.perf_counter() - t)
-    return times
+        return "= LiteRT's builtin kernels; ≠ REF (REF's 1000-class 8-bit SOFTMAX corner)"
+    return f"DIFFERS: max |diff| vs REF {diff(ref)}"
 
 
 def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
@@ -68,40 +87,45 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                 path.write_bytes(build(dtype))
                 x = np.random.default_rng(0).integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1,
                                                       (1, 224, 224, 3)).astype(dtype)
-                ref = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-                ref.allocate_tensors()
-                want = _run(ref, x).copy()
-                configs = {"TFLite 1 thread": Interpreter(model_path=str(path), num_threads=1),
-                           "TFLite 2 threads": Interpreter(model_path=str(path), num_threads=2)}
+                want = _reference(path, x)
+                configs = {anchor(1): Interpreter(model_path=str(path), num_threads=1),
+                           anchor(2): Interpreter(model_path=str(path), num_threads=2)}
                 delegates = {}
                 for name in servers:
                     dl = load_delegate(f"unix:{Path(d) / f'{name}.sock'}", max_delegated_partitions=0)
-                    delegates[name] = dl
+                    delegates[f"nnhal ({name} backend)"] = dl
                     configs[f"nnhal ({name} backend)"] = Interpreter(model_path=str(path), num_threads=1,
                                                                      experimental_delegates=[dl])
                 for it in configs.values():
                     it.allocate_tensors()
                     _run(it, x)  # warm-up
-                times = time_interleaved(configs, lambda it, x=x: _run(it, x), rounds, per_round)
-                optimized = _run(configs["TFLite 1 thread"], x).copy()
-                base = statistics.median(times["TFLite 1 thread"])
-                for k, it in configs.items():
-                    rep = delegates[k.split("(")[1].split()[0]].report if k.startswith("nnhal") else None
-                    rows.append({"model": label, "config": k, "p50_ms": 1e3 * statistics.median(times[k]),
-                                 "ratio": statistics.median(times[k]) / base,
+                with beside(str(path), [x], d) as tflrt:
+                    times = time_interleaved(configs, lambda it, x=x: _run(it, x), rounds, per_round, tflrt.remote)
+                builtin = Interpreter(model_path=str(path),
+                                      experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+                builtin.allocate_tensors()
+                optimized = _run(builtin, x).copy()
+                figures = with_ratios(times, tflrt.config)
+                order = [anchor(1), anchor(2), tflrt.config, *delegates]
+                for k in order:
+                    if k not in figures:
+                        rows.append(not_measured_row(label, k, tflrt.why))
+                        continue
+                    rep = delegates[k].report if k in delegates else None
+                    rows.append({"model": label, "config": k, **figures[k],
                                  "delegated": "" if rep is None else f"{rep.delegated}/{len(rep.nodes)}",
-                                 "exact": _exactness(_run(it, x), want, optimized) if rep is not None else ""})
+                                 "exact": "" if k not in configs else _exactness(_run(configs[k], x), want, optimized)})
         finally:
             stop_servers(servers.values())
     return rows
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| model | configuration | p50 ms | × TFLite 1 thread | delegated nodes | output |",
-             "|---|---|---:|---:|---|---|"]
+    lines = [f"| model | configuration | p50 ms | × {anchor(1)} | × tflite-runtime 1 thread | delegated nodes | "
+             "output |", "|---|---|---:|---:|---:|---|---|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['config']} | {r['p50_ms']:.1f} | {r['ratio']:.2f} | {r['delegated']} | "
-                     f"{r['exact']} |")
+        lines.append(f"| {r['model']} | {r['config']} | {p50_cell(r, 1)} | {ratio_cells(r)} | "
+                     f"{r.get('delegated', '')} | {r.get('exact', '')} |")
     return "\n".join(lines)
 
 

@@ -1,7 +1,9 @@
 """`make bench`: every benchmark in one run, written to bench/results.md; the backends' measured
 speeds also to bench/performance.json (`nnhal serve --performance bench/performance.json`).
 
-Ratios are against TFLite's CPU interpreter measured in the same process and run.
+Every ratio is against the CPU measured in the same run, 1 thread unless a row says otherwise:
+LiteRT 2.3 (this process's runtime, the anchor the service's stated speeds are relative to) and
+tflite-runtime 2.14 beside it (a worker in .venv-tflite-runtime: bench/baselines.py).
 """
 from __future__ import annotations
 
@@ -16,13 +18,20 @@ import time
 import numpy as np
 
 from bench import cache_bench, float_models, partitioning, quantized_models, rpc_roundtrip
+from bench import tflite_runtime_baseline as tflrt
+from bench.baselines import anchor, ratio_cells
+from delegate import runtime
 from nnhal.benchmark import benchmark
 from nnhal.examples import mobilenet_like, mobilenet_v2
 
 
 def delegated_models(runs: int = 100) -> str:
-    lines = ["| model | TFLite CPU p50 µs (mean) | TFLite + nnhal p50 µs (mean) | ratio nnhal/CPU (p50) | "
-             "delegated nodes |", "|---|---:|---:|---:|---|"]
+    """`nnhal benchmark`'s CPU and delegated runs (LiteRT, 1 thread), tflite-runtime's beside."""
+    from delegate.runtime import Interpreter
+    from tests.delegate.helpers import random_inputs
+    lines = [f"| model | {anchor(1)} p50 µs (mean) | tflite-runtime 1 thread p50 µs (mean) | "
+             f"{runtime.label()} + nnhal p50 µs (mean) | nnhal × {anchor(1)} | nnhal × tflite-runtime 1 thread | "
+             "delegated nodes |", "|---|---:|---:|---:|---:|---:|---|"]
     with tempfile.TemporaryDirectory() as d:
         for name, data in (("mobilenet_like float32 (64x64)", mobilenet_like(np.float32, 64, 16)),
                            ("mobilenet_like int8 (64x64)", mobilenet_like(np.int8, 64, 16)),
@@ -34,21 +43,34 @@ def delegated_models(runs: int = 100) -> str:
             with open(path, "wb") as f:
                 f.write(data)
             r = benchmark(path, runs=runs, warmup=5)
+            inputs = random_inputs(Interpreter(model_path=path), np.random.default_rng(0))
+            other = tflrt.one_shot([(path, inputs)], d, runs)
+            other = None if other is None else other["models"][0]
             dl = r["delegation"]
             cpu, nn = r["cpu"], r["nnhal"]
-            lines.append(f"| {name} | {cpu['p50_us']:.1f} ({cpu['mean_us']:.1f}) | {nn['p50_us']:.1f} "
-                         f"({nn['mean_us']:.1f}) | {nn['p50_us'] / cpu['p50_us']:.2f} | "
+            if other is None or "error" in other:
+                other_cell = tflrt.NOT_MEASURED if other is None else f"not measured: {other['error']}"
+                ratios = {"ratio": nn["p50_us"] / cpu["p50_us"]}
+            else:
+                other_cell = f"{1e3 * other['p50_ms']:.1f} ({1e3 * other['mean_ms']:.1f})"
+                ratios = {"ratio": nn["p50_us"] / cpu["p50_us"], "ratio_tflrt": nn["p50_us"] / (1e3 * other["p50_ms"]),
+                          "tflrt_faster": 1e3 * other["p50_ms"] < cpu["p50_us"]}
+            lines.append(f"| {name} | {cpu['p50_us']:.1f} ({cpu['mean_us']:.1f}) | {other_cell} | "
+                         f"{nn['p50_us']:.1f} ({nn['mean_us']:.1f}) | {ratio_cells(ratios)} | "
                          f"{dl['delegated_nodes']}/{dl['total_nodes']} |")
     return "\n".join(lines)
 
 
 def measured_speeds(rows: list[dict]) -> dict[tuple[str, int], list[float]]:
-    """(backend, NNAPI operand type) -> this run's whole-model ratios to TFLite 1 thread."""
+    """(backend, NNAPI operand type) -> this run's whole-model ratios to the anchor, LiteRT 1 thread.
+    Only rows that ran wholly on the service count: a service that delegated nothing (unreachable
+    at load_delegate) would state the CPU's own speed."""
     from hal.types import OperandType
     measured: dict[tuple[str, int], list[float]] = {}
     for r in rows:
         m = re.fullmatch(r"nnhal \((\w+) backend\)", r.get("config", ""))
-        if m is None:
+        done, _, total = r.get("delegated", "").partition("/")
+        if m is None or r.get("ratio") is None or not total or done != total:
             continue
         otype = (OperandType.TENSOR_QUANT8_ASYMM if "uint8" in r["model"] else
                  OperandType.TENSOR_QUANT8_ASYMM_SIGNED if "int8" in r["model"] else OperandType.TENSOR_FLOAT32)
@@ -62,7 +84,7 @@ def _geomean(xs: list[float]) -> float:
 
 def stated_vs_measured(rows: list[dict]) -> str:
     """What the service states per operand type (hal.performance.MEASURED) beside what this run
-    measured: the geometric mean of the backend's whole-model ratios to TFLite 1 thread. A figure
+    measured: the geometric mean of the backend's whole-model ratios to LiteRT 1 thread. A figure
     that has drifted is updated by hand in hal/performance.py, or this machine's are stated with
     `nnhal serve --performance bench/performance.json` (``write_performance``)."""
     from hal.performance import MEASURED
@@ -86,21 +108,25 @@ def write_performance(rows: list[dict], path: str) -> None:
 
 
 def cpu_estimates(rows: list[dict]) -> str:
-    """The cost model's CPU estimate of each bench model (delegate.cost, fitted on these models)
-    beside TFLite 1 thread's measured time in this run."""
-    from delegate.cost import CostModel
+    """The cost model's CPU estimate of each bench model (delegate.cost's rates for each runtime,
+    fitted on these models) beside each runtime's measured time, 1 thread, in this run."""
+    from delegate.cost import CPU_RATES, CostModel
     from delegate.tfl import read_model
     builds = {label: build for label, build, _ in float_models.MODELS}
     builds.update({label: (lambda build=build, dtype=dtype: build(dtype))
                    for label, build, dtype in quantized_models.MODELS})
-    lines = ["| model | TFLite 1 thread p50 ms | estimated ms | estimate / measured |", "|---|---:|---:|---:|"]
+    lines = ["| model | runtime, 1 thread | p50 ms | estimated ms | estimate / measured |", "|---|---|---:|---:|---:|"]
     model = CostModel()
     for r in rows:
-        if r.get("config") != "TFLite 1 thread" or r["model"] not in builds:
+        name = r.get("config", "")
+        which = (runtime.RUNTIME if name == anchor(1) else
+                 "tflite_runtime" if name.startswith("tflite-runtime") and name.endswith(" 1 thread") else None)
+        if which is None or r["model"] not in builds or r.get("p50_ms") is None:
             continue
         graph = read_model(builds[r["model"]]())
-        est_ms = sum(model.node_cpu_us(graph, n) for n in graph.nodes) / 1e3
-        lines.append(f"| {r['model']} | {r['p50_ms']:.2f} | {est_ms:.2f} | {est_ms / r['p50_ms']:.2f} |")
+        est_ms = sum(model.node_cpu_us(graph, n, CPU_RATES[which]) for n in graph.nodes) / 1e3
+        lines.append(f"| {r['model']} | {name.removesuffix(' 1 thread')} | {r['p50_ms']:.2f} | {est_ms:.2f} | "
+                     f"{est_ms / r['p50_ms']:.2f} |")
     return "\n".join(lines)
 
 
@@ -129,29 +155,37 @@ def main() -> int:
     sections.append("## Compilation cache (MobileNetV2-sized float32)\n\n" + cache_bench.to_markdown(
         cache_bench.measure(mobilenet_v2())))
     print("delegated models...", file=sys.stderr, flush=True)
-    sections.append("## Delegated models vs TFLite CPU (1 thread)\n\n" + delegated_models())
+    sections.append(f"## Delegated models vs the CPU: {anchor(1)}, tflite-runtime 1 thread beside it\n\n"
+                    "The delegate runs in LiteRT; each nnhal ratio against the faster CPU is in bold.\n\n"
+                    + delegated_models())
     print("partly supported models: largest-first vs cost partitioning...", file=sys.stderr, flush=True)
     sections.append("## Partly supported models: largest-first vs cost-aware partitioning\n\n"
                     + (partitioning.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n"
                     + partitioning.to_markdown(partitioning.measure()))
-    print("float models: onnxruntime vs reference backend vs TFLite XNNPACK...", file=sys.stderr, flush=True)
+    print("float models: onnxruntime vs reference backend vs the CPU runtimes...", file=sys.stderr, flush=True)
     float_rows = float_models.measure()
-    sections.append("## Float models: onnxruntime and reference backends vs TFLite's XNNPACK\n\n"
+    sections.append("## Float models: onnxruntime and reference backends vs LiteRT and tflite-runtime (XNNPACK)\n\n"
                     + (float_models.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n"
                     + float_models.to_markdown(float_rows))
-    print("quantized models: numba vs reference backend vs TFLite...", file=sys.stderr, flush=True)
+    print("quantized models: numba vs reference backend vs the CPU runtimes...", file=sys.stderr, flush=True)
     quant_rows = quantized_models.measure()
-    sections.append("## Quantized models at 224x224: numba and reference backends vs TFLite's int8 kernels\n\n"
+    sections.append("## Quantized models at 224x224: numba and reference backends vs LiteRT and tflite-runtime\n\n"
                     + (quantized_models.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n"
                     + quantized_models.to_markdown(quant_rows))
     sections.append("## The speeds the service states, and the CPU estimate, vs this run\n\n"
                     "getCapabilities' exec_time per operand type (hal/performance.py: the delegate's default, "
-                    "cost-aware partitioning weighs partitions with it) beside the ratios measured above.\n\n"
+                    f"cost-aware partitioning weighs partitions with it; relative to {anchor(1)}) beside the "
+                    "ratios measured above.\n\n"
                     + stated_vs_measured(float_rows + quant_rows) + "\n\n"
-                    "The cost model's CPU time of the same models (delegate/cost.py's rates) beside TFLite's:\n\n"
+                    "The cost model's CPU time of the same models (delegate/cost.py's rates for each runtime) beside "
+                    "the runtime's measured time:\n\n"
                     + cpu_estimates(float_rows + quant_rows))
     here = os.path.dirname(os.path.abspath(__file__))
-    write_performance(float_rows + quant_rows, os.path.join(here, "performance.json"))
+    from delegate.cost import ANCHOR
+    if runtime.RUNTIME == ANCHOR:
+        write_performance(float_rows + quant_rows, os.path.join(here, "performance.json"))
+    else:  # figures against another CPU are not the service's exec_time
+        print(f"not writing performance.json: the bench ran in {runtime.label()}, not LiteRT", file=sys.stderr)
     text = "\n\n".join(sections) + f"\n\n(total benchmark time {time.time() - t0:.0f} s)\n"
     out = os.path.join(here, "results.md")
     text += "".join("\n" + s for s in kept_sections(out))

@@ -11,8 +11,12 @@ The estimate of one partition, every figure in microseconds:
 - ``cpu_us``: sum over its nodes of work / rate. Work is multiply-accumulates for CONV_2D,
   DEPTHWISE_CONV_2D, FULLY_CONNECTED, BATCH_MATMUL and TRANSPOSE_CONV (``node_work``: formulas
   from the TFLite tensor shapes), elements touched (inputs + outputs) for every other node; the
-  rate depends on the node's type (float or 8-bit) and, for elements, on whether it computes.
-- ``compute_us``: each node's CPU figure times the device's ``exec_time`` for the node's operand
+  rate depends on the node's type (float or 8-bit) and, for elements, on whether it computes,
+  and on the runtime the delegate runs in (``CPU_RATES[delegate.runtime.RUNTIME]``): LiteRT's
+  8-bit path is about 20x tflite-runtime 2.14's, so the same partition is worth delegating under
+  one and not the other.
+- ``compute_us``: each node's time on the CPU exec_time is relative to (``ANCHOR``: LiteRT 2.3, 1
+  thread, whatever the runtime in use) times the device's ``exec_time`` for the node's operand
   type, as the service's getCapabilities reports it (NNAPI PerformanceInfo: the device's time
   relative to the CPU's for the same work; lower is faster; nnhal's service states what its
   backends measured, hal.performance), plus ``DISPATCH_US_PER_NODE`` per node: exec_time comes
@@ -24,25 +28,36 @@ The estimate of one partition, every figure in microseconds:
   the bytes of its non-constant input and output tensors times a per-byte cost.
 - ``nnhal_us = compute_us + overhead_us + transfer_us``; ``saving_us = cpu_us - nnhal_us``.
 
-Constants (this machine: x86_64, 2 cores, Python 3.11, tflite_runtime 2.14; measured 2026-11-26).
-The CPU rates are fitted on whole models, the ones whose ratios give the service's stated speeds
-(hal/performance.py): TFLite 1 thread, the default op resolver (XNNPACK for float), medians of
-5-7 invokes; MACs and elements as ``node_work`` counts them. ``make bench`` prints each bench
-model's estimate beside its measured time, so drift shows.
+Constants (this machine: x86_64, 2 cores, Python 3.11). The CPU rates (``CPU_RATES``, one set
+per runtime) are fitted on whole models, the ones whose ratios give the service's stated speeds
+(hal/performance.py): 1 thread, the runtime's default op resolver, MACs and elements as
+``node_work`` counts them, two models solving for two rates. ``make bench`` prints each bench
+model's estimate beside each runtime's measured time, so drift shows.
 
-- float32: MobileNetV2 224 (300.8 M MACs, 0.72 M elements) in 7,208 us and EfficientNet-B0 224
-  (385.8 M MACs, 38.4 M elements) in 14,970 us give 42,400 MACs/us and 6,550 elements/us:
-  ``FLOAT_MACS_PER_US = 42_000``, ``ELEMENTS_PER_US = 6_800`` (a float32 ADD of two 2^20-element
-  tensors alone: 6,800). mobilenet_like 64x64: estimated 227 us, measured 165 us. A single large
-  CONV_2D (3x3, 56x56x64 -> 64) runs at 66,800 MACs/us: whole models do not reach one op's best.
-- int8: MobileNetV2 in 62,760 us and EfficientNet-B0 in 173,004 us give 4,930 MACs/us and 406
-  elements/us: ``QUANT_MACS_PER_US = 4_900``, ``QUANT_ELEMENTS_PER_US = 400`` (an int8 ADD alone:
-  324 elements/us; its rescaling runs scalar on x86). mobilenet_like 64x64: estimated 2,075 us,
-  measured 2,935 us. The single large int8 CONV_2D runs at 35,200 MACs/us: TFLite 2.14's int8
-  path on these models (per-channel filters, small channel counts, depthwise) is far from it.
-  uint8 MobileNetV2 takes 111,604 us; the int8 rates are used for both (uint8 errs towards CPU).
+- LiteRT 2.3 (numpy 2.4; XNNPACK runs float and 8-bit), measured 2026-11-27 on a loaded machine
+  (load average 1-3): medians of 7 runs, each 7-11 rounds of 3 invokes interleaved with
+  tflite-runtime's. float32: MobileNetV2 224 (300.8 M MACs, 0.72 M elements) in 7,921 us and
+  EfficientNet-B0 224 (385.8 M MACs, 38.4 M elements) in 13,574 us give 38,300 MACs/us and 11,000
+  elements/us: 38,000 and 11,000 (a float32 ADD of two 2^20-element tensors alone: 9,200). int8:
+  3,915 and 6,442 us give 77,400 MACs/us and 26,400 elements/us: 77,000 and 26,000 (an int8 ADD
+  alone: 20,200); int8 runs twice as fast as float. uint8 (per-tensor) takes 7,212 and 11,428 us,
+  1.8x the int8 estimate; the int8 rates are used for both: the service's uint8 exec_time is
+  measured against LiteRT's uint8 time, so only the invoke costs weigh more than they should
+  (towards the CPU).
+- tflite-runtime 2.14 (numpy 1.26; XNNPACK for float only), measured 2026-11-26, medians of 5-7
+  invokes. float32: MobileNetV2 224 in 7,208 us and EfficientNet-B0 224 in 14,970 us give 42,400
+  MACs/us and 6,550 elements/us: 42,000 and 6,800 (a float32 ADD of two 2^20-element tensors
+  alone: 6,800). A single large CONV_2D (3x3, 56x56x64 -> 64) runs at 66,800 MACs/us: whole
+  models do not reach one op's best. int8: MobileNetV2 in 62,760 us and EfficientNet-B0 in
+  173,004 us give 4,930 MACs/us and 406 elements/us: 4,900 and 400 (an int8 ADD alone: 324
+  elements/us; its rescaling runs scalar on x86). The single large int8 CONV_2D runs at 35,200
+  MACs/us: tflite-runtime's int8 path on these models (per-channel filters, small channel counts,
+  depthwise) is far from it. uint8 MobileNetV2 takes 111,604 us; the int8 rates are used for
+  both. Beside LiteRT on 2026-11-27 (loaded, as above): float32 8,441 and 13,388 us, int8 95,192
+  and 166,625 us, uint8 109,555 and 230,840 us.
 - Data movement (``MOVES``: RESHAPE, CONCATENATION, MAX_POOL_2D, ...) counts its elements at the
-  float rate whatever the type: an int8 copy is no slower than a float one.
+  float rate whatever the type: an int8 copy is no slower than a float one (under LiteRT, whose
+  8-bit arithmetic outruns its float, this errs high for 8-bit copies).
 - ``LOCAL_BURST_INVOKE_US = 49``: bench/results.md, shared-memory burst on a 1-op [2,3] model,
   median overhead over hal in-process 48.6 us (24-37 us in later runs; through the delegate,
   a 1-op ADD model costs TFLite + nnhal 45.4 us vs TFLite's 0.7 us, one node's dispatch included).
@@ -70,11 +85,13 @@ is what issues 66677, 43541 and 28283 report as slower than no delegation). "cos
 the rule to a whole graph too; "largest" is TFLite's rule. ``nnhal report`` prints every
 candidate's estimate and the decision in every mode.
 
-On this machine the service's stated figures (float32 1.06, int8 0.50, uint8 0.36 with the default
-backends) make the rule keep a float partition on the CPU (no faster, and it pays the invoke)
-and delegate an int8 one once its CPU estimate C outweighs the invoke and dispatch: 0.5 C >
-49 (79 when partitions take turns) + 3 us per node + transfer, i.e. C > about 100 (160) us +
-6 us per node.
+On this machine the service's stated figures (float32 1.19, int8 6.2, uint8 2.9 with the default
+backends, relative to LiteRT) make the rule keep float and 8-bit partitions of a partly supported
+graph on LiteRT's CPU: the service is slower there, and pays the invoke. Under tflite-runtime 2.14
+the same figures delegate an 8-bit partition once its CPU estimate C (tflite-runtime's rates)
+outweighs the service: for convolution work the service's time is 6.2 x C x 4,900 / 77,000 =
+0.39 C (uint8: 0.18 C), so 0.61 C > 49 (79 when partitions take turns) + 3 us per node +
+transfer, i.e. C > about 80 (130) us + 5 us per node; float partitions stay on its CPU too.
 """
 from __future__ import annotations
 
@@ -85,10 +102,38 @@ from delegate.tfl.graph import TfLiteGraph, TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import TENSOR_DTYPE, BuiltinOperator, TensorType
 from hal.types import OperandType
 
-FLOAT_MACS_PER_US = 42_000.0
-QUANT_MACS_PER_US = 4_900.0
-ELEMENTS_PER_US = 6_800.0
-QUANT_ELEMENTS_PER_US = 400.0
+
+@dataclass(frozen=True)
+class CpuRates:
+    """A CPU runtime's speed on whole models with 1 thread (fitted: the module docstring)."""
+
+    float_macs_per_us: float
+    quant_macs_per_us: float
+    elements_per_us: float
+    quant_elements_per_us: float
+
+
+#: delegate.runtime.RUNTIME -> the rates of its CPU path (its default op resolver, 1 thread).
+CPU_RATES = {
+    "ai_edge_litert": CpuRates(float_macs_per_us=38_000.0, quant_macs_per_us=77_000.0,
+                               elements_per_us=11_000.0, quant_elements_per_us=26_000.0),
+    "tflite_runtime": CpuRates(float_macs_per_us=42_000.0, quant_macs_per_us=4_900.0,
+                               elements_per_us=6_800.0, quant_elements_per_us=400.0),
+}
+#: The CPU the service's exec_time is relative to (hal.performance): LiteRT 2.3, 1 thread.
+ANCHOR = "ai_edge_litert"
+
+
+def runtime_rates() -> CpuRates:
+    """The rates of the runtime this process runs TFLite in (delegate.runtime), the CPU that a
+    partition kept off the service runs on; the anchor's where no runtime can be imported."""
+    try:
+        from delegate.runtime import RUNTIME
+    except ImportError:
+        return CPU_RATES[ANCHOR]
+    return CPU_RATES.get(RUNTIME, CPU_RATES[ANCHOR])
+
+
 LOCAL_BURST_INVOKE_US = 49.0
 TURN_US = 30.0
 DISPATCH_US_PER_NODE = 3.0
@@ -213,10 +258,11 @@ class CostModel:
     turn_us: float = TURN_US
     us_per_byte: float = LOCAL_BURST_US_PER_BYTE
     dispatch_us: float = DISPATCH_US_PER_NODE
-    float_macs_per_us: float = FLOAT_MACS_PER_US
-    quant_macs_per_us: float = QUANT_MACS_PER_US
-    elements_per_us: float = ELEMENTS_PER_US
-    quant_elements_per_us: float = QUANT_ELEMENTS_PER_US
+    #: The CPU a partition kept off the service runs on: the runtime in use's rates.
+    cpu: CpuRates = field(default_factory=runtime_rates)
+    #: The CPU the service's exec_time is relative to: a node's time on the service is its time
+    #: on this CPU times exec_time.
+    anchor: CpuRates = CPU_RATES[ANCHOR]
     _speeds: dict = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
@@ -246,23 +292,25 @@ class CostModel:
         otype = _OPERAND_TYPE.get(tflite_type)
         return self._speeds.get(int(otype), 1.0) if otype is not None else 1.0
 
-    def node_cpu_us(self, graph: TfLiteGraph, node: TfLiteNode) -> float:
+    def node_cpu_us(self, graph: TfLiteGraph, node: TfLiteNode, rates: CpuRates | None = None) -> float:
+        """The node's time on the CPU whose ``rates`` are given (default: the runtime in use's)."""
+        rates = rates or self.cpu
         kind, work = node_work(graph, node)
         ttype = _node_type(graph, node)
         if kind == "elements":
             arithmetic = node.custom_code is not None or node.builtin_code not in MOVES
             quant = arithmetic and ttype in _QUANT8_TYPES
-            return work / (self.quant_elements_per_us if quant else self.elements_per_us)
-        return work / (self.float_macs_per_us if ttype in _FLOAT_TYPES else self.quant_macs_per_us)
+            return work / (rates.quant_elements_per_us if quant else rates.elements_per_us)
+        return work / (rates.float_macs_per_us if ttype in _FLOAT_TYPES else rates.quant_macs_per_us)
 
     def estimate(self, graph: TfLiteGraph, nodes: list[int], taking_turns: bool = False) -> PartitionEstimate:
         """``taking_turns``: other partitions run between two invokes of this one (``turn_us``)."""
         cpu = compute = 0.0
         for k in nodes:
             node = graph.nodes[k]
-            us = self.node_cpu_us(graph, node)
-            cpu += us
-            compute += us * self.speed(_node_type(graph, node)) + self.dispatch_us
+            cpu += self.node_cpu_us(graph, node)
+            anchor_us = self.node_cpu_us(graph, node, self.anchor)
+            compute += anchor_us * self.speed(_node_type(graph, node)) + self.dispatch_us
         nbytes = sum(_nbytes(graph.tensors[t]) for t in boundary_tensors(graph, nodes))
         transfer = nbytes * self.us_per_byte
         invoke = self.invoke_us + (self.turn_us if taking_turns else 0.0)

@@ -1,14 +1,18 @@
-"""How fast this device is relative to TFLite's CPU, per operand type: NNAPI's PerformanceInfo.
+"""How fast this device is relative to the CPU, per operand type: NNAPI's PerformanceInfo.
 
 Why: the delegate chooses partitions by estimated cost (delegate.cost), and NNAPI gives a device
 one way to say how fast it is: getCapabilities' ``execTime`` per operand type, "the ratio of the
 time taken by the driver to execute the workload compared to the time the CPU would take for the
 same workload" (lower is faster). A driver states figures measured on its hardware, as AOSP's
 sample drivers and ARM NN's driver do (fixed or configured numbers, not a benchmark at boot).
-Here each built-in backend's figures are in ``MEASURED``, whole-model ratios against TFLite's CPU
-kernels with one thread from ``make bench`` (bench/results.md; its "stated vs measured" table
-shows when they drift), and the device's figure for a type is that of the first backend in the
-preference order that has one. They live here, not in the backends' packages, because a
+"The CPU" is one runtime here, the anchor: LiteRT 2.3 (``ai_edge_litert``, what `pip install`
+gives TFLite users) with one thread and its default op resolver (XNNPACK, float and 8-bit). A
+client on another runtime (tflite-runtime 2.14, whose 8-bit kernels are about 20x slower) converts
+through the anchor: delegate.cost estimates the service from LiteRT's CPU rates and the CPU from
+its own. Each built-in backend's figures are in ``MEASURED``, whole-model ratios against LiteRT 1
+thread from ``make bench`` (bench/results.md; its "stated vs measured" table shows when they
+drift), and the device's figure for a type is that of the first backend in the preference order
+that has one. They live here, not in the backends' packages, because a
 backend's identity hashes its sources: re-measuring must not invalidate compiled cache entries.
 
 A type no backend of the order measured (TENSOR_INT32, BOOL8, FLOAT16, ...) gets the slowest
@@ -26,21 +30,25 @@ from typing import Iterable
 from hal import backends
 from hal.types import OperandType
 
-#: Backend name -> NNAPI operand type -> time relative to TFLite's CPU (1 thread, the default op
-#: resolver: XNNPACK for float) on whole models of that type. Measured 2026-11-26 on x86_64, 2
-#: cores (bench/results.md), the service with one intra-op thread; p50 ratios and their geometric
-#: means:
-#: - onnxruntime, float32: MobileNetV2 1.04, EfficientNet-B0 0.91, BlazeFace 1.27 -> 1.06.
-#: - numba: int8 MobileNetV2 0.51, EfficientNet-B0 0.50 -> 0.50; uint8 0.36, 0.36 -> 0.36.
-#: - reference: float32 10.86, 8.25, 11.49 -> 10.1; int8 3.27, 3.81 -> 3.5; uint8 2.44, 2.79 -> 2.6.
+#: Backend name -> NNAPI operand type -> time relative to LiteRT 2.3's CPU path (1 thread, the
+#: default op resolver: XNNPACK) on whole models of that type. Measured 2026-11-27 on x86_64, 2
+#: cores, a loaded machine (load average 2-3; the lead's `make bench` on a quiet one supersedes
+#: them), the service with one intra-op thread: medians of 3-4 bench runs (each 5 interleaved rounds
+#: of 3 invokes) of p50 ratios, and their geometric means:
+#: - onnxruntime, float32: MobileNetV2 1.21, EfficientNet-B0 1.12, BlazeFace 1.26 -> 1.19.
+#: - numba: int8 MobileNetV2 5.44, EfficientNet-B0 7.09 -> 6.2; uint8 2.26, 3.80 -> 2.9.
+#: - reference: float32 5.77, 5.23, 8.17 -> 6.3; int8 48.1, 48.9 -> 48; uint8 25.4, 26.2 -> 26.
+#: Against tflite-runtime 2.14 in the same runs numba was 0.18-0.31 (int8) and 0.11-0.25 (uint8):
+#: LiteRT's 8-bit path (XNNPACK) ran these models 17-24x as fast as tflite-runtime's; float32 (both
+#: XNNPACK) within 10% of each other.
 MEASURED: dict[str, dict[int, float]] = {
-    "onnxruntime": {OperandType.TENSOR_FLOAT32: 1.06},
-    "numba": {OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 0.50, OperandType.TENSOR_QUANT8_ASYMM: 0.36},
-    backends.REFERENCE: {OperandType.TENSOR_FLOAT32: 10.1, OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 3.5,
-                         OperandType.TENSOR_QUANT8_ASYMM: 2.6},
+    "onnxruntime": {OperandType.TENSOR_FLOAT32: 1.19},
+    "numba": {OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 6.2, OperandType.TENSOR_QUANT8_ASYMM: 2.9},
+    backends.REFERENCE: {OperandType.TENSOR_FLOAT32: 6.3, OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 48.0,
+                         OperandType.TENSOR_QUANT8_ASYMM: 26.0},
 }
 
-#: The figure when no backend of the order has one: the CPU's.
+#: The figure when no backend of the order has one: the CPU's (the anchor's).
 CPU = 1.0
 #: A performance file is a few lines; anything this large is not one.
 MAX_FILE_BYTES = 1 << 16

@@ -11,14 +11,12 @@ import sys
 import numpy as np
 import pytest
 
-from delegate import load_delegate
+from delegate import load_delegate, runtime
 from delegate.cost import (
+    ANCHOR,
+    CPU_RATES,
     DISPATCH_US_PER_NODE,
-    ELEMENTS_PER_US,
-    FLOAT_MACS_PER_US,
     GRPC_INVOKE_US,
-    QUANT_ELEMENTS_PER_US,
-    QUANT_MACS_PER_US,
     CostModel,
     boundary_tensors,
     node_work,
@@ -123,24 +121,60 @@ def test_other_ops_count_elements_touched_and_a_constant_table_only_as_far_as_re
     assert node_work(g, g.nodes[1]) == ("elements", out + min(math.prod(sh[table]), out) + math.prod(sh[ids]))
 
 
-def test_cpu_cost_uses_the_rate_of_the_node_type():
+def _int8_conv(size: int, channels: int) -> bytes:
+    """One int8 CONV_2D 3x3, SAME, [1, size, size, channels] -> the same shape."""
     b = TfLiteModelBuilder()
-    x = b.add_input("x", [1, 5, 5, 4], np.int8, scale=0.5, zero_point=1)
-    w = b.add_constant("w", RNG.integers(-9, 9, (6, 3, 3, 4)).astype(np.int8), scale=[0.1] * 6, zero_point=[0] * 6)
-    c = b.add_tensor("c", [1, 5, 5, 6], np.int8, scale=0.3, zero_point=-2)
-    b.add_operator("CONV_2D", [x, w, b.add_constant("b", np.zeros(6, np.int32), scale=[0.05] * 6)], [c],
-                   ("Conv2DOptions", {"padding": Padding.SAME, "stride_w": 1, "stride_h": 1,
-                                      "fused_activation_function": Act.NONE}))
+    x = b.add_input("x", [1, size, size, channels], np.int8, scale=0.5, zero_point=1)
+    w = b.add_constant("w", RNG.integers(-9, 9, (channels, 3, 3, channels)).astype(np.int8),
+                       scale=[0.1] * channels, zero_point=[0] * channels)
+    c = b.add_tensor("c", [1, size, size, channels], np.int8, scale=0.3, zero_point=-2)
+    b.add_operator("CONV_2D", [x, w, b.add_constant("b", np.zeros(channels, np.int32), scale=[0.05] * channels)],
+                   [c], ("Conv2DOptions", {"padding": Padding.SAME, "stride_w": 1, "stride_h": 1,
+                                           "fused_activation_function": Act.NONE}))
     b.set_outputs([c])
-    q = read_model(b.build())
+    return b.build()
+
+
+def test_cpu_cost_uses_the_rate_of_the_node_type():
+    q = read_model(_int8_conv(5, 6))
     f = read_model(_conv(1, Padding.SAME, 4, 6, 3, 5)[0])
     m = CostModel()
-    assert m.node_cpu_us(q, q.nodes[0]) == node_work(q, q.nodes[0])[1] / QUANT_MACS_PER_US
-    assert m.node_cpu_us(f, f.nodes[0]) == node_work(f, f.nodes[0])[1] / FLOAT_MACS_PER_US
+    assert m.node_cpu_us(q, q.nodes[0]) == node_work(q, q.nodes[0])[1] / m.cpu.quant_macs_per_us
+    assert m.node_cpu_us(f, f.nodes[0]) == node_work(f, f.nodes[0])[1] / m.cpu.float_macs_per_us
 
 
-def test_int8_arithmetic_on_elements_is_slower_than_moving_them():
-    """An int8 ADD rescales every element (TFLite's 8-bit path on x86); an int8 RESHAPE copies."""
+def test_the_cpu_is_the_runtime_in_use_and_exec_time_is_relative_to_litert():
+    """The CPU side of an estimate runs at the rates of the runtime this process runs TFLite in; the
+    service's side is exec_time times the anchor's time (LiteRT 1 thread, hal.performance), so a
+    service states one set of figures whatever runtime its clients use."""
+    assert ANCHOR == "ai_edge_litert" and set(CPU_RATES) == set(runtime.RUNTIMES)
+    assert CostModel().cpu == CPU_RATES[runtime.RUNTIME] and CostModel().anchor == CPU_RATES[ANCHOR]
+    g = read_model(_int8_conv(8, 16))
+    macs = node_work(g, g.nodes[0])[1]
+    for name, rates in CPU_RATES.items():
+        e = CostModel.uniform(2.0, cpu=rates).estimate(g, [0])
+        assert e.cpu_us == macs / rates.quant_macs_per_us, name
+        assert e.compute_us == pytest.approx(2.0 * macs / CPU_RATES[ANCHOR].quant_macs_per_us + DISPATCH_US_PER_NODE)
+    # LiteRT's 8-bit path (XNNPACK) is many times tflite-runtime 2.14's: the same service is
+    # slower than one CPU and faster than the other.
+    assert CPU_RATES["ai_edge_litert"].quant_macs_per_us > 10 * CPU_RATES["tflite_runtime"].quant_macs_per_us
+
+
+def test_an_int8_partition_kept_on_litert_is_delegated_under_tflite_runtime():
+    """The numba backend's stated int8 speed (hal.performance, relative to LiteRT) on a large int8
+    convolution: slower than LiteRT's CPU, faster than tflite-runtime's."""
+    graph = read_model(_int8_conv(32, 64))
+    speed = performance.MEASURED["numba"][OperandType.TENSOR_QUANT8_ASYMM_SIGNED]
+    plans = {name: choose_partitions(graph, {0}, PartitionOptions(0, partitioning="cost_strict",
+                                                                  cost=CostModel.uniform(speed, cpu=rates)))
+             for name, rates in CPU_RATES.items()}
+    assert plans["ai_edge_litert"].partitions == [] and plans["ai_edge_litert"].estimates[0].saving_us < 0
+    assert plans["tflite_runtime"].partitions == [[0]] and plans["tflite_runtime"].estimates[0].saving_us > 0
+
+
+def test_int8_arithmetic_on_elements_and_moving_them_have_their_own_rates():
+    """An int8 ADD rescales every element (tflite-runtime's 8-bit path: scalar on x86, far slower
+    than a copy; LiteRT's XNNPACK: faster than its float); an int8 RESHAPE copies at the float rate."""
     b = TfLiteModelBuilder()
     q = {"scale": 0.5, "zero_point": 1}
     x, y = b.add_input("x", [4, 6], np.int8, **q), b.add_input("y", [4, 6], np.int8, **q)
@@ -154,8 +188,8 @@ def test_int8_arithmetic_on_elements_is_slower_than_moving_them():
     m = CostModel()
     add, reshape = (node_work(g, n) for n in g.nodes)
     assert add[0] == reshape[0] == "elements"
-    assert m.node_cpu_us(g, g.nodes[0]) == add[1] / QUANT_ELEMENTS_PER_US
-    assert m.node_cpu_us(g, g.nodes[1]) == reshape[1] / ELEMENTS_PER_US
+    assert m.node_cpu_us(g, g.nodes[0]) == add[1] / m.cpu.quant_elements_per_us
+    assert m.node_cpu_us(g, g.nodes[1]) == reshape[1] / m.cpu.elements_per_us
 
 
 def test_speeds_come_from_the_capabilities_per_operand_type():
@@ -175,7 +209,7 @@ def test_speeds_come_from_the_capabilities_per_operand_type():
 
 def _sections_model(adds: int = 0) -> bytes:
     """0 CONV_2D 3x3 32x32x64 (big) -> 1 MAX_POOL to 1x1 -> 2 COS -> 3 RESHAPE -> 4 FULLY_CONNECTED(10)
-    -> 5 COS; with ``adds``, a run of that many ADDs on a 128x64x10 input after it (nodes 6...)."""
+    -> 5 COS; with ``adds``, a run of that many ADDs on a 256x128x10 input after it (nodes 6...)."""
     b = TfLiteModelBuilder()
     x = b.add_input("x", [1, 32, 32, 64])
     c = b.add_tensor("c", [1, 32, 32, 64])
@@ -200,10 +234,10 @@ def _sections_model(adds: int = 0) -> bytes:
     b.add_operator("COS", [fc], [out])
     outputs = [out]
     if adds:  # the first ADD broadcasts `out` over z: the run depends on the last CPU node
-        z = b.add_input("z", [1, 128, 64, 10])
+        z = b.add_input("z", [1, 256, 128, 10])
         cur = out
         for i in range(adds):
-            nxt = b.add_tensor(f"a{i}", [1, 128, 64, 10])
+            nxt = b.add_tensor(f"a{i}", [1, 256, 128, 10])
             b.add_operator("ADD", [z, cur], [nxt], ("AddOptions", {"fused_activation_function": 0}))
             cur = nxt
         outputs.append(cur)
@@ -228,11 +262,12 @@ def test_a_tiny_partition_between_cpu_sections_is_rejected_and_the_big_one_taken
     assert big.reason == f"delegated: saves {big.saving_us:.1f} us"
     assert tiny.reason == f"kept on CPU: estimated {-tiny.saving_us:.1f} us slower"
     assert plan.rejected[3] == plan.rejected[4] == tiny.reason
-    # The estimate is its parts: CPU time x the device's relative speed plus each node's dispatch,
-    # one invoke, the boundary bytes.
+    # The estimate is its parts: the anchor CPU's time (LiteRT's) x the device's relative speed plus
+    # each node's dispatch, one invoke, the boundary bytes.
     model = CostModel.uniform(0.5)
     assert big.cpu_us == sum(model.node_cpu_us(graph, graph.nodes[k]) for k in (0, 1))
-    assert big.compute_us == pytest.approx(0.5 * big.cpu_us + 2 * DISPATCH_US_PER_NODE)
+    anchor_us = sum(model.node_cpu_us(graph, graph.nodes[k], model.anchor) for k in (0, 1))
+    assert big.compute_us == pytest.approx(0.5 * anchor_us + 2 * DISPATCH_US_PER_NODE)
     crossing = [graph.tensors[t] for t in boundary_tensors(graph, [0, 1])]
     assert [t.name for t in crossing] == ["x", "p"]  # c stays inside; the weights are sent once
     assert big.transfer_bytes == sum(math.prod(t.shape) * 4 for t in crossing)
@@ -331,6 +366,12 @@ def test_a_type_gets_the_first_measured_figure_of_the_order_and_unmeasured_types
 
 # ---- end to end: a real service stating its speed -----------------------------------------------
 
+def _anchor_us(model: bytes, nodes: list[int]) -> float:
+    """The nodes' time on the CPU exec_time is relative to (LiteRT 1 thread)."""
+    graph, cost = read_model(model), CostModel()
+    return sum(cost.node_cpu_us(graph, graph.nodes[k], cost.anchor) for k in nodes)
+
+
 @pytest.fixture
 def fast_server(tmp_path):
     s = ServerProcess(tmp_path, "--relative-speed", "0.5")
@@ -349,7 +390,7 @@ def test_delegate_on_a_faster_service_takes_the_big_partition_only(fast_server, 
     assert r.partitions == [[0, 1]] and r.delegated == 2
     big, tiny = r.candidates
     # The service's exec_time reached the delegate.
-    assert big.compute_us == pytest.approx(0.5 * big.cpu_us + len(big.nodes) * DISPATCH_US_PER_NODE)
+    assert big.compute_us == pytest.approx(0.5 * _anchor_us(model, big.nodes) + len(big.nodes) * DISPATCH_US_PER_NODE)
     assert (big.reason, tiny.reason) == (f"delegated: saves {big.saving_us:.1f} us",
                                          f"kept on CPU: estimated {-tiny.saving_us:.1f} us slower")
     assert r.nodes[3].reason == tiny.reason and r.nodes[2].reason == "no NNAPI mapping for COS"
@@ -387,9 +428,9 @@ def test_the_default_service_states_its_backends_measured_figures(server, tmp_pa
     d = load_delegate(server.address, max_delegated_partitions=0)
     interpreter(_sections_model(), d)
     for e in d.report.candidates:
-        node = read_model(_sections_model()).nodes[e.nodes[0]]
         speed = want[OperandType.TENSOR_FLOAT32]
-        assert e.compute_us == pytest.approx(e.cpu_us * speed + len(e.nodes) * DISPATCH_US_PER_NODE), node
+        assert e.compute_us == pytest.approx(_anchor_us(_sections_model(), e.nodes) * speed
+                                             + len(e.nodes) * DISPATCH_US_PER_NODE), e.nodes
         assert e.delegated == (e.saving_us > 0)
 
 

@@ -1,0 +1,110 @@
+"""The CPU baselines every benchmark's ratios are against, timed in the same run.
+
+The anchor is this process's runtime, LiteRT 2.3 (``delegate.runtime``), with 1 thread: the CPU
+the service's stated speeds are relative to (hal/performance.py). tflite-runtime 2.14 with 1
+thread is measured beside it, in a worker of .venv-tflite-runtime (the two runtimes need
+different numpys: bench/tflite_runtime_baseline.py), interleaved with the configurations it is
+compared with. Tables show a configuration's ratio against each; the one against the faster of
+the two CPUs is in bold.
+"""
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from bench import tflite_runtime_baseline as tflrt
+from delegate import runtime
+
+
+def threads(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
+
+
+def anchor(n: int = 1) -> str:
+    """The anchor's row name: "LiteRT 2.3.0 1 thread"."""
+    return f"{runtime.label()} {threads(n)}"
+
+
+def tflrt_config(worker: tflrt.Baseline | None) -> str:
+    """tflite-runtime's row name, with the version the worker reports."""
+    return f"{worker.label if worker is not None else tflrt.LABEL} {threads(1)}"
+
+
+@dataclass
+class Beside:
+    """tflite-runtime for one model: its row name, its timer for ``time_interleaved``'s ``remote``
+    (empty when not measured, ``why`` then says why) and its load times (``info``)."""
+
+    config: str
+    remote: dict = field(default_factory=dict)
+    why: str | None = None
+    info: dict = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def beside(path: str, inputs: list, folder: str) -> Iterator[Beside]:
+    """tflite-runtime's worker for the model at ``path`` fed ``inputs``, for a ``with`` block."""
+    try:
+        worker = tflrt.start([(path, inputs)], folder)
+    except (OSError, RuntimeError, ValueError) as e:  # a broken venv: the rows say so, the bench goes on
+        yield Beside(tflrt_config(None), why=f"not measured: {e}")
+        return
+    if worker is None:
+        yield Beside(tflrt_config(None), why=tflrt.NOT_MEASURED)
+        return
+    with worker:
+        error = worker.error(0)
+        b = Beside(tflrt_config(worker), why=None if error is None else f"not measured: {error}",
+                   info=worker.models[0])
+        if error is None:
+            b.remote[b.config] = lambda n: worker.time(0, n)
+        yield b
+
+
+def time_interleaved(configs: dict, run, rounds: int, per_round: int,
+                     remote: dict[str, Callable[[int], list[float]]] | None = None) -> dict[str, list[float]]:
+    """Seconds per ``run(config)``, configurations interleaved round by round, the order reversed
+    every other round (no first-run or thermal bias toward one of them). ``remote``: configurations
+    another process times, ``f(n)`` -> the seconds of its n runs (tflite-runtime's worker)."""
+    remote = remote or {}
+    times: dict[str, list[float]] = {k: [] for k in [*configs, *remote]}
+    keys = list(times)
+    for r in range(rounds):
+        for k in (keys if r % 2 == 0 else reversed(keys)):
+            if k in remote:
+                times[k] += remote[k](per_round)
+                continue
+            for _ in range(per_round):
+                t = time.perf_counter()
+                run(configs[k])
+                times[k].append(time.perf_counter() - t)
+    return times
+
+
+def with_ratios(times: dict[str, list[float]], tflrt_key: str) -> dict[str, dict]:
+    """Config -> p50_ms, ratio (to the anchor, 1 thread), ratio_tflrt (to tflite-runtime, None
+    when it was not measured: ``tflrt_key`` is its key in ``times`` if it was) and tflrt_faster."""
+    p50 = {k: statistics.median(v) for k, v in times.items() if v}
+    base, other = p50[anchor()], p50.get(tflrt_key)
+    return {k: {"p50_ms": 1e3 * v, "ratio": v / base, "ratio_tflrt": None if other is None else v / other,
+                "tflrt_faster": other is not None and other < base} for k, v in p50.items()}
+
+
+def not_measured_row(model: str, config: str, why: str = tflrt.NOT_MEASURED) -> dict:
+    """tflite-runtime's row where it could not be measured: says why, has no figures."""
+    return {"model": model, "config": config, "p50_ms": None, "ratio": None, "ratio_tflrt": None, "note": why}
+
+
+def ratio_cells(row: dict) -> str:
+    """"a | b": the row's ratio to the anchor and to tflite-runtime, the faster CPU's in bold."""
+    cells, faster = [], row.get("tflrt_faster", False)
+    for value, bold in ((row.get("ratio"), not faster), (row.get("ratio_tflrt"), faster)):
+        cells.append("" if value is None else f"**{value:.2f}**" if bold else f"{value:.2f}")
+    return " | ".join(cells)
+
+
+def p50_cell(row: dict, digits: int) -> str:
+    return row["note"] if row.get("p50_ms") is None else f"{row['p50_ms']:.{digits}f}"
