@@ -44,7 +44,7 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     print(f"preference: {','.join(order)}  (set with nnhal serve --backend or $NNHAL_BACKENDS)")
     slowest = performance.slowest(times)
     stated = ", ".join(f"{OperandType(t).name} {v:g}" for t, v in times.items() if v != slowest)
-    print(f"exec_time vs TFLite's CPU (getCapabilities, measured; lower is faster): {stated}; "
+    print(f"exec_time vs LiteRT 2.3's CPU, 1 thread (getCapabilities, measured; lower is faster): {stated}; "
           f"every other type {slowest:g}")
     return 0
 
@@ -320,12 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default %(default)s); beyond it: RESOURCE_EXHAUSTED")
     serve.add_argument("--relative-speed", type=float, default=None, metavar="R",
                        help="the execution time the capabilities report for every operand type, relative "
-                            "to TFLite's CPU (NNAPI PerformanceInfo.exec_time; 0.5 = twice as fast); default: "
-                            "what the backends measured (`nnhal backends`); the delegate's cost partitioning "
-                            "weighs partitions with it")
+                            "to LiteRT 2.3's CPU, 1 thread (NNAPI PerformanceInfo.exec_time; 0.5 = twice as "
+                            "fast); default: what the backends measured (`nnhal backends`); the delegate's cost "
+                            "partitioning weighs partitions with it")
     serve.add_argument("--performance", default=None, metavar="FILE",
                        help="the exec_time figures to state, measured on this machine (JSON: backend -> "
-                            "operand type -> time relative to TFLite's CPU; make bench writes "
+                            "operand type -> time relative to LiteRT 2.3's CPU; make bench writes "
                             "bench/performance.json); default: the figures built in (`nnhal backends`)")
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # embedded: die with it
     serve.set_defaults(func=_cmd_serve)

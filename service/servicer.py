@@ -161,7 +161,7 @@ class DeviceServicer(pb_grpc.DeviceServicer):
                  measured: dict[str, dict[int, float]] | None = None):
         self.driver = driver
         #: NNAPI operand type -> the exec_time getCapabilities reports (the device's time relative
-        #: to TFLite's CPU; the delegate's cost partitioning reads them, delegate.cost): what the
+        #: to LiteRT 2.3's CPU, 1 thread; the delegate's cost partitioning reads them, delegate.cost): what the
         #: driver's backends measured (hal.performance; `nnhal serve --performance FILE`: this
         #: machine's figures), or `nnhal serve --relative-speed` for every type.
         times = performance.exec_times(driver.backend_order, measured)
