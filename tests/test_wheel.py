@@ -184,7 +184,7 @@ def test_console_scripts_run(installed):
 _RUN_MODEL = """
 import json, sys
 import numpy as np
-from tflite_runtime.interpreter import Interpreter, OpResolverType
+from nnhal.delegate.runtime import Interpreter, OpResolverType
 from nnhal.delegate import load_delegate
 import nnhal.delegate.embedded as embedded
 
