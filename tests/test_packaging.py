@@ -43,3 +43,14 @@ def test_each_lock_satisfies_the_wheels_requirements(lock, extras):
 
 def test_the_default_lock_is_litert():
     assert "ai-edge-litert" in _pins("requirements.lock") and "tflite-runtime" not in _pins("requirements.lock")
+
+
+def test_make_setup_installs_the_mediapipe_extension():
+    """`make setup` installs extensions/mediapipe (editable) beside nnhal: its entry point is there,
+    so MediaPipe's custom-op models run after the README's two commands."""
+    from importlib.metadata import distribution
+    dist = distribution("nnhal-mediapipe")
+    points = {ep.name: ep.value for ep in dist.entry_points if ep.group == "nnhal.extensions"}
+    assert points == {"com.google.mediapipe": "nnhal_mediapipe:EXTENSION"}
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-e extensions/mediapipe" in makefile and "extensions/mediapipe" in makefile.split("wheel:", 1)[0]
