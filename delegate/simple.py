@@ -36,7 +36,7 @@ from delegate.capi import (
     kTfLiteError,
     kTfLiteOk,
 )
-from delegate.live_graph import (  # noqa: F401 (ReadableMemory re-exported)
+from delegate.live_graph import (
     CorruptModelError,
     ReadableMemory,
     read_graph,

@@ -53,8 +53,6 @@ NAME = "com.nnhal.litert"
 FULLY_CONNECTED_DOUBLE_REQUANT = 0
 
 
-#: float32 represents every integer up to this: a GEMM chunk whose products sum below it is exact.
-EXACT = 1 << 24
 #: Below this magnitude a rounded value plus any 8-bit zero point stays within int32.
 _EDGE = float(quant.INT32_MAX - 255)
 
@@ -129,18 +127,14 @@ def prepare(ctx) -> DoubleRequantData:
 def _gemm(d: DoubleRequantData, w: np.ndarray) -> Gemm:
     wq = w.astype(np.int64).T - d.weights_zero_point  # [K, N], |wq| <= 255
     max_product = 128 * max(1, int(np.abs(wq).max()) if wq.size else 1)
-    step = max(1, EXACT // max_product)
-    k = wq.shape[0]
     return Gemm(np.ascontiguousarray(wq, np.float32), (d.shift - d.input_zero_point) * wq.sum(axis=0),
-                tuple(range(0, k, step)) + (k,))
+                quant.exact_float32_chunks(wq.shape[0], max_product))
 
 
 def requantize(acc: np.ndarray, scales: np.ndarray, output_zero_point: int, lo: int, hi: int) -> np.ndarray:
     """int32(round(double(acc) * scale)) + output_zero_point, clamped to [lo, hi]: integer values
     (a float64 array, exact)."""
-    v = np.asarray(acc, np.float64) * scales
-    r = np.trunc(v)  # v - r is exact
-    r += np.sign(v) * (np.abs(v - r) >= 0.5)  # std::round: halves away from zero
+    r = quant.round_half_away(np.asarray(acc, np.float64) * scales)  # std::round
     if r.size and np.abs(r).max() >= _EDGE:  # near int32's limits: the cast's INT32_MIN and the add's wrap
         r = np.where((r >= quant.INT32_MIN) & (r <= quant.INT32_MAX), r, quant.INT32_MIN).astype(np.int64)
         return np.clip(quant.wrap_int32(r + output_zero_point), lo, hi).astype(np.float64)
@@ -153,12 +147,7 @@ def execute(ctx, inputs: list) -> list:
     a = inputs[INPUT].reshape(d.batch, d.input_size).astype(np.float32)
     if d.shift:
         a -= d.shift
-    if len(g.chunks) == 2:
-        products = a @ g.weights  # one exact float32 GEMM
-    else:
-        products = np.zeros((d.batch, d.num_units), np.float64)
-        for k0, k1 in zip(g.chunks[:-1], g.chunks[1:]):
-            products += a[:, k0:k1] @ g.weights[k0:k1]
+    products = quant.exact_float32_gemm(a, g.weights, g.chunks)
     bias = inputs[BIAS]
     acc = products.astype(np.int64) + g.offset + (bias.astype(np.int64) if bias.size else 0)
     y = requantize(acc, d.scales, d.output_zero_point, d.act_min, d.act_max)

@@ -39,6 +39,28 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     return whole + np.sign(x) * (np.abs(x - whole) >= 0.5)
 
 
+#: float32 represents every integer up to this: a sum of integer products below it is exact.
+FLOAT32_EXACT = 1 << 24
+
+
+def exact_float32_chunks(k: int, max_product: int) -> tuple[int, ...]:
+    """Split points of a reduction over ``k`` integer products of magnitude at most ``max_product``
+    into chunks whose float32 sums are exact integers: how 8-bit GEMMs run in float32 BLAS."""
+    step = max(1, FLOAT32_EXACT // max(1, max_product))
+    return tuple(range(0, k, step)) + (k,)
+
+
+def exact_float32_gemm(a: np.ndarray, weights: np.ndarray, chunks) -> np.ndarray:
+    """``a @ weights`` (float32 integer values) summed exactly: one GEMM when one chunk suffices,
+    else the chunks' exact float32 GEMMs added in float64 (exact below 2^53)."""
+    if len(chunks) == 2:
+        return a @ weights
+    acc = np.zeros((a.shape[0], weights.shape[1]), dtype=np.float64)
+    for k0, k1 in zip(chunks[:-1], chunks[1:]):
+        acc += a[:, k0:k1] @ weights[k0:k1]
+    return acc
+
+
 def quantize_multiplier(real_multiplier: float) -> tuple[int, int]:
     """QuantizeMultiplier: real = M0 * 2^(shift - 31) with M0 an int32 in [2^30, 2^31)."""
     if real_multiplier == 0.0:

@@ -24,7 +24,6 @@ from hal.registry import OperationContext
 from hal.types import OperationType
 
 FC = OperationType.FULLY_CONNECTED
-EXACT = 1 << 24  # float32 represents every integer up to this
 
 
 @dataclass
@@ -107,9 +106,7 @@ def _gemm_data(ctx: OperationContext, w2d: np.ndarray, out_c: int, bias: np.ndar
     colsum = wq.sum(axis=0)
     bias = (ctx.input(BIAS).value if bias is None else bias).astype(np.int64) + (shift0 - x.zero_point) * colsum
     max_product = 128 * max(1, int(np.abs(wq).max()) if wq.size else 1)
-    step = max(1, EXACT // max_product)
-    k = wq.shape[0]
-    chunks = np.array(list(range(0, k, step)) + [k], dtype=np.int64)
+    chunks = np.array(quant.exact_float32_chunks(wq.shape[0], max_product), dtype=np.int64)
     mult, shift, ozp, lo, hi = _requant(ctx, out_c)
     return GemmData(np.ascontiguousarray(wq.astype(np.float32)), bias, chunks, shift0,
                     float(x.zero_point - shift0), mult, shift, ozp, lo, hi,
@@ -278,12 +275,7 @@ def _depthwise(x, w, bias, input_zp, depth_mult, mult, shift, out_zp, lo, hi, sh
 # ---- execute ----------------------------------------------------------------------------------
 
 def _gemm(d: GemmData, a: np.ndarray) -> np.ndarray:
-    if len(d.chunks) == 2:
-        return a @ d.weights  # one exact float32 GEMM
-    acc = np.zeros((a.shape[0], d.weights.shape[1]), dtype=np.float64)
-    for k0, k1 in zip(d.chunks[:-1], d.chunks[1:]):
-        acc += a[:, k0:k1] @ d.weights[k0:k1]
-    return acc
+    return quant.exact_float32_gemm(a, d.weights, d.chunks)
 
 
 def _finish(d: GemmData, acc: np.ndarray, dtype: np.dtype) -> np.ndarray:

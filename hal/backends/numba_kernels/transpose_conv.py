@@ -31,8 +31,6 @@ from hal.operations.common import QPC, QU8, QUANT8
 from hal.operations.transpose_conv import BIAS, FILTER, INPUT, TRANSPOSE_CONV, TransposeConvParams
 from hal.registry import OperationContext
 
-EXACT = 1 << 24  # float32 represents every integer up to this
-
 
 @dataclass
 class TransposeConvData:
@@ -74,8 +72,7 @@ def plan(ctx: OperationContext) -> TransposeConvData:
     packed = np.ascontiguousarray(wq.transpose(3, 1, 2, 0).reshape(c_in, fh * fw * out_c).astype(np.float32))
     qmin, qmax = quant.quant_range(x.type)
     max_product = max(1, max(x.zero_point - qmin, qmax - x.zero_point) * max(1, int(np.abs(wq).max())))
-    step = max(1, EXACT // max_product)
-    chunks = np.array(list(range(0, c_in, step)) + [c_in], dtype=np.int64)
+    chunks = np.array(quant.exact_float32_chunks(c_in, max_product), dtype=np.int64)
     scales = w.channel_scales if w.type == QPC else [w.scale] * out_c
     mult, shift = quant.conv_multipliers(x.scale, scales, out.scale, x.type == QU8 and w.type == QU8)
     lo, hi = quant.activation_range_quantized(p.act, out.type, out.scale, out.zero_point)
