@@ -24,11 +24,16 @@ from delegate.tfl import read_model
 from extensions.registry import by_custom_code, ensure_plugins_loaded
 
 
-def custom_codes(model_file: str) -> set[str]:
-    """Every custom code of the model's CUSTOM nodes (all subgraphs)."""
-    with open(model_file, "rb") as f:
-        graph = read_model(f.read())
+def custom_codes(model_file: str, graph=None) -> set[str]:
+    """Every custom code of the model's CUSTOM nodes (all subgraphs); ``graph``: the file, read."""
+    if graph is None:
+        graph = _read(model_file)
     return {n.custom_code for g in graph.subgraphs for n in g.nodes if n.custom_code}
+
+
+def _read(model_file: str):
+    with open(model_file, "rb") as f:
+        return read_model(f.read())
 
 
 def unresolved_custom_op(error: BaseException | str, codes: set[str]) -> str | None:
@@ -67,7 +72,8 @@ def reference_interpreter(model_file: str, build: Callable[[list | None], object
     extension implements goes to the oracle, and the interpreter is built again, until it loads.
     A custom op no extension implements, or one the oracle did not take, is the error it was."""
     ensure_plugins_loaded()
-    codes = custom_codes(model_file)
+    graph = _read(model_file)
+    codes = custom_codes(model_file, graph)
     chosen: list[str] = []
     oracle = None
     while True:
@@ -79,10 +85,9 @@ def reference_interpreter(model_file: str, build: Callable[[list | None], object
                 raise
             if code in chosen:
                 raise ValueError(f"{' '.join(str(e).split())}; the reference cannot run it either: "
-                                 f"{_not_taken(oracle, model_file, code)}") from None
+                                 f"{_not_taken(oracle, graph, code)}") from None
             chosen.append(code)
-            with open(model_file, "rb") as f:
-                nodes = [n.index for n in read_model(f.read()).nodes if n.custom_code in chosen]
+            nodes = [n.index for n in graph.nodes if n.custom_code in chosen]
             if not nodes:
                 raise ValueError(f"{' '.join(str(e).split())}; the reference cannot run it either: custom op "
                                  f"{code!r} is only in a subgraph other than the first, where the reference "
@@ -94,10 +99,8 @@ def reference_interpreter(model_file: str, build: Callable[[list | None], object
                                    allow_in_process_fallback=False)
 
 
-def _not_taken(oracle, model_file: str, code: str) -> str:
+def _not_taken(oracle, graph, code: str) -> str:
     """Why the oracle left the nodes with custom code ``code`` to TFLite."""
-    with open(model_file, "rb") as f:
-        graph = read_model(f.read())
     reasons = [f"node {n.index}: {n.reason}" for n in oracle.report.nodes
                if n.placement != "nnhal" and n.index < len(graph.nodes) and graph.nodes[n.index].custom_code == code]
     return "; ".join(reasons) or (f"nnhal's reference service did not run custom op {code!r} (the reference "
