@@ -63,7 +63,7 @@ model's estimate beside each runtime's measured time, so drift shows.
   a 1-op ADD model costs TFLite + nnhal 45.4 us vs TFLite's 0.7 us, one node's dispatch included).
 - ``TURN_US = 30``: added to each invoke when the graph has several partition candidates: their
   partitions take turns, and a burst the service did not just serve is blocked, not polling
-  (service.local_burst._LastServed), so each invoke pays a thread wake-up. Through the delegate,
+  (service.local_burst_server._LastServed), so each invoke pays a thread wake-up. Through the delegate,
   1 to 4 one-run-of-ADDs partitions split by COS cost 56-60, 134-140, 206-216, 228-322 us per
   invoke: 75-80 us for each partition after the first, 49 + 30 rounded.
 - ``DISPATCH_US_PER_NODE = 3``: hal in-process on chains of 1, 11 and 41 tiny operations

@@ -38,6 +38,7 @@ from delegate.mapping import (
 )
 from delegate.mapping.core import custom_provider, lookup_custom_mapper
 from delegate.mapping.folding import fold_constants
+from delegate.mapping.shape_inference import convert_with_inferred_shapes
 from delegate.options import NnhalOptions
 from delegate.partition import PartitionOptions, PartitionPlan, parse_node_ranges
 from delegate.simple import (
@@ -48,8 +49,10 @@ from delegate.simple import (
     SimpleDelegateKernel,
 )
 from delegate.tfl.schema import builtin_name
+from hal.errors import HalError
 from hal.types import ErrorStatus
 from service.client import Client, ServiceError, ServiceUnavailableError
+from service.driver import Driver
 from service.token import model_token
 
 log = logging.getLogger("nnhal.delegate")
@@ -57,6 +60,17 @@ log = logging.getLogger("nnhal.delegate")
 RECONNECT_INTERVAL_S = 2.0
 #: A kernel freed while the service is stopped must not hold up the Interpreter's destruction.
 RELEASE_TIMEOUT_S = 5.0
+
+
+_in_process: Driver | None = None
+
+
+def in_process_driver() -> Driver:
+    """The driver the in-process fallback prepares on: no cache, no sessions, no transport."""
+    global _in_process
+    if _in_process is None:
+        _in_process = Driver()
+    return _in_process
 
 
 class NoFallbackError(RuntimeError):
@@ -75,7 +89,7 @@ class NnhalDelegate(SimpleDelegateInterface):
     flags = capi.kTfLiteDelegateFlagsAllowDynamicTensors
 
     def __init__(self, options: NnhalOptions):
-        from extensions.registry import ensure_plugins_loaded
+        from extensions.plugins import ensure_plugins_loaded
         ensure_plugins_loaded()  # installed vendor extensions: CUSTOM ops they implement can be delegated
         self.options = options
         self.partition_options = PartitionOptions(options.max_delegated_partitions,
@@ -251,7 +265,7 @@ class NnhalKernel(SimpleDelegateKernel):
         self.remote = None
         self.burst = None
         self._reopen_burst = False  # a Ctrl-C closed the local burst: open another at the next eval
-        self.local = None  # hal CompiledModel, compiled on first fallback
+        self.local = None  # service.execution.PreparedModel, in-process, prepared on the first fallback
         self.fallbacks = 0
         self.slowest_s = 0.0  # the slowest in-process run: a re-prepared remote waits in proportion
         self._retry_at = 0.0
@@ -270,7 +284,10 @@ class NnhalKernel(SimpleDelegateKernel):
 
     def _convert(self, graph, validate: bool, infer_shapes: bool = False) -> None:
         p = self.params
-        part = convert_partition(graph, p.nodes, p.inputs, p.outputs, validate=validate, infer_shapes=infer_shapes)
+        if infer_shapes:  # only the inputs' shapes are trusted: the others are inferred by hal
+            part = convert_with_inferred_shapes(convert_partition, graph, p.nodes, p.inputs, p.outputs, validate)
+        else:
+            part = convert_partition(graph, p.nodes, p.inputs, p.outputs, validate=validate)
         part.model.relax_computation_float32_to_float16 = self.owner.options.allow_fp16
         self.part = part
         self.inputs, self.outputs = part.input_tensors, part.output_tensors
@@ -296,9 +313,9 @@ class NnhalKernel(SimpleDelegateKernel):
 
         TFLite stops propagating at a node it sizes only when it runs (a RESHAPE to a computed shape,
         Keras' Flatten of a dynamic batch): the tensors after it keep stale dims. So only the partition
-        inputs' shapes are taken from TFLite; the rest are inferred by hal (convert_partition's
-        infer_shapes, which folds SHAPE arithmetic again for the new shapes), and the partition's
-        outputs are resized to them here, as a kernel's Prepare resizes its outputs."""
+        inputs' shapes are taken from TFLite; the rest are inferred by hal (convert_with_inferred_shapes,
+        which folds SHAPE arithmetic again for the new shapes), and the partition's outputs are resized
+        to them here, as a kernel's Prepare resizes its outputs."""
         live = self._live_shapes(context)
         dims = {t: d for t, (d, _) in live.items()}
         # Dimensions only: a tensor inside the partition that TFLite sizes at run time (kTfLiteDynamic)
@@ -389,9 +406,11 @@ class NnhalKernel(SimpleDelegateKernel):
             for t, value in self.part.constant_outputs.items():
                 np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
             return
-        # A rank-0 input is an NNAPI [1] tensor (delegate.mapping.scalars); outputs are reshaped below.
+        # A rank-0 input is an NNAPI [1] tensor (delegate.mapping.scalars); every result is written
+        # once, straight into its TFLite tensor (reshaped to it), whichever path computed it.
         inputs = [x.reshape(1) if x.ndim == 0 else x for x in map(context.tensor, self.inputs)]
-        outs = None
+        outputs = [context.tensor(t) for t in (*self.outputs, *self.part.state_tensors)]  # LSTM/RNN state last
+        done = False
         if self.remote is not None and self.remote.client is not self.owner.client:
             self._lose(self.remote.client)  # another partition lost this connection: don't wait on it too
         if self.remote is None and time.monotonic() >= self._retry_at:
@@ -406,8 +425,8 @@ class NnhalKernel(SimpleDelegateKernel):
                 # Every wait is bounded (service.client: the deadline plus a grace, else a default
                 # scaled by this model's slowest execution): a stopped service times out as lost.
                 loop_ms = self.owner.options.loop_timeout_ms
-                outs = runner.execute(inputs, timeout_s=timeout,
-                                      loop_timeout_s=loop_ms / 1e3 if loop_ms else None).outputs
+                runner.execute(inputs, outputs, timeout_s=timeout, loop_timeout_s=loop_ms / 1e3 if loop_ms else None)
+                done = True
             except ServiceError as e:
                 if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
                     raise
@@ -420,26 +439,27 @@ class NnhalKernel(SimpleDelegateKernel):
                     self._close_burst()
                     self.burst, self._reopen_burst = None, True
                 raise
-        if outs is None:
+        if not done:
             if not self.owner.options.allow_in_process_fallback:
                 raise NoFallbackError(f"{failure}; in-process fallback is off (disallow_nnapi_cpu)")
-            outs = self._run_locally(inputs)
-        for t, out in zip(self.outputs, outs):
-            np.copyto(context.tensor(t), out.reshape(context.tensor(t).shape), casting="no")
+            self._run_locally(inputs, outputs)
         for t, value in self.part.constant_outputs.items():
             np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
-        for t, out in zip(self.part.state_tensors, outs[len(self.outputs):]):  # LSTM/RNN state, kept by TFLite
-            np.copyto(context.tensor(t), out.reshape(context.tensor(t).shape), casting="no")
 
-    def _run_locally(self, inputs):
-        if self.local is None:
-            self.local = hal.compile_model(self.part.model)
+    def _run_locally(self, inputs, outputs) -> None:
+        """The partition on an in-process prepared model: the service's own execution path
+        (``service.execution``) without a transport, compiled on the first fallback."""
+        o = self.owner.options
         self.fallbacks += 1
         t0 = time.perf_counter()
-        loop_ms = self.owner.options.loop_timeout_ms
-        outs = hal.execute(self.local, inputs, loop_timeout_ns=int(loop_ms * 1e6) if loop_ms else None)
+        loop_ms = o.loop_timeout_ms
+        try:
+            if self.local is None:
+                self.local = in_process_driver().prepare(self.part.model, o.execution_preference, o.priority, None)
+            self.local.execute_arrays(inputs, outputs, loop_timeout_ns=int(loop_ms * 1e6) if loop_ms else 0)
+        except HalError as e:
+            raise ValueError(f"in-process fallback: {e.message}") from None
         self.slowest_s = max(self.slowest_s, time.perf_counter() - t0)
-        return outs
 
     def _lose(self, client: Client) -> None:
         """The service connection is lost for this partition (dead, or silent past the bound): drop

@@ -8,14 +8,20 @@ from extensions.registry import (  # noqa: F401
                                  Extension,
                                  ExtensionOperation,
                                  OperandTypeSpec,
-                                 PluginLoad,
                                  by_custom_code,
-                                 ensure_plugins_loaded,
-                                 load_object,
-                                 load_plugins,
                                  lookup,
-                                 plugin_results,
                                  register,
                                  registered,
                                  unregister,
 )
+
+#: Plugin discovery's names, from extensions.plugins on first use: loading it registers nnhal's own
+#: extension, whose kernels the specs alone (the delegate's mapping) do not need.
+_PLUGIN_NAMES = ("PluginLoad", "ensure_plugins_loaded", "load_object", "load_plugins", "plugin_results")
+
+
+def __getattr__(name: str):
+    if name in _PLUGIN_NAMES:
+        from extensions import plugins
+        return getattr(plugins, name)
+    raise AttributeError(f"module 'extensions' has no attribute {name!r}")

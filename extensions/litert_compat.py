@@ -20,7 +20,7 @@ LiteRT < 1.3 use the fixed-point form; the delegate picks the operation by the r
 (delegate/mapping/fully_connected.py, delegate/mapping/host_runtime.py).
 
 nnhal ships and registers it itself, as com.nnhal.tflite: extensions.tflite_compat.ensure_registered
-(which extensions.registry.load_plugins calls in the service) registers both, and the
+(which extensions.plugins.load_plugins calls in the service) registers both, and the
 FULLY_CONNECTED mapper this one alone in the client's process.
 
 Signature, as NNAPI's FULLY_CONNECTED: 0 input (TENSOR_QUANT8_ASYMM or TENSOR_QUANT8_ASYMM_SIGNED,

@@ -1,4 +1,4 @@
-"""The extension registry and plugin discovery.
+"""The extension registry (plugin discovery: ``extensions.plugins``).
 
 An extension is a name (``com.example.fibonacci``), operand types and operations;
 each operation is a validate / prepare / execute triple, plus the TFLite
@@ -12,12 +12,10 @@ extension_name_to_prefix.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import threading
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any, Callable
 
 import numpy as np
@@ -28,9 +26,6 @@ from hal.extension_registry import ExtensionOperandType, ExtensionTypes
 from hal.registry import OperationSpec
 
 log = logging.getLogger("nnhal.extensions")
-
-ENTRY_POINT_GROUP = "nnhal.extensions"
-
 
 @dataclass(frozen=True)
 class OperandTypeSpec:
@@ -93,18 +88,8 @@ def _prepared_data(ctx):
     return ctx.params
 
 
-@dataclass
-class PluginLoad:
-    """What happened to one entry point: loaded, or why not."""
-
-    entry_point: str
-    extension: str | None = None
-    error: str | None = None
-
-
 _lock = threading.Lock()
 _registered: dict[str, Extension] = {}
-_plugin_results: list[PluginLoad] = []
 
 
 def register(ext: Extension) -> None:
@@ -179,57 +164,3 @@ INSTALLABLE = (
 def installable_for(code: str | None) -> Installable | None:
     """The known extension that implements custom code ``code``, installed or not."""
     return next((i for i in INSTALLABLE if code in i.custom_codes), None)
-
-
-def load_object(spec: str) -> Extension:
-    """``package.module:attribute`` -> a registered Extension (attribute may be a factory)."""
-    module_name, _, attr = spec.partition(":")
-    obj = importlib.import_module(module_name)
-    for part in (attr or "EXTENSION").split("."):
-        obj = getattr(obj, part)
-    if callable(obj) and not isinstance(obj, Extension):
-        obj = obj()
-    register(obj)
-    return obj
-
-
-def load_plugins(entry_points=None) -> list[PluginLoad]:
-    """Load every ``nnhal.extensions`` entry point. A broken plugin is reported, never fatal.
-    nnhal's own extension (extensions.tflite_compat: TFLite semantics NNAPI lacks) comes first."""
-    from extensions.tflite_compat import ensure_registered
-    ensure_registered()
-    if entry_points is None:
-        entry_points = metadata.entry_points(group=ENTRY_POINT_GROUP)
-    results = []
-    for ep in entry_points:
-        label = f"{ep.name} = {ep.value}"
-        try:
-            obj = ep.load()
-            if callable(obj) and not isinstance(obj, Extension):
-                obj = obj()
-            register(obj)
-            results.append(PluginLoad(label, extension=obj.name))
-        except Exception as e:  # noqa: BLE001 - a vendor's bug must not take nnhal down
-            log.warning("extension plugin %s skipped: %r", label, e)
-            results.append(PluginLoad(label, error=f"{type(e).__name__}: {e}"))
-    with _lock:
-        _plugin_results[:] = results
-    return results
-
-
-def plugin_results() -> list[PluginLoad]:
-    with _lock:
-        return list(_plugin_results)
-
-
-_plugins_loaded = False
-
-
-def ensure_plugins_loaded() -> None:
-    """Load the installed plugins once per process (the delegate and the service call this)."""
-    global _plugins_loaded
-    with _lock:
-        if _plugins_loaded:
-            return
-        _plugins_loaded = True
-    load_plugins()

@@ -37,7 +37,7 @@ roundf(act / out_scale) within the type's range (RELU's upper bound: the type's 
 hal.quant.activation_range_quantized computes it. The delegate uses it where the quantizations
 differ, or the rank exceeds NNAPI's 4 (delegate/mapping/activations.py).
 
-nnhal ships and registers it itself (extensions.registry.load_plugins, and the MEAN and QUANTIZE mappers
+nnhal ships and registers it itself (extensions.plugins.load_plugins, and the MEAN and QUANTIZE mappers
 in the client's process): it is not a vendor plugin, and needs no installation. Its companion
 com.nnhal.litert (extensions/litert_compat.py: LiteRT's FULLY_CONNECTED, requantized in double) is
 registered with it, so a service knows both.
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from extensions import litert_compat
-from extensions.registry import Extension, ExtensionOperation
+from extensions.registry import Extension, ExtensionOperation, lookup, register
 from hal import quant
 from hal.backends.reference.reduce import MeanData, execute_mean, plan_mean
 from hal.operations import reduce as reduce_spec
@@ -178,8 +178,7 @@ EXTENSION = Extension(
 
 def ensure_registered() -> None:
     """Register the extension, and com.nnhal.litert, in this process unless they are (the delegate's
-    mappers and extensions.registry.load_plugins call this)."""
-    from extensions.registry import lookup, register
+    mappers and extensions.plugins.load_plugins call this)."""
     if lookup(NAME) is None:
         register(EXTENSION)
     litert_compat.ensure_registered()

@@ -23,13 +23,14 @@ import numpy as np
 from hal import backends
 from hal.backends import Backend, Kernel
 from hal.backends.graph import GraphBackend
-from hal.control_flow import CONTROL_FLOW
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.extension_registry import extension_name, lookup_in_model, model_prefixes
 from hal.model import Model
 from hal.operands import decode_constant, operand_infos, operation_context, step_inputs  # noqa: F401  (decode_constant: API)
+from hal.operations.control_flow import CONTROL_FLOW
 from hal.plan import CONSTANT_LIFETIMES, Plan, Step, make_partition, partition_step, plan_releases
 from hal.registry import OperandInfo, OperationContext, OperationSpec
+from hal.shapes import set_output_shapes
 from hal.types import SCALAR_TYPES, ErrorStatus, OperandLifeTime, OperandType, OperationType, operation_name
 from hal.validation import validate_model
 
@@ -156,11 +157,15 @@ def assign_backend(ctx: OperationContext, spec: OperationSpec, model_prefix_map:
         key = ctx.op_type
     declined: list[str] = []
     for n, backend in enumerate(chain):
+        last = n == len(chain) - 1
         if isinstance(backend, GraphBackend):
             try:
                 why = backend.claim(ctx)
             except Exception as e:  # noqa: BLE001 - a lowering's broken supports() declines
-                why = f"supports failed: {e!r}"
+                why = _failed(ctx, backend, "supports", e)
+            else:
+                if why is not None and backend.takes(ctx.op_type, _input_type(ctx)):
+                    _declined(ctx, backend, why)
             if why is None:  # a member of the partition its run becomes (planned by _partition)
                 ctx.backend = backend.name
                 return backend.member_kernel, None
@@ -170,13 +175,15 @@ def assign_backend(ctx: OperationContext, spec: OperationSpec, model_prefix_map:
         if kernel is None:
             declined.append(f"{backend.name}: no kernel")
             continue
-        last = n == len(chain) - 1
         try:
             why = kernel.unsupported(ctx)
         except Exception as e:  # noqa: BLE001 - a backend's broken supports() declines; it cannot fail the op
             if last:
                 raise
-            why = f"supports failed: {e!r}"
+            why = _failed(ctx, backend, "supports", e)
+        else:
+            if why is not None and not last and kernel.runs_type(_input_type(ctx)):
+                _declined(ctx, backend, why)
         if why is not None:
             if last and not declined:
                 raise ctx.fail(why)
@@ -189,13 +196,35 @@ def assign_backend(ctx: OperationContext, spec: OperationSpec, model_prefix_map:
         except HalError as e:
             if last:
                 raise
-            declined.append(f"{backend.name}: {getattr(e, 'detail', e.message)}")
+            why = getattr(e, "detail", e.message)
+            _declined(ctx, backend, why)
+            declined.append(f"{backend.name}: {why}")
         except Exception as e:  # noqa: BLE001 - a fast backend's bug must not cost the operation its fallback
             if last:
                 raise
-            declined.append(f"{backend.name}: plan failed: {e!r}")
+            declined.append(f"{backend.name}: {_failed(ctx, backend, 'plan', e)}")
         ctx.backend = ""
     raise ctx.fail("no backend runs it" + (f" ({'; '.join(declined)})" if declined else ""))
+
+
+def _input_type(ctx: OperationContext) -> int:
+    return ctx.inputs[0].type if ctx.inputs and ctx.inputs[0] is not None else -1
+
+
+def _declined(ctx: OperationContext, backend: Backend, why: str) -> None:
+    """A backend with a kernel for this operation and type declined its parameters: the operation
+    runs on a later backend of the order (slower), and the log says why (when compiling: a support
+    query, ``ctx.packing`` False, is not the model being prepared)."""
+    if ctx.packing:
+        _log.info("%s: backend %s declined it (%s); the next backend of the order takes it", ctx.name, backend.name,
+                  why)
+
+
+def _failed(ctx: OperationContext, backend: Backend, what: str, e: Exception) -> str:
+    """A backend's bug (its supports or plan raised): logged, and the operation goes to the next backend."""
+    _log.warning("%s: backend %s: %s failed (%r); the next backend of the order takes it", ctx.name, backend.name,
+                 what, e)
+    return f"{what} failed: {e!r}"
 
 
 def _shapes_inferred(operation, model: Model, infos: list[OperandInfo]) -> bool:
@@ -247,12 +276,7 @@ def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: b
             _control_flow_shapes(ctx, subgraphs)
         if shapes_known:
             _check_zero_sized(ctx, spec)
-        for j, shape in enumerate(ctx.output_shapes):  # backends plan with the prepared shapes
-            if shape is None:
-                raise HalError(ErrorStatus.GENERAL_FAILURE, f"{ctx.name}: prepare set no shape for output {j}")
-            o = operation.outputs[j]
-            infos[o] = dataclasses.replace(infos[o], shape=shape)
-            ctx.outputs[j] = infos[o]
+        set_output_shapes(ctx, operation.outputs, infos)  # backends plan with the prepared shapes
         kernel, ctx.data = assign_backend(ctx, spec, prefixes, order)
     except HalError:
         raise

@@ -14,24 +14,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
+from hal.compiler import CompiledModel
 from hal.errors import HalError
+from hal.plan import Step
 from hal.types import ErrorStatus, OperationType
-
-if TYPE_CHECKING:
-    from hal.compiler import CompiledModel
-    from hal.plan import Step
 
 DEFAULT_LOOP_TIMEOUT_NS = 2_000_000_000  # ANeuralNetworks_getDefaultLoopTimeout
 MAX_LOOP_TIMEOUT_NS = 15_000_000_000  # ANeuralNetworks_getMaximumLoopTimeout
 #: Bound on the bytes a WHILE carries from one iteration to the next: a body that grows its state
 #: every iteration fails cleanly instead of exhausting the service's memory before the timeout.
 MAX_LOOP_STATE_BYTES = 1 << 31
-
-CONTROL_FLOW = frozenset({int(OperationType.IF), int(OperationType.WHILE)})
 
 
 def loop_timeout_ns(requested: int | None) -> int:
@@ -44,18 +40,18 @@ def loop_timeout_ns(requested: int | None) -> int:
 
 #: Runs a compiled subgraph on input arrays: the executor's ``execute`` with this execution's
 #: deadline and loop timeout bound in.
-RunSubgraph = Callable[["CompiledModel", list], list]
+RunSubgraph = Callable[[CompiledModel, list], list]
 
 
 @dataclass
 class ControlFlowRun:
-    subgraph: Callable[[int], "CompiledModel"]  # the compiled referenced subgraph of an index
+    subgraph: Callable[[int], CompiledModel]  # the compiled referenced subgraph of an index
     run: RunSubgraph
     deadline_ns: int | None
     loop_timeout_ns: int
 
 
-def run(step: "Step", args: list, cf: ControlFlowRun) -> list[np.ndarray]:
+def run(step: Step, args: list, cf: ControlFlowRun) -> list[np.ndarray]:
     if step.ctx.op_type == OperationType.IF:
         return _run_if(step, args, cf)
     return _run_while(step, args, cf)
@@ -67,13 +63,13 @@ def _condition(value: np.ndarray, what: str) -> bool:
     return bool(value.reshape(-1)[0])
 
 
-def _run_if(step: "Step", args: list, cf: ControlFlowRun) -> list[np.ndarray]:
+def _run_if(step: Step, args: list, cf: ControlFlowRun) -> list[np.ndarray]:
     p = step.ctx.data  # IfParams / WhileParams (the reference backend's plan; cached with the model)
     branch = p.then_subgraph if _condition(args[0], f"{step.ctx.name}: the condition") else p.else_subgraph
     return cf.run(cf.subgraph(branch), args[3:])
 
 
-def _run_while(step: "Step", args: list, cf: ControlFlowRun) -> list[np.ndarray]:
+def _run_while(step: Step, args: list, cf: ControlFlowRun) -> list[np.ndarray]:
     p = step.ctx.data  # IfParams / WhileParams (the reference backend's plan; cached with the model)
     cond, body = cf.subgraph(p.cond_subgraph), cf.subgraph(p.body_subgraph)
     values = list(args[2:])

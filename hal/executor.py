@@ -11,6 +11,7 @@ from hal import control_flow
 from hal.compiler import CompiledModel
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.model import Request
+from hal.operations.control_flow import CONTROL_FLOW
 from hal.plan import Step
 from hal.registry import OperandInfo
 from hal.types import SCALAR_TYPES, ErrorStatus, type_name
@@ -50,6 +51,16 @@ def _check_input(k: int, info: OperandInfo, arr: np.ndarray) -> None:
         if len(info.shape) != arr.ndim or any(d and d != s for d, s in zip(info.shape, arr.shape)):
             raise HalError(ErrorStatus.INVALID_ARGUMENT,
                            f"input {k} has shape {list(arr.shape)}, the model says {list(info.shape)}")
+
+
+def check_inputs(compiled: CompiledModel, inputs: list[np.ndarray]) -> None:
+    """INVALID_ARGUMENT unless ``inputs`` are the model's inputs (count, dtype, shape): what
+    ``execute`` checks, for a caller that binds arrays once and executes them many times."""
+    if len(inputs) != len(compiled.input_indexes):
+        raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                       f"model has {len(compiled.input_indexes)} inputs, got {len(inputs)}")
+    for k, a in enumerate(inputs):
+        _check_input(k, compiled.input_info(k), a)
 
 
 def _check_deadline(deadline_ns: int | None, where) -> None:
@@ -150,7 +161,7 @@ def _run_step(step: Step, values: dict[int, np.ndarray], infos: list[OperandInfo
     args = [values.get(i) if i >= 0 else None for i in step.inputs]
     t0 = time.perf_counter_ns() if timings is not None else 0
     try:
-        if step.ctx.op_type in control_flow.CONTROL_FLOW and step.spec is not None:
+        if step.ctx.op_type in CONTROL_FLOW and step.spec is not None:
             outs = control_flow.run(step, args, run.control_flow())
         else:
             outs = step.kernel.execute(step.ctx, args)
@@ -251,4 +262,4 @@ def execute_request(compiled: CompiledModel, request: Request,
     return shapes
 
 
-__all__ = ["bind", "execute", "execute_request", "OutputShape", "OperationTiming"]
+__all__ = ["bind", "check_inputs", "execute", "execute_request", "OutputShape", "OperationTiming"]

@@ -76,7 +76,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(f"nnhal serve: {e}", file=sys.stderr)
             return 2
-    from extensions.registry import load_object, load_plugins
+    from extensions.plugins import load_object, load_plugins
     for r in load_plugins():
         if r.error:
             print(f"nnhal serve: extension plugin {r.entry_point} skipped: {r.error}", file=sys.stderr)
@@ -246,7 +246,8 @@ def _cmd_extensions(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from extensions.registry import load_plugins, registered
+    from extensions.plugins import load_plugins
+    from extensions.registry import registered
     results = load_plugins()
     exts = registered()
     if args.json:

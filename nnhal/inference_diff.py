@@ -52,7 +52,7 @@ def model_file_error(path: str) -> str | None:
     """Why the .tflite file cannot be handed to TFLite, or None. TFLite's loader does not verify
     the flatbuffer: a truncated or corrupted file would crash it (SIGSEGV) instead of failing; a
     tensor larger than the machine's memory fails its allocation (or draws the OOM killer)."""
-    from delegate.tfl.verify import ModelFormatError, verify_model_file
+    from delegate.tfl.reader import ModelFormatError, verify_model_file
     try:
         verify_model_file(path)
     except ModelFormatError as e:

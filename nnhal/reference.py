@@ -21,7 +21,8 @@ from typing import Callable
 from delegate import load_delegate
 from delegate.embedded import reference_address
 from delegate.tfl import read_model
-from extensions.registry import by_custom_code, ensure_plugins_loaded
+from extensions.plugins import ensure_plugins_loaded
+from extensions.registry import by_custom_code
 
 
 def custom_codes(model_file: str, graph=None) -> set[str]:

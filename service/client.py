@@ -22,18 +22,20 @@ import numpy as np
 
 from hal.model import Model
 from hal.types import DeviceType, ErrorStatus, ExecutionPreference, OperandType, Priority
-from service import local_burst
 from service.address import client_address
+from service.local_burst_client import LocalBurstChannel
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.server import default_address
 from service.servicer import MAX_MESSAGE_BYTES, SESSION_KEY, grpc_options
+from service.slots import SlotLayout
 from service.tls import connect_failure
 from service.transfer import (
     SHM_THRESHOLD,  # noqa: F401 - re-exported: callers size tensors by it
     ModelTransfer,
     RequestBuilder,
     operand_nbytes,
+    support_query_proto,
 )
 
 # Every wait for the service is bounded: a stopped or wedged service must not hang its clients.
@@ -155,10 +157,12 @@ class RemotePreparedModel:
         """After a timeout the service may still write into the scratch pool: never reuse it."""
         self._rb.scratch.close()
 
-    def execute(self, inputs: list[np.ndarray], *, measure_timing: bool = False,
-                timeout_s: float | None = None, loop_timeout_s: float | None = None) -> ExecutionOutput:
-        """``loop_timeout_s``: NNAPI's loop timeout for each WHILE (None: the default, 2 s; the
-        service clamps it to 15 s)."""
+    def execute(self, inputs: list[np.ndarray], outputs: list[np.ndarray] | None = None, *,
+                measure_timing: bool = False, timeout_s: float | None = None,
+                loop_timeout_s: float | None = None) -> ExecutionOutput:
+        """``outputs``: arrays the results are written into (each reshaped to its array: the element
+        counts must match), returned as the outputs; None: new arrays. ``loop_timeout_s``: NNAPI's
+        loop timeout for each WHILE (None: the default, 2 s; the service clamps it to 15 s)."""
         with self._rb.lock:
             req, layout = self._rb.build(inputs)
             ex = pb.ExecuteRequest(prepared_model_id=self.id, request=req, measure_timing=measure_timing,
@@ -180,11 +184,11 @@ class RemotePreparedModel:
                 raise
             _check(reply)
             self.observe(time.perf_counter() - t0)
-            return ExecutionOutput(self._rb.decode(reply, layout),
+            return ExecutionOutput(self._rb.decode(reply, layout, outputs),
                                    [tuple(s.dimensions) for s in reply.output_shapes], _timing(reply, measure_timing))
 
-    def burst(self) -> "BurstSession":
-        return BurstSession(self)
+    def burst(self) -> "GrpcBurst":
+        return GrpcBurst(self)
 
     def local_burst(self, extra_slot_bytes: int = 0) -> "LocalBurst":
         """Same-machine burst through shared memory (falls back to nothing: raises if unavailable)."""
@@ -205,10 +209,10 @@ class RemotePreparedModel:
             self._rb.scratch.close()
 
 
-class BurstSession:
+class GrpcBurst:
     """ExecuteBurst: one bidirectional stream; the scratch pool is registered once per version.
     A thread reads the replies so that each wait is bounded (a stream has no per-message timeout);
-    after a timeout the stream is cancelled and the session refuses further executions."""
+    after a timeout the stream is cancelled and the burst refuses further executions."""
 
     _POOL_ID = 1
 
@@ -248,8 +252,10 @@ class BurstSession:
         self._send.put(None)  # releases the thread feeding the stream
         self.pm._abandon_scratch()
 
-    def execute(self, inputs: list[np.ndarray], *, measure_timing: bool = False,
-                timeout_s: float | None = None, loop_timeout_s: float | None = None) -> ExecutionOutput:
+    def execute(self, inputs: list[np.ndarray], outputs: list[np.ndarray] | None = None, *,
+                measure_timing: bool = False, timeout_s: float | None = None,
+                loop_timeout_s: float | None = None) -> ExecutionOutput:
+        """As RemotePreparedModel.execute, on the stream."""
         if self._broken:
             raise ServiceUnavailableError(self._broken)
         with self._rb.lock:
@@ -268,13 +274,13 @@ class BurstSession:
             reply = self._next_reply(self.pm.wait_s(timeout_s, loop_timeout_s)).result
             _check(reply)
             self.pm.observe(time.perf_counter() - t0)
-            return ExecutionOutput(self._rb.decode(reply, layout),
+            return ExecutionOutput(self._rb.decode(reply, layout, outputs),
                                    [tuple(s.dimensions) for s in reply.output_shapes], _timing(reply, measure_timing))
 
     def close(self) -> None:
         self._send.put(None)
 
-    def __enter__(self) -> "BurstSession":
+    def __enter__(self) -> "GrpcBurst":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -302,27 +308,27 @@ class LocalBurst:
         if any(s is None for s in sizes):
             raise ServiceError(ErrorStatus.INVALID_ARGUMENT,
                                "local bursts need fully specified input and output dimensions")
-        self.out_sizes = [operand_nbytes(op, op.dimensions, rb.prefixes) for op in rb.out_ops]
-        slot = sum((s + 63) // 64 * 64 for s in sizes) + extra_slot_bytes
+        layout = SlotLayout.of(sizes)
         reply = _rpc(pm.client.prepared.OpenLocalBurst,
-                     pb.LocalBurstRequest(prepared_model_id=pm.id, slot_bytes=slot))
+                     pb.LocalBurstRequest(prepared_model_id=pm.id, slot_bytes=layout.total + extra_slot_bytes))
         _check(reply)
         try:
-            self.session = local_burst.LocalBurstSession(reply.socket_path, reply.auth_token, rb.in_ops, rb.out_ops,
-                                                         out_dtypes=rb.out_dtypes)
+            self.channel = LocalBurstChannel(reply.socket_path, reply.auth_token, layout, len(rb.in_ops),
+                                             rb.out_dtypes)
         except OSError as e:
             raise ServiceUnavailableError(f"cannot open the local burst: {e}") from None
 
-    def execute(self, inputs: list[np.ndarray], *, measure_timing: bool = False,
-                timeout_s: float | None = None, loop_timeout_s: float | None = None) -> ExecutionOutput:
+    def execute(self, inputs: list[np.ndarray], outputs: list[np.ndarray] | None = None, *,
+                measure_timing: bool = False, timeout_s: float | None = None,
+                loop_timeout_s: float | None = None) -> ExecutionOutput:
         """As RemotePreparedModel.execute, through the shared-memory slots."""
         arrays = [np.ascontiguousarray(x) for x in inputs]
         bound = self.pm.wait_s(timeout_s, loop_timeout_s)
         t0 = time.perf_counter()
         try:
-            status, message, shapes, outs, (t_dev, t_drv) = self.session.execute(
-                arrays, self.out_sizes, measure_timing, _timeout_ns(timeout_s), bound, _timeout_ns(loop_timeout_s))
-        except TimeoutError:  # the session closed itself: the service may still write its slots
+            reply, outs = self.channel.execute(arrays, outputs, measure_timing, _timeout_ns(timeout_s), bound,
+                                               _timeout_ns(loop_timeout_s))
+        except TimeoutError:  # the channel closed itself: the service may still write its slots
             raise ServiceTimeoutError(f"the nnhal service did not answer the local burst within {bound:g} s; "
                                       f"the burst is closed") from None
         except (OSError, ConnectionError) as e:
@@ -330,13 +336,14 @@ class LocalBurst:
         except KeyboardInterrupt:  # the service may still answer into the slots: never use them again
             self.close()
             raise
-        if status != ErrorStatus.NONE:
-            raise ServiceError(status, message, shapes)
+        if reply.status != ErrorStatus.NONE:
+            raise ServiceError(reply.status, reply.message, reply.shapes)
         self.pm.observe(time.perf_counter() - t0)
-        return ExecutionOutput(outs, shapes, Timing(t_dev, t_drv) if measure_timing else None)
+        timing = Timing(reply.time_on_device_ns, reply.time_in_driver_ns) if measure_timing else None
+        return ExecutionOutput(outs, reply.shapes, timing)
 
     def close(self) -> None:
-        self.session.close()
+        self.channel.close()
 
     def __enter__(self) -> "LocalBurst":
         return self
@@ -452,8 +459,8 @@ class Client:
     def get_support_reasons(self, model: Model) -> list[str | None]:
         """getSupportedOperations with the service's reasons: None per supported operation, else
         hal's message (a service that sends no reasons gets a generic one)."""
-        with ModelTransfer(model) as proto:
-            reply = _rpc(self.device.GetSupportedOperations, pb.SupportedOperationsRequest(model=proto))
+        reply = _rpc(self.device.GetSupportedOperations, pb.SupportedOperationsRequest(
+            model=support_query_proto(model)))  # no weights: service.transfer.support_query_proto
         _check(reply)
         reasons = list(reply.reasons) if len(reply.reasons) == len(reply.supported) else [""] * len(reply.supported)
         return [None if ok else (why or "the service does not support this operation variant")

@@ -11,17 +11,14 @@ import math
 import mmap
 import secrets
 import threading
-import time
 import uuid
-from dataclasses import dataclass, field
 
 import hal
 from cache.store import NUM_DATA_FILES, NUM_MODEL_FILES, TOKEN_BYTES, CacheError, CacheStore
 from hal import backends
 from hal.compiler import CompiledModel, compile_model
 from hal.errors import HalError
-from hal.executor import OperationTiming, OutputShape, execute_request
-from hal.model import Model, Request
+from hal.model import Model
 from hal.serialize import SerializationError, dump_compiled, load_compiled
 from hal.support import support_reasons
 from hal.types import (
@@ -33,6 +30,8 @@ from hal.types import (
     Priority,
     operation_name,
 )
+from service.execution import PreparedModel, check_deadline
+from service.scheduler import Scheduler
 from service.sessions import Session, Sessions, return_memory
 
 VERSION = "nnhal-0.1.0"
@@ -47,8 +46,9 @@ def core_source_files() -> list:
     files = []
     for p in sorted(root.rglob("*.py")):
         parts = p.relative_to(root).parts
-        if parts[0] == "backends" and parts[1:] != ("__init__.py",):
-            continue  # a backend's own code: in its identity, not in the driver's
+        if parts[0] == "backends" and len(parts) > 2:
+            continue  # a backend's own package: in its identity, not in the driver's (hal/backends/*.py
+            # is the framework every backend runs in)
         files.append(p)
     return files
 
@@ -70,86 +70,6 @@ def capabilities_fingerprint() -> str:
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
-@dataclass
-class OperationPerfRecord:
-    index: int
-    type: int
-    executions: int = 0
-    total_ns: int = 0
-    backend: str = ""
-    #: Operations timed together: a graph backend's partition runs index .. index + count - 1
-    #: (type -1), in one call whose time cannot be split between them.
-    count: int = 1
-
-
-class PerfCounters:
-    """Per-operation execution counts and time (Hexagon NN's perfinfo)."""
-
-    def __init__(self, compiled: CompiledModel | None = None) -> None:
-        self._lock = threading.Lock()
-        self.executions = 0
-        self.ops: dict[int, OperationPerfRecord] = {}
-        #: Every operation's assigned backend, known before any execution for static models.
-        self._assigned: dict[int, tuple[int, str, int]] = {}
-        if compiled is not None and compiled.static_plan is not None:
-            self._assigned = {s.index: (s.ctx.op_type, s.backend, len(s.operations))
-                              for s in compiled.static_plan.program}
-        self._seed()
-
-    def _seed(self) -> None:
-        for k, (t, backend, count) in self._assigned.items():
-            self.ops[k] = OperationPerfRecord(k, t, backend=backend, count=count)
-
-    def record(self, timings: list[OperationTiming]) -> None:
-        with self._lock:
-            self.executions += 1
-            for t in timings:
-                r = self.ops.get(t.index)
-                if r is None:
-                    r = self.ops[t.index] = OperationPerfRecord(t.index, t.type, backend=t.backend, count=t.count)
-                # a dynamic model's plan per input shape may assign another backend or partition
-                r.backend, r.type, r.count = t.backend, t.type, t.count
-                r.executions += 1
-                r.total_ns += t.ns
-
-    def snapshot(self) -> tuple[int, list[OperationPerfRecord]]:
-        with self._lock:
-            return self.executions, [OperationPerfRecord(**r.__dict__) for _, r in sorted(self.ops.items())]
-
-    def reset(self) -> None:
-        with self._lock:
-            self.executions = 0
-            self.ops.clear()
-            self._seed()
-
-
-@dataclass
-class PreparedEntry:
-    id: str
-    compiled: CompiledModel
-    preference: ExecutionPreference
-    priority: Priority
-    perf: PerfCounters = field(default_factory=PerfCounters)
-    #: The execution-preference knob: LOW_POWER runs one execution of this model at a time.
-    gate: threading.Semaphore | None = None
-
-
-@dataclass
-class ExecutionResult:
-    output_shapes: list[OutputShape]
-    time_on_device_ns: int
-    time_in_driver_ns: int
-
-
-def deadline_from_timeout(timeout_ns: int) -> int | None:
-    return time.monotonic_ns() + timeout_ns if timeout_ns > 0 else None
-
-
-def check_deadline(deadline_ns: int | None, what: str) -> None:
-    if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
-        raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed {what}")
-
-
 log = logging.getLogger("nnhal.service")
 
 
@@ -157,8 +77,10 @@ class Driver:
     """IDevice's state: prepared models by id, driver-allocated buffers by token, the cache."""
 
     def __init__(self, cache: CacheStore | None = None, backend_order: str | list[str] | None = None,
-                 sessions: Sessions | None = None) -> None:
+                 sessions: Sessions | None = None, scheduler: Scheduler | None = None) -> None:
         self.cache = cache
+        #: Admission of every execution of every prepared model (None: no limit, in-process use).
+        self.scheduler = scheduler
         #: Who owns what: every prepared model and buffer belongs to a client session.
         self.sessions = sessions or Sessions()
         #: Set when the service stops: open session streams end.
@@ -169,7 +91,7 @@ class Driver:
         self.backend_order = (backends.parse_preference(backend_order) if backend_order is not None
                               else backends.preference())
         self._lock = threading.Lock()
-        self._prepared: dict[str, PreparedEntry] = {}
+        self._prepared: dict[str, PreparedModel] = {}
         self._buffers: dict[int, mmap.mmap] = {}
 
     # ---- IDevice ------------------------------------------------------------
@@ -191,7 +113,7 @@ class Driver:
         return support_reasons(model, self.backend_order)
 
     def prepare(self, model: Model, preference: int, priority: int, deadline_ns: int | None,
-                token: bytes = b"", *, session: Session | None = None) -> PreparedEntry:
+                token: bytes = b"", *, session: Session | None = None) -> PreparedModel:
         """Compile ``model``; the entry belongs to ``session`` (None: an in-process caller)."""
         pref = _enum(ExecutionPreference, preference, "execution preference")
         prio = _enum(Priority, priority, "priority")
@@ -208,7 +130,7 @@ class Driver:
         return self._register(session, compiled, pref, prio, nbytes)
 
     def prepare_from_cache(self, token: bytes, preference: int, priority: int,
-                           deadline_ns: int | None, *, session: Session | None = None) -> PreparedEntry:
+                           deadline_ns: int | None, *, session: Session | None = None) -> PreparedModel:
         """Load a verified cache entry; any doubt is GENERAL_FAILURE (the client recompiles)."""
         pref = _enum(ExecutionPreference, preference, "execution preference")
         prio = _enum(Priority, priority, "priority")
@@ -245,9 +167,8 @@ class Driver:
             log.exception("cache write failed unexpectedly; the model is prepared, not cached")
 
     def _register(self, session: Session | None, compiled: CompiledModel, pref: ExecutionPreference, prio: Priority,
-                  nbytes: int) -> PreparedEntry:
-        entry = PreparedEntry(uuid.uuid4().hex, compiled, pref, prio, perf=PerfCounters(compiled),
-                              gate=threading.Semaphore(1) if pref == ExecutionPreference.LOW_POWER else None)
+                  nbytes: int) -> PreparedModel:
+        entry = PreparedModel(uuid.uuid4().hex, compiled, pref, prio, self.scheduler)
         with self._lock:
             self._prepared[entry.id] = entry
         if session is not None and not self.sessions.record_prepared(session, entry.id, nbytes):
@@ -255,7 +176,7 @@ class Driver:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "the client's session closed during preparation")
         return entry
 
-    def get(self, prepared_id: str) -> PreparedEntry:
+    def get(self, prepared_id: str) -> PreparedModel:
         with self._lock:
             entry = self._prepared.get(prepared_id)
         if entry is None:
@@ -342,25 +263,6 @@ class Driver:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown driver buffer {token}")
         return buf
 
-    # ---- IPreparedModel -----------------------------------------------------
-    @staticmethod
-    def execute(entry: PreparedEntry, request: Request, deadline_ns: int | None,
-                received_ns: int, loop_timeout_ns: int = 0) -> ExecutionResult:
-        """``loop_timeout_ns``: the request's bound on each WHILE loop (0: NNAPI's default, 2 s;
-        clamped to 15 s: ``hal.control_flow``)."""
-        check_deadline(deadline_ns, "before execution started")
-        timings: list[OperationTiming] = []
-        gate = entry.gate
-        if gate is not None:
-            gate.acquire()
-        try:
-            shapes = execute_request(entry.compiled, request, timings, deadline_ns, loop_timeout_ns)
-        finally:
-            if gate is not None:
-                gate.release()
-        entry.perf.record(timings)
-        return ExecutionResult(shapes, sum(t.ns for t in timings), time.monotonic_ns() - received_ns)
-
 
 def footprint(model: Model) -> int:
     """What a prepared model is charged to its client: an estimate of 3x its weights (the model's
@@ -387,4 +289,4 @@ def perf_name(type_code: int, count: int = 1) -> str:
     return f"PARTITION({count} ops)" if type_code == -1 else operation_name(type_code)
 
 
-__all__ = ["Driver", "PreparedEntry", "ExecutionResult", "deadline_from_timeout"]
+__all__ = ["Driver", "footprint", "perf_name"]

@@ -8,7 +8,7 @@ with ``pread``/``pwrite`` on the descriptor, which return short or grow the
 file instead of faulting: one copy per tensor, and no client can take the
 service down through its memory. (The local-burst path, where copies would
 matter, uses a memfd the service creates and seals against shrinking:
-``service.local_burst``.)
+``service.local_burst_server``.)
 """
 from __future__ import annotations
 

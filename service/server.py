@@ -198,7 +198,7 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
         except CacheError as e:
             raise ValueError(f"compilation cache: {e}") from None
     driver.cache = cache
-    scheduler = Scheduler(workers)
+    scheduler = driver.scheduler = Scheduler(workers)
     # Each connected client's session stream holds a thread, each gRPC burst another: room for
     # both on top of the threads that serve unary calls.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2 * max_clients + max(8, 4 * workers),
@@ -206,7 +206,7 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
                          options=grpc_options() + KEEPALIVE)
     pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver, relative_speed, measured), server)
     prepared_servicer = PreparedModelServicer(
-        driver, scheduler, os.path.dirname(socket_path) if listen is None else None)
+        driver, os.path.dirname(socket_path) if listen is None else None)
     pb_grpc.add_PreparedModelServicer_to_server(prepared_servicer, server)
     hs = health.HealthServicer()
     logging.getLogger("grpc._common").addFilter(_MALFORMED_MESSAGE_LOG)  # once: a filter is added only once

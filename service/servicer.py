@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import mmap
 import threading
 import time
 from contextlib import ExitStack
@@ -17,17 +18,19 @@ from hal.errors import HalError
 from hal.model import DataLocation, Request, RequestArgument
 from hal.types import ErrorStatus, OperandType
 from service import convert
-from service.driver import Driver, PreparedEntry, deadline_from_timeout, perf_name
-from service.local_burst import LocalBurstServer
+from service.driver import Driver, perf_name
+from service.execution import ExecutionResult, PreparedModel, deadline_from_timeout
+from service.local_burst_server import LocalBurstServer
 from service.memory import ClientPool
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
-from service.scheduler import Scheduler
 
 log = logging.getLogger("nnhal.service")
 
 #: Largest message either side accepts. Larger tensors and weights go through shared memory.
 MAX_MESSAGE_BYTES = 64 << 20
+#: The largest ``zeros`` pool a support query may name (address space, not memory: see PoolResolver).
+MAX_ZERO_POOL_BYTES = 1 << 34
 #: Pools one burst stream may hold registered (each is an open descriptor).
 MAX_BURST_POOLS = 64
 
@@ -51,8 +54,9 @@ class PoolResolver:
     copies the argument ranges in and out."""
 
     def __init__(self, driver: Driver, stack: ExitStack, burst_pools: dict[int, ClientPool] | None = None,
-                 allow_inline: bool = True, copy_shared: bool = True):
+                 allow_inline: bool = True, copy_shared: bool = True, allow_zeros: bool = False):
         self.driver = driver
+        self.allow_zeros = allow_zeros  # a support query's withheld constants (service.transfer)
         self.stack = stack
         self.burst_pools = burst_pools
         self.allow_inline = allow_inline
@@ -75,6 +79,15 @@ class PoolResolver:
             return pool
         if kind == "inline_data" and self.allow_inline:
             return m.inline_data
+        if kind == "zeros" and self.allow_zeros:
+            if m.zeros > MAX_ZERO_POOL_BYTES:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"a pool of {m.zeros} zero bytes is more than the "
+                                                             f"{MAX_ZERO_POOL_BYTES} a model may hold")
+            try:
+                return mmap.mmap(-1, max(m.zeros, 1))  # anonymous: pages exist only where read
+            except OSError as e:
+                raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                               f"cannot reserve {m.zeros} bytes for the query's constants: {e.strerror}") from None
         raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unsupported memory kind {kind!r}")
 
 
@@ -223,7 +236,7 @@ class DeviceServicer(pb_grpc.DeviceServicer):
     def GetSupportedOperations(self, request, context):
         def body():
             with ExitStack() as stack:
-                model = convert.model_from_proto(request.model, PoolResolver(self.driver, stack))
+                model = convert.model_from_proto(request.model, PoolResolver(self.driver, stack, allow_zeros=True))
                 reasons = self.driver.support_reasons(model)
             return pb.SupportedOperationsReply(status=convert.status(), supported=[r is None for r in reasons],
                                                reasons=[r or "" for r in reasons])
@@ -267,9 +280,8 @@ class DeviceServicer(pb_grpc.DeviceServicer):
 
 
 class PreparedModelServicer(pb_grpc.PreparedModelServicer):
-    def __init__(self, driver: Driver, scheduler: Scheduler, runtime_dir: str | None = None):
+    def __init__(self, driver: Driver, runtime_dir: str | None = None):
         self.driver = driver
-        self.scheduler = scheduler
         self.runtime_dir = runtime_dir  # where local-burst sockets go (the service socket's private dir)
         self.local_bursts: list[LocalBurstServer] = []
         self.max_local_bursts = 4 * driver.sessions.max_clients
@@ -280,7 +292,7 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
     def _close_bursts_of(self, prepared_id: str) -> None:
         """A released prepared model's local bursts stop (their threads hold the model)."""
         for b in self.local_bursts:
-            if b.entry.id == prepared_id:
+            if b.model.id == prepared_id:
                 b.close()
 
     def OpenLocalBurst(self, request, context):
@@ -291,7 +303,7 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
                 if len(self.local_bursts) >= self.max_local_bursts:  # each is a thread and a memfd
                     raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
                                    f"{len(self.local_bursts)} local bursts are open, the service's limit")
-                burst = LocalBurstServer(self.driver, entry, request.slot_bytes, self.runtime_dir,
+                burst = LocalBurstServer(entry, request.slot_bytes, self.runtime_dir,
                                          client=self.driver.sessions.owner_of(entry.id))
                 self.local_bursts.append(burst)
             return pb.LocalBurstReply(status=convert.status(), socket_path=burst.path, auth_token=burst.token)
@@ -305,18 +317,18 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
             b.thread.join(timeout_s)
 
     def run(self, ex: pb.ExecuteRequest, burst_pools: dict[int, ClientPool] | None = None) -> pb.ExecuteReply:
-        """Execute one request (unary or burst). Kernels run on the priority scheduler."""
+        """Execute one request (unary or burst): decode it, execute it on the prepared model (its
+        one execution path: ``service.execution``), encode the reply."""
         received = time.monotonic_ns()
 
         def body():
-            deadline = deadline_from_timeout(ex.timeout_ns)
+            deadline = deadline_from_timeout(ex.timeout_ns, received)
             entry = self.driver.get(ex.prepared_model_id)
             with ExitStack() as stack:
                 request, inline = request_from_proto(
                     ex.request, PoolResolver(self.driver, stack, burst_pools, allow_inline=False, copy_shared=False))
                 write_back = privatize(request)
-                reply = self.scheduler.run(entry.priority, lambda: self._execute(entry, request, deadline, received,
-                                                                                 ex.loop_timeout_ns))
+                reply = _execute(entry, request, deadline, received, ex.loop_timeout_ns)
                 if reply.status.code == ErrorStatus.NONE:
                     for k, pool, offset in write_back:
                         nbytes = _nbytes(entry, k, reply.output_shapes[k].dimensions)
@@ -330,26 +342,6 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
                     reply.outputs.extend(outs)
                 return reply
         return _guard(pb.ExecuteReply, body)
-
-    def _execute(self, entry: PreparedEntry, request: Request, deadline, received,
-                 loop_timeout_ns: int = 0) -> pb.ExecuteReply:
-        try:
-            result = self.driver.execute(entry, request, deadline, received, loop_timeout_ns)
-            status = convert.status()
-            shapes = result.output_shapes
-        except HalError as e:
-            shapes = getattr(e, "output_shapes", None)
-            if shapes is None:
-                return pb.ExecuteReply(status=convert.hal_error_status(e))
-            status, result = convert.hal_error_status(e), None
-        reply = pb.ExecuteReply(status=status, output_shapes=[
-            pb.OutputShape(dimensions=list(s.dimensions), is_sufficient=s.is_sufficient) for s in shapes])
-        if result is not None:
-            reply.timing.time_on_device_ns = result.time_on_device_ns
-            reply.timing.time_in_driver_ns = result.time_in_driver_ns
-        else:
-            reply.timing.time_on_device_ns = reply.timing.time_in_driver_ns = -1
-        return reply
 
     def Execute(self, request, context):
         return self.run(request)
@@ -415,7 +407,27 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
         return _guard(pb.ReleaseReply, body)
 
 
-def _nbytes(entry: PreparedEntry, k: int, dims) -> int:
+def _execute(entry: PreparedModel, request: Request, deadline, received, loop_timeout_ns: int) -> pb.ExecuteReply:
+    try:
+        result: ExecutionResult | None = entry.execute(request, deadline, received, loop_timeout_ns)
+        status = convert.status()
+        shapes = result.output_shapes
+    except HalError as e:
+        shapes = getattr(e, "output_shapes", None)
+        if shapes is None:
+            return pb.ExecuteReply(status=convert.hal_error_status(e))
+        status, result = convert.hal_error_status(e), None
+    reply = pb.ExecuteReply(status=status, output_shapes=[
+        pb.OutputShape(dimensions=list(s.dimensions), is_sufficient=s.is_sufficient) for s in shapes])
+    if result is not None:
+        reply.timing.time_on_device_ns = result.time_on_device_ns
+        reply.timing.time_in_driver_ns = result.time_in_driver_ns
+    else:
+        reply.timing.time_on_device_ns = reply.timing.time_in_driver_ns = -1
+    return reply
+
+
+def _nbytes(entry: PreparedModel, k: int, dims) -> int:
     return entry.compiled.output_info(k).dtype.itemsize * math.prod(dims)  # extension types included
 
 

@@ -15,6 +15,7 @@ from hal.model import DataLocation, Model, Operand
 from hal.types import SCALAR_TYPES, OperandLifeTime
 from service import convert
 from service.proto import nnhal_pb2 as pb
+from service.slots import SlotLayout, slot_bytes
 
 SHM_THRESHOLD = 64 << 10
 
@@ -77,19 +78,13 @@ class RequestBuilder:
         # None: an omitted (optional) input, sent as has_no_value
         arrays = [None if x is None else np.ascontiguousarray(x) for x in inputs]
         out_sizes = [operand_nbytes(op, op.dimensions, self.prefixes) for op in self.out_ops]
-        big_in = [a is not None and a.nbytes > SHM_THRESHOLD for a in arrays]
-        big_out = [s is not None and s > SHM_THRESHOLD for s in out_sizes]
-        layout, offset = [], 0
-        for a, big in zip(arrays, big_in):
-            layout.append(offset if big else None)
-            offset += (a.nbytes + 63) // 64 * 64 if big else 0
-        out_layout = []
-        for s, big in zip(out_sizes, big_out):
-            out_layout.append(offset if big else None)
-            offset += (s + 63) // 64 * 64 if big else 0
+        # Tensors above SHM_THRESHOLD get a slot in the scratch pool; the others travel inline.
+        slots = SlotLayout.of([a.nbytes if a is not None and a.nbytes > SHM_THRESHOLD else None for a in arrays]
+                              + [s if s is not None and s > SHM_THRESHOLD else None for s in out_sizes])
+        layout, out_layout = slots.offsets[:len(arrays)], slots.offsets[len(arrays):]
         req = pb.Request()
-        if offset:
-            shm = self.scratch.ensure(offset)
+        if slots.total:
+            shm = self.scratch.ensure(slots.total)
             if burst_pool_id is not None:
                 req.pools.append(pb.Memory(burst_pool=burst_pool_id))
             else:
@@ -114,16 +109,63 @@ class RequestBuilder:
                 arg.location.CopyFrom(pb.DataLocation(pool_index=0, offset=off, length=s))
         return req, out_layout
 
-    def decode(self, reply: pb.ExecuteReply, out_layout) -> list[np.ndarray]:
+    def decode(self, reply: pb.ExecuteReply, out_layout, outputs: list[np.ndarray] | None = None) -> list[np.ndarray]:
+        """The reply's outputs, each copied once: into ``outputs[k]`` when given (reshaped to it: the
+        element counts must match; those arrays are returned), else into a new array."""
         outs = []
         for k, (dtype, off) in enumerate(zip(self.out_dtypes, out_layout)):
             dims = tuple(reply.output_shapes[k].dimensions)
             if off is None:
-                outs.append(np.frombuffer(reply.outputs[k], dtype=dtype).reshape(dims).copy())
+                src = np.frombuffer(reply.outputs[k], dtype=dtype)
             else:
-                n = math.prod(dims)
-                outs.append(np.frombuffer(self.scratch.shm.buf, dtype, n, off).reshape(dims).copy())
+                src = np.frombuffer(self.scratch.shm.buf, dtype, math.prod(dims), off)
+            if outputs is None:
+                outs.append(src.reshape(dims).copy())
+                continue
+            dst = outputs[k]
+            if dst.size != src.size or dst.dtype != dtype:
+                raise ValueError(f"output {k} came back {dtype}{list(dims)}, the array given for it is "
+                                 f"{dst.dtype}{list(dst.shape)}")
+            np.copyto(dst, src.reshape(dst.shape), casting="no")
+            outs.append(dst)
         return outs
+
+
+#: A support query sends tensor constants up to this size by value (parameters: shapes, paddings,
+#: axes, small tables); larger ones point into a pool of zeros the service makes itself.
+SUPPORT_VALUE_BYTES = 1024
+
+
+def support_query_proto(model: Model) -> pb.Model:
+    """``model`` for getSupportedOperations, without its weights: every constant tensor of more than
+    SUPPORT_VALUE_BYTES in operand_values is moved to a ``zeros`` pool of the same layout, so no
+    weight byte is copied or sent. Validation never reads a tensor's value (hal's rule), so the
+    answer is the full model's; the kernels' plans then see zeros."""
+    if model.pools:  # constants already in pools (shared memory or the caller's): sent as they are
+        return convert.model_to_proto(model)
+    values = memoryview(model.operand_values)
+    kept = bytearray()
+    zeros = 0
+
+    def move(op: Operand) -> Operand:
+        nonlocal zeros
+        if op.lifetime != OperandLifeTime.CONSTANT_COPY:
+            return op
+        loc = op.location
+        if op.type in SCALAR_TYPES or loc.length <= SUPPORT_VALUE_BYTES:
+            offset = slot_bytes(len(kept))
+            kept.extend(b"\0" * (offset - len(kept)))
+            kept.extend(values[loc.offset:loc.offset + loc.length])
+            return dataclasses.replace(op, location=DataLocation(0, offset, loc.length))
+        offset, zeros = zeros, slot_bytes(zeros + loc.length)
+        return dataclasses.replace(op, lifetime=OperandLifeTime.CONSTANT_POOL,
+                                   location=DataLocation(0, offset, loc.length))
+
+    def subgraph(sg):
+        return dataclasses.replace(sg, operands=[move(op) for op in sg.operands])
+    moved = dataclasses.replace(model, main=subgraph(model.main), referenced=[subgraph(s) for s in model.referenced],
+                                operand_values=bytes(kept))
+    return convert.model_to_proto(moved, pools=[pb.Memory(zeros=zeros)] if zeros else [])
 
 
 class ModelTransfer:

@@ -41,14 +41,17 @@ logging.getLogger("hal.compiler").addHandler(_partition_failures)
 
 @pytest.fixture(autouse=True)
 def no_silent_partition_fallback(request):
-    """A graph backend's lowering that fails makes its partition run operation by operation: the
-    model still works, so only this check notices. Tests provoking it on purpose are marked
-    ``partition_fallback``."""
+    """A graph backend's lowering that fails makes its partition run operation by operation, and a
+    backend whose supports or plan raises hands its operation to the next backend: the model still
+    works, so only this check notices. Tests provoking it on purpose are marked
+    ``partition_fallback`` or ``backend_failure``."""
     _partition_failures.messages.clear()
     yield
-    if request.node.get_closest_marker("partition_fallback") is None:
+    if request.node.get_closest_marker("partition_fallback") is None \
+            and request.node.get_closest_marker("backend_failure") is None:
         assert not _partition_failures.messages, "partition fell back: " + "; ".join(_partition_failures.messages)
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "partition_fallback: the test makes a graph backend's compilation fail")
+    config.addinivalue_line("markers", "backend_failure: the test makes a backend's supports or plan raise")

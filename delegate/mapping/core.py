@@ -11,7 +11,6 @@ and a refusal carries hal's message (InvalidNnapiOperation).
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -70,7 +69,7 @@ def mapper(*builtin_codes: int, options: OptionsReader | dict[int, OptionsReader
 
 
 def _entry(builtin_code: int) -> MapperEntry | None:
-    import delegate.mapping  # noqa: F401  (registers every family)
+    # Complete: importing this module imports its package first, which registers every family.
     return _MAPPERS.get(builtin_code)
 
 
@@ -454,27 +453,20 @@ def _map_custom(ctx: MappingContext, node: TfLiteNode) -> None:
 
 def convert_partition(graph: TfLiteGraph, node_indexes: list[int] | None = None,
                       inputs: list[int] | None = None, outputs: list[int] | None = None, *,
-                      validate: bool = True, infer_shapes: bool = False,
-                      runtime: Runtime | None = None) -> ConvertedPartition:
+                      validate: bool = True, runtime: Runtime | None = None) -> ConvertedPartition:
     """Translate the given nodes (default: all) into one NNAPI Model.
 
     ``inputs``/``outputs`` (tensor indexes) override the computed boundary, e.g. with the
     one TFLite hands a delegate kernel; constant and internally produced inputs are dropped.
     ``validate=False`` skips hal's validate of the emitted operations: only for nodes that just
     passed it (the service validates the model again anyway).
-    ``infer_shapes=True``: only the inputs' shapes are trusted; the shapes of the tensors the
-    partition produces are inferred by hal and constants folded again for them (a partition
-    converted again after a resize, where TFLite left some dims stale: see
-    delegate.mapping.shape_inference). The model's output operands then carry the new shapes.
+    (A partition converted again after a resize, where TFLite left some dims stale, goes through
+    delegate.mapping.shape_inference.convert_with_inferred_shapes instead.)
     ``runtime``: the TFLite runtime whose reference kernels the model must equal (default: the
     one the delegate runs in, delegate.mapping.host_runtime); tests of hal's kernels name
     host_runtime.TFLITE_RUNTIME_2_14 to get NNAPI's own operations whatever the host."""
     if node_indexes is None:
         node_indexes = list(range(len(graph.nodes)))
-    if infer_shapes:
-        from delegate.mapping.shape_inference import convert_with_inferred_shapes
-        return convert_with_inferred_shapes(functools.partial(convert_partition, runtime=runtime), graph,
-                                            node_indexes, inputs, outputs, validate)
     ctx = MappingContext(graph, validate, runtime)
     computed_in, computed_out = partition_io(graph, node_indexes)
     if inputs is None:

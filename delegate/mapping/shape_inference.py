@@ -5,8 +5,8 @@ can size only when it runs (kTfLiteDynamic: e.g. a RESHAPE to a computed shape, 
 of a dynamic batch is converted) and stops there: the tensors after it keep their old dims. A
 partition holding such nodes is still computable, since folding (delegate.mapping.folding)
 makes the computed shapes constants of the current input shapes, but its tensors' shapes must
-come from the partition itself. hal's operation specs know them: each spec's ``prepare`` sets
-its outputs' shapes from its inputs' (NNAPI's shape rules, as the driver compiles them).
+come from the partition itself. hal knows them (``hal.shapes.infer_operand_shapes``: NNAPI's
+shape rules, as the driver compiles them).
 
 convert_with_inferred_shapes converts the partition, infers every operand's shape in operation
 order, gives the TFLite tensors the partition produces those shapes, folds again (a SHAPE of one
@@ -21,53 +21,9 @@ from delegate.mapping.core import ConvertedPartition, InvalidNnapiOperation, Map
 from delegate.mapping.folding import fold_constants
 from delegate.mapping.scalars import nnapi_shape
 from delegate.tfl.graph import TfLiteGraph
-from hal.control_flow import CONTROL_FLOW
-from hal.errors import HalError, RuntimeValueNeeded
-from hal.extension_registry import lookup_in_model, model_prefixes
-from hal.model import Model
-from hal.operands import operand_infos, operation_context
-from hal.types import operation_name
+from hal.errors import HalError
+from hal.shapes import ShapesNotInferable, infer_operand_shapes
 from hal.validation import validate_model
-
-
-def infer_operand_shapes(model: Model) -> list[tuple[int, ...]]:
-    """Every operand's shape, each operation's outputs computed by its spec's ``prepare`` from its
-    inputs' shapes (and constant values), whatever the outputs' declared dimensions.
-
-    IF / WHILE keep their declared output shapes (their subgraphs are not re-planned here).
-    MappingError when an operation cannot say: no spec, an output sized by values known only
-    at run time, or inputs its rules reject."""
-    infos = operand_infos(model, copy=False)
-    prefixes = model_prefixes(model)
-    operands = model.main.operands
-    for k, operation in enumerate(model.main.operations):
-        if operation.type in CONTROL_FLOW:
-            continue
-        spec = lookup_in_model(operation.type, prefixes)
-        name = operation_name(operation.type)
-        if spec is None:
-            raise MappingError(f"NNAPI {name}: no shape rules to infer its output shapes from")
-        if spec.data_dependent_outputs:
-            raise MappingError(f"NNAPI {name}: its output shapes depend on values known only at run time")
-        for o in operation.outputs:  # declared dims may be stale: the spec computes them
-            infos[o] = dataclasses.replace(infos[o], shape=())
-        ctx = operation_context(k, operation, operands, infos, model=model)
-        try:
-            spec.prepare(ctx)
-        except RuntimeValueNeeded as e:
-            raise MappingError(f"NNAPI {name}: its output shapes depend on run-time values "
-                               f"({getattr(e, 'detail', None) or e.message})") from None
-        except HalError as e:
-            raise InvalidNnapiOperation(f"NNAPI {name} rejects the resized shapes: "
-                                        f"{getattr(e, 'detail', None) or e.message}") from None
-        except Exception as e:  # noqa: BLE001 - a spec's bug: the partition cannot be resized, no crash
-            raise MappingError(f"NNAPI {name}: cannot infer its output shapes: {e!r}") from None
-        for j, o in enumerate(operation.outputs):
-            shape = ctx.output_shapes[j]
-            if shape is None:
-                raise MappingError(f"NNAPI {name}: prepare set no shape for output {j}")
-            infos[o] = dataclasses.replace(infos[o], shape=tuple(shape))
-    return [info.shape for info in infos]
 
 
 def convert_with_inferred_shapes(convert, graph: TfLiteGraph, node_indexes: list[int], inputs, outputs,
@@ -89,7 +45,12 @@ def convert_with_inferred_shapes(convert, graph: TfLiteGraph, node_indexes: list
     for _ in range(len(node_indexes) + 2):  # each pass fixes at least the first stale tensor
         graph, _ = fold_constants(graph)
         part = convert(graph, node_indexes, inputs, outputs, validate=False)
-        shapes = infer_operand_shapes(part.model)
+        try:
+            shapes = infer_operand_shapes(part.model)
+        except ShapesNotInferable as e:
+            raise MappingError(e.message) from None
+        except HalError as e:
+            raise InvalidNnapiOperation(f"at the resized shapes: {e.message}") from None
         changed = {t: shapes[o] for t, o in part.tensor_operands.items() if t in produced and stale(t, shapes[o])}
         if not changed:
             if validate and part.model.main.operations:  # none: every node folded (nothing to validate)

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import inspect
+import os
 
 import numpy as np
 
 from delegate.tfl import schema
 from delegate.tfl.graph import DimensionMetadata, Sparsity, TfLiteGraph, TfLiteNode, TfLiteTensor
 from delegate.tfl.schema import TENSOR_DTYPE, module, snake
-from delegate.tfl.verify import ModelFormatError, verify_model
+from delegate.tfl.verify import ModelFormatError, check_dataflow, verify_model
 
-__all__ = ["ModelFormatError", "read_model"]
+__all__ = ["ModelFormatError", "read_model", "verify_model_file"]
 
 
 def read_model(data: bytes) -> TfLiteGraph:
@@ -157,3 +158,20 @@ def _check_indexes(g: TfLiteGraph) -> None:
         for t in node.outputs:
             if not 0 <= t < n:
                 raise ModelFormatError(f"node {node.index}: output tensor {t} out of range [0, {n})")
+
+
+def verify_model_file(path: str | os.PathLike) -> bytes:
+    """The bytes of the .tflite file at ``path``, verified (structure, every index nnhal's reader
+    checks, then the dataflow of every subgraph); ModelFormatError with one line if it is not a
+    model TFLite can safely load."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ModelFormatError(f"cannot read model file: {e.strerror or e}") from None
+    for k, graph in enumerate(read_model(data).subgraphs):  # read_model verifies first
+        try:
+            check_dataflow(graph)
+        except ModelFormatError as e:
+            raise ModelFormatError(f"{e} (subgraph {k})" if k else str(e)) from None
+    return data

@@ -20,7 +20,6 @@ import ast
 import functools
 import importlib
 import inspect
-import os
 import struct
 from dataclasses import dataclass
 
@@ -228,24 +227,6 @@ def verify_model(data: bytes) -> None:
         raise ModelFormatError("not a TFLite model (missing the TFL3 file identifier)")
     v = _Verifier(data)
     v.table(v.offset(0, "root"), "Model", "Model")
-
-
-def verify_model_file(path: str | os.PathLike) -> bytes:
-    """The bytes of the .tflite file at ``path``, verified (structure, every index nnhal's reader
-    checks, then the dataflow of every subgraph); ModelFormatError with one line if it is not a
-    model TFLite can safely load."""
-    from delegate.tfl.reader import read_model
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ModelFormatError(f"cannot read model file: {e.strerror or e}") from None
-    for k, graph in enumerate(read_model(data).subgraphs):  # read_model verifies first
-        try:
-            check_dataflow(graph)
-        except ModelFormatError as e:
-            raise ModelFormatError(f"{e} (subgraph {k})" if k else str(e)) from None
-    return data
 
 
 def check_dataflow(graph) -> None:

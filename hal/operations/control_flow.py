@@ -28,6 +28,8 @@ from hal.types import FeatureLevel, OperandType, OperationType, type_name
 
 IF = OperationType.IF
 WHILE = OperationType.WHILE
+#: The operations the executor runs itself (``hal.control_flow``), never a backend kernel.
+CONTROL_FLOW = frozenset({int(IF), int(WHILE)})
 BOOL8 = OperandType.TENSOR_BOOL8
 SUBGRAPH = OperandType.SUBGRAPH
 

@@ -131,6 +131,7 @@ def test_driver_version_covers_the_specs_not_the_backends():
     files = {p.as_posix() for p in core_source_files()}
     assert any(f.endswith("hal/operations/pooling.py") for f in files)  # specs are the driver's
     assert any(f.endswith("hal/backends/__init__.py") for f in files)  # the framework too
+    assert any(f.endswith("hal/backends/policy.py") for f in files)
     assert not any("/hal/backends/reference/" in f for f in files), names  # kernels are not
 
 

@@ -216,7 +216,7 @@ def test_the_cache_keeps_the_optimised_model_and_loads_it_without_lowering(monke
 
 def test_sessions_use_the_compute_thread_setting(monkeypatch):
     from hal import backends
-    monkeypatch.setattr(backends, "_compute_threads", 2)
+    monkeypatch.setattr(backends.policy, "_compute_threads", 2)
     assert ort_backend.session_options().intra_op_num_threads == 2
 
 
@@ -333,7 +333,7 @@ def test_low_power_models_get_one_intra_op_thread(monkeypatch):
     from hal import backends
     from hal.types import ExecutionPreference, Priority
     from service.driver import Driver
-    monkeypatch.setattr(backends, "_compute_threads", 2)
+    monkeypatch.setattr(backends.policy, "_compute_threads", 2)
     driver = Driver()
 
     def threads(pref):

@@ -68,7 +68,7 @@ def test_builder_and_reader_carry_every_subgraph():
 
 
 def test_file_verification_checks_every_subgraph(tmp_path):
-    from delegate.tfl.verify import ModelFormatError, verify_model_file
+    from delegate.tfl.reader import ModelFormatError, verify_model_file
     good = tmp_path / "good.tflite"
     good.write_bytes(if_model(nested_while=True))
     verify_model_file(good)

@@ -287,7 +287,9 @@ def test_stale_shapes_after_a_computed_reshape_are_inferred():
     from delegate.mapping.folding import fold_constants
     with pytest.raises(MappingError, match="data-dependent"):
         convert_partition(fold_constants(graph)[0])
-    part = convert_partition(graph, infer_shapes=True)  # folds too
+    from delegate.mapping.shape_inference import convert_with_inferred_shapes
+    part = convert_with_inferred_shapes(convert_partition, graph, list(range(len(graph.nodes))), None, None,
+                                        validate=True)  # folds too
     main = part.model.main
     assert [tuple(main.operands[i].dimensions) for i in main.output_indexes] == [(3, 5)]
     assert tuple(main.operands[part.tensor_operands[by_name["flat"]]].dimensions) == (3, FEATURES)

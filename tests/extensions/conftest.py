@@ -23,7 +23,7 @@ for d in EXAMPLE_DIRS:
 @pytest.fixture(autouse=True)
 def example_extensions():
     """Register both examples in this process (the delegate and hal see them)."""
-    from extensions.registry import load_object
+    from extensions.plugins import load_object
     for spec in EXAMPLE_OBJECTS:
         load_object(spec)
 

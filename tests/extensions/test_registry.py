@@ -16,7 +16,8 @@ from flatbuffers import flexbuffers
 
 import extensions
 from extensions.options import CustomOptionsError, flexbuffer_map, pack_pool_params, tflite_pool_params
-from extensions.registry import Extension, ExtensionOperation, OperandTypeSpec, load_plugins
+from extensions.plugins import load_plugins
+from extensions.registry import Extension, ExtensionOperation, OperandTypeSpec
 from hal import extension_registry
 from hal.compiler import compile_model
 from hal.errors import HalError

@@ -3,6 +3,6 @@ the installed extensions already loaded (a child then costs a fork, not seconds 
 import delegate.nnhal_delegate  # noqa: F401
 import delegate.runtime  # noqa: F401
 import delegate.tfl.verify  # noqa: F401
-from extensions.registry import ensure_plugins_loaded
+from extensions.plugins import ensure_plugins_loaded
 
 ensure_plugins_loaded()

@@ -129,7 +129,7 @@ def service_seeds() -> list[Seed]:
              Seed("service:while", counter_loop().model, loop_inputs(3)),
              Seed("service:if", branches().model,
                   [np.array([True]), np.ones((2, 3), np.float32), np.full((2, 3), 2, np.float32)])]
-    from extensions.registry import ensure_plugins_loaded
+    from extensions.plugins import ensure_plugins_loaded
     ensure_plugins_loaded()
     if extension_registry.extension("com.example.fibonacci") is not None:
         from tests.extensions.test_registry import fib_model

@@ -86,7 +86,7 @@ def mutate_case(data: bytes, rng) -> tuple[bytes, str]:
 
 
 def tools_accept(data: bytes) -> str | None:
-    """None if nnhal's tools would hand the file to TFLite (verify_model_file's checks), else why not."""
+    """None if nnhal's tools would hand the file to TFLite (the checks of verify_model_file), else why not."""
     from delegate.tfl.reader import read_model
     from delegate.tfl.verify import ModelFormatError, check_dataflow
     try:

@@ -81,7 +81,7 @@ def test_local_burst_after_server_death_is_unavailable(server, client):
 
 
 def test_the_client_polls_only_when_a_core_is_free_and_the_wait_is_short():
-    from service.local_burst import CLIENT_SPIN_MAX_S, SHORT_S, WaitStrategy
+    from service.local_burst_client import CLIENT_SPIN_MAX_S, SHORT_S, WaitStrategy
     assert WaitStrategy(service_threads=2, cores=2).spin_s() == 0  # the service computes on every core
     assert WaitStrategy(service_threads=0, cores=8).spin_s() == 0  # 0 = every core
     w = WaitStrategy(service_threads=1, cores=2)
@@ -102,7 +102,7 @@ def test_the_service_polls_only_for_a_burst_invoked_back_to_back():
     the request before was another client's is what the reply's REPLY_SHARED says."""
     from types import SimpleNamespace
 
-    from service.local_burst import _LastServed
+    from service.local_burst_server import _LastServed
     a1, a2 = SimpleNamespace(token=b"1" * 16, client="A"), SimpleNamespace(token=b"2" * 16, client="A")
     b1 = SimpleNamespace(token=b"3" * 16, client="B")
     turns = [_LastServed.took_turn(x) for x in (a1, a1, a2, a1, b1, b1, a1)]
@@ -111,7 +111,7 @@ def test_the_service_polls_only_for_a_burst_invoked_back_to_back():
 
 
 def test_the_client_blocks_while_the_service_says_other_clients_take_turns():
-    from service.local_burst import WaitStrategy
+    from service.local_burst_client import WaitStrategy
     w = WaitStrategy(service_threads=1, cores=2)
     w.observe(30e-6)
     assert w.spin_s() > 0
@@ -133,11 +133,11 @@ def test_replies_say_when_another_client_was_served_in_between(server, client):
                 a, b = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
                 np.testing.assert_array_equal(la.execute([a, b]).outputs[0], a + b)
                 np.testing.assert_allclose(lb.execute([a]).outputs[0], 3 * a, rtol=1e-6)
-                assert la.session.wait.shared and lb.session.wait.shared
+                assert la.channel.wait.shared and lb.channel.wait.shared
             la.execute([a, b])
-            assert la.session.wait.shared  # b's request came before this one
+            assert la.channel.wait.shared  # b's request came before this one
             la.execute([a, b])
-            assert not la.session.wait.shared  # alone again
+            assert not la.channel.wait.shared  # alone again
 
 
 def test_bursts_taking_turns_still_answer_each_request(client):
@@ -167,7 +167,7 @@ def test_stopped_service_local_burst_times_out_and_closes(server, client, monkey
         with stopped(server):
             with pytest.raises(ServiceTimeoutError, match="did not answer the local burst"):
                 returns(lb.execute, [x, x], **kw)
-            assert lb.session.closed
+            assert lb.channel.closed
             with pytest.raises(ServiceUnavailableError, match="closed"):
                 lb.execute([x, x])  # never reused
         lb.close()

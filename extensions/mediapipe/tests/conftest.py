@@ -28,7 +28,7 @@ if str(PACKAGE_DIR) not in sys.path:
 
 @pytest.fixture(autouse=True)
 def mediapipe_extension():
-    from extensions.registry import load_object
+    from extensions.plugins import load_object
     return load_object("nnhal_mediapipe:EXTENSION")
 
 

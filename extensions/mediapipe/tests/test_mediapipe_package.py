@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from extensions.registry import by_custom_code, load_plugins
+from extensions.plugins import load_plugins
+from extensions.registry import by_custom_code
 
 CUSTOM_CODES = ["Convolution2DTransposeBias", "Landmarks2TransformMatrix", "TransformTensorBilinear",
                 "TransformLandmarks"]

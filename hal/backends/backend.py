@@ -1,0 +1,109 @@
+"""Backend: a named, versioned set of kernels, and its identity (what a cached plan was computed by)."""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import pathlib
+import sys
+from typing import Iterable
+
+from hal.backends.kernel import Execute, Kernel, Plan, Supports
+from hal.extension_registry import extension, extension_identity, extension_modules, file_digest
+from hal.types import OperationType
+
+
+class Backend:
+    """A named set of kernels. ``modules`` are the Python modules (packages include every module
+    under them) whose code defines the backend: its identity hashes their files, and the cache's
+    deserialiser admits their plan-data types, nothing else outside hal's core."""
+
+    def __init__(self, name: str, version: str, modules: Iterable[str] = (), *, priority: int = 0,
+                 description: str = "", extension: str | None = None):
+        if not name or "," in name or ":" in name:
+            raise ValueError(f"bad backend name {name!r}")
+        self.name = name
+        self.version = version
+        self.modules = tuple(modules)
+        self.priority = priority
+        self.description = description
+        #: For a vendor extension's backend: the extension whose operations it runs (keys are types
+        #: within the extension, since prefixes are assigned per model).
+        self.extension = extension
+        self.kernels: dict[int, Kernel] = {}
+        self._identity: str | None = None
+
+    def register(self, op_types: OperationType | int | Iterable[OperationType | int], *, plan: Plan,
+                 execute: Execute, types: Iterable[int] | None = None, supports: Supports | None = None,
+                 prepacked_inputs: Iterable[int] = (), native_float16: bool = False) -> None:
+        """``native_float16``: the kernel computes float16 operands itself (else float16
+        operations reach it widened to float32: see ``via_float32``)."""
+        if isinstance(op_types, int):
+            op_types = [op_types]
+        for t in op_types:
+            if int(t) in self.kernels:
+                raise RuntimeError(f"backend {self.name}: operation {t} registered twice")
+            self.kernels[int(t)] = Kernel(self.name, plan, execute, None if types is None else tuple(types),
+                                          supports, tuple(prepacked_inputs), native_float16)
+        self._identity = None
+
+    def kernel(self, op_type: int) -> Kernel | None:
+        return self.kernels.get(int(op_type))
+
+    def takes(self, op_type: int, operand_type: int) -> bool:
+        """Whether it runs this operation code for this input-0 type (parameters aside)."""
+        k = self.kernel(op_type)
+        return k is not None and k.runs_type(operand_type)
+
+    def owns_module(self, module: str) -> bool:
+        return any(module == m or module.startswith(m + ".") for m in self.modules)
+
+    def source_files(self) -> list[tuple[str, str | None]]:
+        """(name, path) of every file that defines the backend: a package's whole directory
+        (every Python source or compiled module under it), a plain module's file."""
+        files: list[tuple[str, str | None]] = []
+        for m in self.modules:
+            mod = sys.modules.get(m)
+            if mod is None:
+                try:
+                    mod = importlib.import_module(m)
+                except ImportError:
+                    files.append((m, None))
+                    continue
+            paths = getattr(mod, "__path__", None)
+            if paths:  # a package: everything under it, so an edit in any submodule counts
+                for root in paths:
+                    base = pathlib.Path(root)
+                    for p in sorted(base.rglob("*")):
+                        if p.suffix in (".py", ".so", ".pyd") and "__pycache__" not in p.parts:
+                            files.append((f"{m}/{p.relative_to(base).as_posix()}", str(p)))
+            else:
+                files.append((m, getattr(mod, "__file__", None)))
+        return files
+
+    def identity(self) -> str:
+        """``name@version+digest``: what a cached plan of this backend was computed by."""
+        if self._identity is None:
+            h = hashlib.sha256(f"{self.name}|{self.version}".encode())
+            for name, path in self.source_files():
+                h.update(f"|{name}:".encode() + file_digest(path))
+            self._identity = f"{self.name}@{self.version}+{h.hexdigest()[:16]}"
+        return self._identity
+
+
+class ExtensionBackend(Backend):
+    """The kernels of one vendor extension. Its identity is the extension's (types, operation codes,
+    implementing modules' files: ``hal.extension_registry.extension_identity``), so re-registering the
+    extension with other types or code invalidates what was compiled with it."""
+
+    def __init__(self, extension: str, version: str):
+        super().__init__(extension, version, extension=extension)
+
+    def _types(self):
+        return extension(self.extension)
+
+    def owns_module(self, module: str) -> bool:
+        ext = self._types()
+        return ext is not None and module in extension_modules(ext)
+
+    def identity(self) -> str:
+        return extension_identity(self.extension) or "<not loaded>"

@@ -1,0 +1,170 @@
+"""The shared-memory burst's wire format: NNAPI's fast message queue as one memfd and a doorbell.
+
+The service creates a memfd sealed against shrinking and growing, passes it over a private unix
+socket (SCM_RIGHTS), and each request is then one byte on that socket, each reply one byte back::
+
+    page 0 (HEADER_BYTES): request header, input/output descriptors | reply at REPLY_OFFSET
+    DATA_OFFSET...:        the tensors' slots (``service.slots``): inputs, then outputs
+
+This module only encodes and decodes; the client half is ``service.local_burst_client``, the
+service half ``service.local_burst_server`` (which executes through ``service.execution``).
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+from hal.errors import HalError
+from hal.executor import OutputShape
+from hal.types import ErrorStatus
+
+MAGIC = b"NNHB"
+VERSION = 3  # 2: the request carries the loop timeout; 3: the reply carries flags (REPLY_SHARED)
+HEADER_BYTES = 4096
+REPLY_OFFSET = 2048
+DATA_OFFSET = HEADER_BYTES
+MAX_DIMS = 8
+MAX_SLOT_BYTES = 1 << 30
+HANDSHAKE = struct.Struct("<QI")  # slot memory size, the service's compute threads per execution
+
+REQ = struct.Struct("<4sIQIIIqq")      # magic, version, seq, n_inputs, n_outputs, measure, timeout_ns,
+#                                        loop_timeout_ns (0: NNAPI's default)
+IN_DESC = struct.Struct("<I8IQQ")      # rank, dims[8], offset, length
+OUT_DESC = struct.Struct("<QQ")        # offset, capacity
+REP = struct.Struct("<QiIqqI")         # seq, status, message length, time on device, time in driver, flags
+#: Reply flag: the request the service served before this one was another client's. Clients then
+#: block for their reply instead of polling (see ``service.local_burst_client.WaitStrategy``).
+REPLY_SHARED = 1
+MSG_OFFSET = REPLY_OFFSET + REP.size
+MSG_MAX = 512
+SHAPE = struct.Struct("<II8I")         # rank, is_sufficient, dims[8]
+SHAPES_OFFSET = MSG_OFFSET + MSG_MAX
+
+
+def max_io(n_outputs: int) -> int:
+    """How many inputs fit in the request page next to n_outputs output descriptors."""
+    return (REPLY_OFFSET - REQ.size - n_outputs * OUT_DESC.size) // IN_DESC.size
+
+
+def fits(n_inputs: int, n_outputs: int) -> bool:
+    return (n_inputs <= max_io(n_outputs)
+            and SHAPES_OFFSET + n_outputs * SHAPE.size <= HEADER_BYTES)
+
+
+# ---- requests -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RequestHeader:
+    seq: int
+    n_inputs: int
+    n_outputs: int
+    measure: bool
+    timeout_ns: int
+    loop_timeout_ns: int
+    #: The descriptors' bytes: two requests with equal layouts read and write the same slots.
+    layout: bytes
+
+
+def write_request(view: memoryview, seq: int, inputs: list[tuple[tuple[int, ...], int, int]],
+                  outputs: list[tuple[int, int]], measure: bool, timeout_ns: int, loop_timeout_ns: int) -> None:
+    """``inputs``: (dims, slot offset, bytes); ``outputs``: (slot offset, capacity); offsets from DATA_OFFSET."""
+    REQ.pack_into(view, 0, MAGIC, VERSION, seq, len(inputs), len(outputs), int(measure), timeout_ns,
+                  loop_timeout_ns)
+    pos = REQ.size
+    for dims, off, n in inputs:
+        IN_DESC.pack_into(view, pos, len(dims), *dims, *[0] * (MAX_DIMS - len(dims)), off, n)
+        pos += IN_DESC.size
+    for off, cap in outputs:
+        OUT_DESC.pack_into(view, pos, off, cap)
+        pos += OUT_DESC.size
+
+
+def read_request(view: memoryview) -> RequestHeader:
+    """The request header; INVALID_ARGUMENT for a header that is not this version's or does not fit."""
+    magic, version, seq, n_in, n_out, measure, timeout_ns, loop_ns = REQ.unpack_from(view, 0)
+    if magic != MAGIC or version != VERSION:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"bad local burst header {magic!r} v{version}")
+    if not fits(n_in, n_out):
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{n_in} inputs / {n_out} outputs do not fit")
+    layout = bytes(view[REQ.size:REQ.size + n_in * IN_DESC.size + n_out * OUT_DESC.size])
+    return RequestHeader(seq, n_in, n_out, bool(measure), timeout_ns, loop_ns, layout)
+
+
+def read_descriptors(header: RequestHeader) -> tuple[list[tuple[tuple[int, ...], int, int]], list[tuple[int, int]]]:
+    """The header's (dims, offset, length) per input and (offset, capacity) per output."""
+    inputs, pos = [], 0
+    for _ in range(header.n_inputs):
+        rank, *rest = IN_DESC.unpack_from(header.layout, pos)
+        pos += IN_DESC.size
+        if rank > MAX_DIMS:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input rank {rank} > {MAX_DIMS}")
+        inputs.append((tuple(rest[:rank]), rest[8], rest[9]))
+    outputs = []
+    for _ in range(header.n_outputs):
+        outputs.append(OUT_DESC.unpack_from(header.layout, pos))
+        pos += OUT_DESC.size
+    return inputs, outputs
+
+
+# ---- replies --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Reply:
+    seq: int
+    status: int
+    message: str
+    shapes: list[tuple[int, ...]]
+    time_on_device_ns: int
+    time_in_driver_ns: int
+    shared: bool
+
+
+def write_reply(view: memoryview, seq: int, status: int, message: str, shapes: list[OutputShape], t_dev: int,
+                t_drv: int, shared: bool) -> None:
+    raw = message.encode()[:MSG_MAX]
+    REP.pack_into(view, REPLY_OFFSET, seq, int(status), len(raw), t_dev, t_drv, REPLY_SHARED if shared else 0)
+    view[MSG_OFFSET:MSG_OFFSET + len(raw)] = raw
+    for k, s in enumerate(shapes[: (HEADER_BYTES - SHAPES_OFFSET) // SHAPE.size]):
+        dims = list(s.dimensions[:MAX_DIMS]) + [0] * (MAX_DIMS - min(len(s.dimensions), MAX_DIMS))
+        SHAPE.pack_into(view, SHAPES_OFFSET + k * SHAPE.size, len(s.dimensions), int(s.is_sufficient), *dims)
+
+
+def read_reply(view: memoryview, n_outputs: int) -> Reply:
+    seq, status, mlen, t_dev, t_drv, flags = REP.unpack_from(view, REPLY_OFFSET)
+    message = bytes(view[MSG_OFFSET:MSG_OFFSET + min(mlen, MSG_MAX)]).decode(errors="replace")
+    shapes = []
+    for k in range(n_outputs):
+        rank, _, *dims = SHAPE.unpack_from(view, SHAPES_OFFSET + k * SHAPE.size)
+        shapes.append(tuple(dims[:min(rank, MAX_DIMS)]))
+    return Reply(seq, status, message, shapes, t_dev, t_drv, bool(flags & REPLY_SHARED))
+
+
+# ---- the doorbell ---------------------------------------------------------------------------------
+
+def wait_doorbell(sock: socket.socket, spin_s: float, timeout_s: float | None = None) -> bytes:
+    """One byte from a non-blocking socket: poll for ``spin_s``, then block, in all at most
+    ``timeout_s`` (TimeoutError after it; None: no bound, the service waiting for its client)."""
+    start = time.perf_counter()
+    while True:
+        try:
+            return sock.recv(1)
+        except BlockingIOError:
+            if time.perf_counter() - start >= spin_s:
+                break
+    sock.settimeout(None if timeout_s is None else max(timeout_s - (time.perf_counter() - start), 1e-3))
+    try:
+        return sock.recv(1)
+    finally:
+        sock.setblocking(False)
+
+
+def recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return buf
