@@ -92,4 +92,21 @@ def to_markdown(r: dict) -> str:
         "prepareModel includes sending the weights (shared memory) and writing the entry (fsync'd); "
         "fromCache verifies every byte of it (HMAC, SHA-256 payload, BLAKE3 data). The delegate rows also "
         "read the TFLite file, convert the partition and compute the token in both cases. For scale, "
-        f"{label()} alone (1 thread) is ready to invoke in {r['cpu_prepare_ms']:.1f} ms ({beside}).")
+        f"{label()} alone (1 thread) is ready to invoke in {r['cpu_prepare_ms']:.1f} ms ({beside}).\n\n"
+        + ready_ratios(r))
+
+
+def ready_ratios(r: dict) -> str:
+    """Interpreter ready with the delegate, as a multiple of each CPU runtime's own ready (1 thread)."""
+    from delegate.runtime import label
+    other = r["tflrt"]
+    other_ms = None if other is None or "error" in other else other["allocate_ms"]
+    head = (f"| Interpreter ready (1 thread) | ms | × {label()} alone ({r['cpu_prepare_ms']:.1f} ms) | "
+            f"× {tflrt.LABEL} alone ({'not measured' if other_ms is None else f'{other_ms:.1f} ms'}) |\n"
+            "|---|---:|---:|---:|\n")
+    rows = []
+    for what, ms in (("with the delegate, cold cache (prepareModel)", r["e2e_compile_ms"]),
+                     ("with the delegate, warm cache (prepareModelFromCache)", r["e2e_cache_ms"])):
+        beside_ratio = "" if other_ms is None else f"{ms / other_ms:.1f}"
+        rows.append(f"| {what} | {ms:.1f} | {ms / r['cpu_prepare_ms']:.1f} | {beside_ratio} |")
+    return head + "\n".join(rows)

@@ -70,8 +70,18 @@ class RequestHeader:
 def write_request(view: memoryview, seq: int, inputs: list[tuple[tuple[int, ...], int, int]],
                   outputs: list[tuple[int, int]], measure: bool, timeout_ns: int, loop_timeout_ns: int) -> None:
     """``inputs``: (dims, slot offset, bytes); ``outputs``: (slot offset, capacity); offsets from DATA_OFFSET."""
-    REQ.pack_into(view, 0, MAGIC, VERSION, seq, len(inputs), len(outputs), int(measure), timeout_ns,
-                  loop_timeout_ns)
+    write_header(view, seq, len(inputs), len(outputs), measure, timeout_ns, loop_timeout_ns)
+    write_descriptors(view, inputs, outputs)
+
+
+def write_header(view: memoryview, seq: int, n_inputs: int, n_outputs: int, measure: bool, timeout_ns: int,
+                 loop_timeout_ns: int) -> None:
+    """The request header alone: the descriptors after it stay as the last ``write_descriptors`` left them."""
+    REQ.pack_into(view, 0, MAGIC, VERSION, seq, n_inputs, n_outputs, int(measure), timeout_ns, loop_timeout_ns)
+
+
+def write_descriptors(view: memoryview, inputs: list[tuple[tuple[int, ...], int, int]],
+                      outputs: list[tuple[int, int]]) -> None:
     pos = REQ.size
     for dims, off, n in inputs:
         IN_DESC.pack_into(view, pos, len(dims), *dims, *[0] * (MAX_DIMS - len(dims)), off, n)
@@ -119,6 +129,8 @@ class Reply:
     time_on_device_ns: int
     time_in_driver_ns: int
     shared: bool
+    #: The output shape records as read: equal bytes, equal shapes (see read_reply's ``known``).
+    shapes_raw: bytes = b""
 
 
 def write_reply(view: memoryview, seq: int, status: int, message: str, shapes: list[OutputShape], t_dev: int,
@@ -131,14 +143,20 @@ def write_reply(view: memoryview, seq: int, status: int, message: str, shapes: l
         SHAPE.pack_into(view, SHAPES_OFFSET + k * SHAPE.size, len(s.dimensions), int(s.is_sufficient), *dims)
 
 
-def read_reply(view: memoryview, n_outputs: int) -> Reply:
+def read_reply(view: memoryview, n_outputs: int, known: tuple[bytes, list[tuple[int, ...]]] | None = None) -> Reply:
+    """The reply; ``known``: (raw bytes, shapes) of output shapes read before, reused when the
+    reply's shape records are those same bytes (a static model's every reply)."""
     seq, status, mlen, t_dev, t_drv, flags = REP.unpack_from(view, REPLY_OFFSET)
-    message = bytes(view[MSG_OFFSET:MSG_OFFSET + min(mlen, MSG_MAX)]).decode(errors="replace")
-    shapes = []
-    for k in range(n_outputs):
-        rank, _, *dims = SHAPE.unpack_from(view, SHAPES_OFFSET + k * SHAPE.size)
-        shapes.append(tuple(dims[:min(rank, MAX_DIMS)]))
-    return Reply(seq, status, message, shapes, t_dev, t_drv, bool(flags & REPLY_SHARED))
+    message = bytes(view[MSG_OFFSET:MSG_OFFSET + min(mlen, MSG_MAX)]).decode(errors="replace") if mlen else ""
+    raw = bytes(view[SHAPES_OFFSET:SHAPES_OFFSET + n_outputs * SHAPE.size])
+    if known is not None and known[0] == raw:
+        shapes = known[1]
+    else:
+        shapes = []
+        for k in range(n_outputs):
+            rank, _, *dims = SHAPE.unpack_from(raw, k * SHAPE.size)
+            shapes.append(tuple(dims[:min(rank, MAX_DIMS)]))
+    return Reply(seq, status, message, shapes, t_dev, t_drv, bool(flags & REPLY_SHARED), raw)
 
 
 # ---- the doorbell ---------------------------------------------------------------------------------
