@@ -2,15 +2,23 @@
 the reference backend (and so with TFLite's reference kernels).
 
 How it stays exact and fast:
-- CONV_2D / FULLY_CONNECTED: int8 × int8 products are below 2^15, so for a reduction length K up
-  to 2^24 / max|product| every partial sum of a float32 GEMM is an exact integer: the GEMM runs
-  in BLAS sgemm (K split in chunks beyond that), the input zero point folded into the bias and
-  padded cells holding the zero point, so padding costs nothing. Then one fused pass: bias,
-  TFLite's MultiplyByQuantizedMultiplier (int64, branch-free), zero point, clamp, cast.
-- DEPTHWISE_CONV_2D: one fused native pass (taps, int32 accumulation, requantization,
-  activation), out-of-image taps skipped as TFLite skips them.
-- 8-bit element-wise operations (ADD, SUB, MUL, LOGISTIC, TANH, HARD_SWISH, RELU*, DEQUANTIZE):
-  a table of the reference kernel's result for every possible input, then one lookup pass.
+- CONV_2D / GROUPED_CONV_2D / FULLY_CONNECTED where the CPU has AVX-512 VNNI (vnni.py, gemm.py):
+  weights packed at plan time for ``vpdpbusd`` (u8 × s8 → int32, every sum exact and wrapping as
+  TFLite's int32 accumulator), zero points and the uint8/int8 shifts folded into a per-column bias
+  (and a per-row term for weight zero points), MR × 16·NR tiles in registers, TFLite's
+  requantization (SaturatingRoundingDoublingHighMul, rounding shift, zero point, clamp) fused into
+  each tile's epilogue on 16 lanes. A 1×1 stride-1 layer reads its NHWC input in place; others
+  gather their rows in bytes. Without VNNI: float32 BLAS sgemm (exact for 8-bit products in K
+  chunks below 2^24), then one fused requantization pass.
+- DEPTHWISE_CONV_2D (depthwise.py): 16 channels × a run of output pixels per call, taps unrolled in
+  vector registers (int16 tap pairs and ``vpdpwssd`` with VNNI), out-of-image taps reading the
+  zero point (folded into the bias), so the interior needs no bounds checks.
+- ADD, SUB, MUL: computed 16 lanes at a time as TFLite computes them, admitted per operation only
+  after matching the reference on all 65,536 input pairs; unary 8-bit operations (LOGISTIC, TANH,
+  HARD_SWISH, RELU*, DEQUANTIZE) and any binary one that is not admitted: a table of the reference
+  kernel's result for every possible input, then one lookup pass (64 bytes per step with VBMI).
+The vector kernels are LLVM IR written out as numba intrinsics (simd.py, vnni.py): numba's own
+loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
 Operations or forms it does not take (float, NCHW, non-constant filters, ...) fall back to the
 next backend of the preference order, ultimately the reference backend.
 
@@ -76,9 +84,12 @@ os.environ["NUMBA_CACHE_DIR"] = str(CACHE)
 numba.config.CACHE_DIR = str(CACHE)  # numba is imported: its config reads the variable no more
 
 from hal.backends import Backend, register_backend  # noqa: E402
+from hal.backends.numba_kernels import vnni as _vnni  # noqa: E402 - CPU features only, compiles nothing
 
 #: Bump when a kernel's results or plan data change meaning; the identity also hashes the sources.
-VERSION = "1"
+#: Plans packed for VNNI only run where it exists: the CPU's kind is part of the version, so a
+#: compilation cache entry never moves between the two kinds of machine.
+VERSION = "2-vnni" if _vnni.AVAILABLE else "2"
 
 #: The reference backend is part of what this one is: its table-driven kernels are tabulated by
 #: the reference kernels (lut.py), so an edit there changes this backend's identity too.

@@ -1,11 +1,12 @@
 """Quantized CONV_2D, GROUPED_CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED (NHWC, constant
 filter and bias). GROUPED_CONV_2D is one GEMM layer per group over its slice of the channels.
 
-CONV_2D / FULLY_CONNECTED: ``A @ W`` in float32 BLAS with A the (im2col'd) input values, shifted to
-[-128, 127] for uint8, and W the filter minus its zero point. Every product is an integer below
-2^15 and a chunk of K terms sums exactly in float32 while K·max|product| < 2^24; the constant part
-(zero points × filter sums) is folded into an int64 bias at plan time. DEPTHWISE_CONV_2D: one
-native pass, int32 accumulators per output pixel. Both finish with the same fused requantization.
+CONV_2D / FULLY_CONNECTED where the CPU has AVX-512 VNNI: exact int32 GEMM tiles with the
+requantization fused (gemm.py, ``IntGemm``). Elsewhere: ``A @ W`` in float32 BLAS with A the
+(im2col'd) input values, shifted to [-128, 127] for uint8, and W the filter minus its zero point.
+Every product is an integer below 2^15 and a chunk of K terms sums exactly in float32 while
+K·max|product| < 2^24; the constant part (zero points × filter sums) is folded into an int64 bias
+at plan time, then one fused requantization pass. DEPTHWISE_CONV_2D: depthwise.py.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numba
 import numpy as np
 
 from hal import quant
-from hal.backends.numba_kernels import BACKEND
+from hal.backends.numba_kernels import BACKEND, depthwise, gemm, vnni
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, multiply_right_shift, ro, rw
 from hal.operations.common import QPC, QS8, QU8, QUANT8
 from hal.operations.conv import BIAS, CONV, DW, FILTER, GROUPED, INPUT, ConvParams
@@ -53,27 +54,6 @@ class GemmData:
     out_w: int = 1
     #: every shift <= 0 and multiplier >= 0: the requantization's cheaper right-shift-only form
     right_only: bool = False
-
-
-@dataclass
-class DepthwiseData:
-    weights: np.ndarray  # [fh, fw, out_c] int32: filter minus its zero point
-    bias: np.ndarray  # [out_c] int32
-    input_zp: int
-    multiplier: int  # depth multiplier
-    multipliers: np.ndarray
-    shifts: np.ndarray
-    output_zp: int
-    act_min: int
-    act_max: int
-    stride_h: int
-    stride_w: int
-    dilation_h: int
-    dilation_w: int
-    pad_top: int
-    pad_left: int
-    out_h: int
-    out_w: int
 
 
 def supports(ctx: OperationContext) -> str | None:
@@ -117,6 +97,51 @@ def _right_only(multipliers: np.ndarray, shifts: np.ndarray) -> bool:
     return bool((shifts <= 0).all() and (multipliers >= 0).all())
 
 
+@dataclass
+class IntGemm:
+    """CONV_2D, GROUPED_CONV_2D or FULLY_CONNECTED on the VNNI GEMM: one plan per group, each over
+    its slice of the input channels and writing its slice of the output channels."""
+
+    groups: list  # gemm.GemmPlan per group
+    in_c: int
+    out_c: int
+    #: rows read in place from the NHWC input: a 1x1 stride-1 unpadded convolution (or a
+    #: FULLY_CONNECTED) whose per-group channel count is a multiple of 4
+    direct: bool
+    batch: int = 1  # FULLY_CONNECTED: rows of the [batch, input_size] input
+    filter_h: int = 1
+    filter_w: int = 1
+    stride_h: int = 1
+    stride_w: int = 1
+    dilation_h: int = 1
+    dilation_w: int = 1
+    pad_top: int = 0
+    pad_left: int = 0
+    out_h: int = 1
+    out_w: int = 1
+
+
+def _int_gemm(ctx: OperationContext, out_c: int, groups: int, geometry: dict | None, batch: int = 1) -> IntGemm:
+    x, w = ctx.input(INPUT), ctx.input(FILTER)
+    mult, shift, ozp, lo, hi = _requant(ctx, out_c)
+    bias = ctx.input(BIAS).value
+    wzp = 0 if w.type == QPC else w.zero_point
+    oc_g = out_c // groups
+    values = w.value.reshape(out_c, -1)  # [out_c, (fh, fw, in_c / groups)]: the im2col column order
+    plans = [gemm.make_plan(values[part].T, wzp, bias[part], x.dtype, x.zero_point, mult[part], shift[part], ozp,
+                            lo, hi)
+             for part in (slice(g * oc_g, (g + 1) * oc_g) for g in range(groups))]
+    in_c = values.shape[1] * groups if geometry is None else ctx.params.in_c
+    in_g = in_c // groups
+    if geometry is None:
+        return IntGemm(plans, in_c, out_c, in_g % gemm.KSTEP == 0, batch=batch)
+    p: ConvParams = ctx.params
+    one = p.rows.filter == p.cols.filter == p.rows.stride == p.cols.stride == 1
+    direct = one and p.rows.pad_head == p.cols.pad_head == 0 and (p.rows.out, p.cols.out) == tuple(x.shape[1:3]) \
+        and in_g % gemm.KSTEP == 0
+    return IntGemm(plans, in_c, out_c, direct, filter_h=p.rows.filter, filter_w=p.cols.filter, **geometry)
+
+
 def plan_conv(ctx: OperationContext):
     p: ConvParams = ctx.params
     w = ctx.input(FILTER).value
@@ -124,11 +149,9 @@ def plan_conv(ctx: OperationContext):
                        dilation_w=p.cols.dilation, pad_top=p.rows.pad_head, pad_left=p.cols.pad_head,
                        out_h=p.rows.out, out_w=p.cols.out)
     if p.depthwise:
-        wzp = 0 if ctx.input(FILTER).type == QPC else ctx.input(FILTER).zero_point
-        mult, shift, ozp, lo, hi = _requant(ctx, p.out_c)
-        return DepthwiseData(np.ascontiguousarray((w.astype(np.int32) - wzp).reshape(w.shape[1], w.shape[2], -1)),
-                             ctx.input(BIAS).value.astype(np.int32), ctx.input(INPUT).zero_point, p.multiplier,
-                             mult, shift, ozp, lo, hi, **mult_fields)
+        return depthwise.plan(ctx, *_requant(ctx, p.out_c), mult_fields)
+    if vnni.AVAILABLE:
+        return _int_gemm(ctx, p.out_c, 1, mult_fields)
     # [out_c, fh, fw, in_c] -> [fh*fw*in_c, out_c], rows in (fy, fx, c) order like the im2col columns
     d = _gemm_data(ctx, w.reshape(p.out_c, -1).T, p.out_c)
     d.filter_h, d.filter_w = p.rows.filter, p.cols.filter
@@ -146,8 +169,12 @@ class GroupedData:
     out_c: int
 
 
-def plan_grouped(ctx: OperationContext) -> GroupedData:
+def plan_grouped(ctx: OperationContext) -> GroupedData | IntGemm:
     p: ConvParams = ctx.params
+    if vnni.AVAILABLE:
+        return _int_gemm(ctx, p.out_c, p.groups, dict(
+            stride_h=p.rows.stride, stride_w=p.cols.stride, dilation_h=p.rows.dilation, dilation_w=p.cols.dilation,
+            pad_top=p.rows.pad_head, pad_left=p.cols.pad_head, out_h=p.rows.out, out_w=p.cols.out))
     w = ctx.input(FILTER).value  # [out_c, fh, fw, in_c / groups]
     mult, shift, ozp, lo, hi = _requant(ctx, p.out_c)
     oc_g = p.out_c // p.groups
@@ -164,8 +191,10 @@ def plan_grouped(ctx: OperationContext) -> GroupedData:
     return GroupedData(groups, p.in_c, p.out_c)
 
 
-def plan_fully_connected(ctx: OperationContext) -> GemmData:
+def plan_fully_connected(ctx: OperationContext) -> GemmData | IntGemm:
     p: FullyConnectedParams = ctx.params
+    if vnni.AVAILABLE:
+        return _int_gemm(ctx, p.num_units, 1, None, batch=p.batch)
     w = ctx.input(FILTER).value  # [num_units, input_size]
     d = _gemm_data(ctx, w.reshape(p.num_units, p.input_size).T, p.num_units)
     d.out_h = p.batch  # execute reads ctx.data only (a cached plan has no params): [batch, input_size]
@@ -237,41 +266,6 @@ def _requantize_right(acc, bias, mult, shift, out_zp, lo, hi, out):
             out[i, c] = clamp(r, lo, hi)
 
 
-_SIGS_DW = [numba.void(ro(t, 4), ro(np.int32, 3), ro(np.int32, 1), I64, I64, ro(np.int64, 1), ro(np.int64, 1),
-                       *[I64] * 9, rw(t, 4)) for t in Q8]
-
-
-@numba.njit(_SIGS_DW, cache=True, nogil=True)
-def _depthwise(x, w, bias, input_zp, depth_mult, mult, shift, out_zp, lo, hi, sh, sw, dh, dw, top, left, out):
-    n_b, h, width, c = x.shape
-    fh, fw, out_c = w.shape
-    out_h, out_w = out.shape[1], out.shape[2]
-    acc = np.empty(out_c, dtype=np.int32)
-    for n in range(n_b):
-        for oy in range(out_h):
-            for ox in range(out_w):
-                acc[:] = bias
-                for fy in range(fh):
-                    iy = oy * sh - top + fy * dh
-                    if iy < 0 or iy >= h:
-                        continue
-                    for fx in range(fw):
-                        ix = ox * sw - left + fx * dw
-                        if ix < 0 or ix >= width:
-                            continue
-                        if depth_mult == 1:
-                            for ch in range(c):
-                                acc[ch] += (np.int32(x[n, iy, ix, ch]) - np.int32(input_zp)) * w[fy, fx, ch]
-                        else:
-                            for ch in range(c):
-                                xv = np.int32(x[n, iy, ix, ch]) - np.int32(input_zp)
-                                for m in range(depth_mult):
-                                    acc[ch * depth_mult + m] += xv * w[fy, fx, ch * depth_mult + m]
-                for oc in range(out_c):
-                    v = multiply_by_quantized_multiplier(np.int64(acc[oc]), mult[oc], shift[oc]) + out_zp
-                    out[n, oy, ox, oc] = clamp(v, lo, hi)
-
-
 # ---- execute ----------------------------------------------------------------------------------
 
 def _gemm(d: GemmData, a: np.ndarray) -> np.ndarray:
@@ -285,21 +279,36 @@ def _finish(d: GemmData, acc: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return out
 
 
+def _run_int(d: IntGemm, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out`` (int8/uint8, [rows, out_c] in memory) from the contiguous NHWC ``x``."""
+    rows = out.size // d.out_c
+    ob = out.reshape(-1).view(np.uint8)
+    count = len(d.groups)
+    in_g, oc_g = d.in_c // count, d.out_c // count
+    for g, p in enumerate(d.groups):
+        if d.direct:
+            gemm.run(p, x.reshape(-1).view(np.uint8), g * in_g, d.in_c, rows, ob, g * oc_g, d.out_c)
+            continue
+        xs = x if count == 1 else np.ascontiguousarray(x[..., g * in_g:(g + 1) * in_g])
+        cols = gemm.gather(p, xs, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w,
+                           d.pad_top, d.pad_left, d.out_h, d.out_w)
+        gemm.run(p, cols.reshape(-1), 0, cols.shape[1], rows, ob, g * oc_g, d.out_c)
+    return out
+
+
 def execute_conv(ctx: OperationContext, inputs: list) -> list:
     d = ctx.data
     x = np.ascontiguousarray(inputs[INPUT])
     n = x.shape[0]
+    if isinstance(d, IntGemm):
+        return [_run_int(d, x, np.empty((n, d.out_h, d.out_w, d.out_c), dtype=x.dtype))]
     if isinstance(d, GroupedData):
         in_g = d.in_c // len(d.groups)
         parts = [_gemm_conv(g, np.ascontiguousarray(x[..., k * in_g:(k + 1) * in_g]))
                  for k, g in enumerate(d.groups)]
         return [np.concatenate(parts, axis=3)]
-    if isinstance(d, DepthwiseData):
-        out = np.empty((n, d.out_h, d.out_w, d.weights.shape[2]), dtype=x.dtype)
-        _depthwise(x, d.weights, d.bias, d.input_zp, d.multiplier, d.multipliers, d.shifts, d.output_zp,
-                   d.act_min, d.act_max, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w, d.pad_top,
-                   d.pad_left, out)
-        return [out]
+    if isinstance(d, depthwise.DepthwiseData):
+        return [depthwise.execute(d, x)]
     return [_gemm_conv(d, x)]
 
 
@@ -319,7 +328,10 @@ def _gemm_conv(d: GemmData, x: np.ndarray) -> np.ndarray:
 
 
 def execute_fully_connected(ctx: OperationContext, inputs: list) -> list:
-    d: GemmData = ctx.data
+    d = ctx.data
+    if isinstance(d, IntGemm):
+        x = np.ascontiguousarray(inputs[INPUT]).reshape(d.batch, 1, 1, d.in_c)
+        return [_run_int(d, x, np.empty((d.batch, d.out_c), dtype=x.dtype))]
     x = np.ascontiguousarray(inputs[INPUT]).reshape(d.out_h, d.weights.shape[0])
     a = np.empty(x.shape, dtype=np.float32)
     _to_float(x, d.shift0, a)

@@ -7,8 +7,12 @@ lookups. The result is the reference backend's (so TFLite's reference kernels') 
 whatever the arithmetic — the 64-bit requantization products that do not vectorise are paid once
 per plan, not per element.
 
-Binary: ADD, SUB, MUL (same 8-bit type in and out). Unary: LOGISTIC, TANH, HARD_SWISH, RELU,
-RELU1, RELU6 (8-bit in and out) and DEQUANTIZE (8-bit in, float32 out). Broadcasting: an input
+Binary: ADD, SUB, MUL (same 8-bit type in and out). These are also computed directly, 16 lanes at
+a time, with TFLite's integer arithmetic (simd.add_run / mul_run: three or one requantizations per
+element, several times faster than a lookup in a 64 KiB table); plan uses that kernel only after
+checking it against the table on all 65,536 input pairs, so it is exact by the same construction.
+Unary: LOGISTIC, TANH, HARD_SWISH, RELU, RELU1, RELU6 (8-bit in and out) and DEQUANTIZE (8-bit in,
+float32 out); an 8-bit table is looked up 64 bytes at a time where the CPU has AVX-512 VBMI. Broadcasting: an input
 shaped like a suffix of the output (a per-channel scale, a squeeze-excite gate) is read
 cyclically; any other broadcast is materialised first.
 """
@@ -21,8 +25,12 @@ import numba
 import numpy as np
 
 from hal import backends
-from hal.backends.numba_kernels import BACKEND
+from hal.backends.numba_kernels import BACKEND, vnni
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.simd import add_run, mul_run
+
+if vnni.VBMI:
+    from hal.backends.numba_kernels.vnni import lookup64
 from hal.operations.common import QUANT8
 from hal.registry import OperationContext, lookup
 from hal.types import OperationType as Op
@@ -33,8 +41,12 @@ UNARY = (Op.LOGISTIC, Op.TANH, Op.HARD_SWISH, Op.RELU, Op.RELU1, Op.RELU6, Op.DE
 
 @dataclass
 class TableData:
-    table: np.ndarray  # 256 (unary) or 65536 (binary, index a·256 + b over the raw bytes) entries
+    table: np.ndarray  # 256 (unary) or 65536 (binary, index a·256 + b over the raw bytes) entries; none
+    # (the output dtype only) when ``arith`` computes the binary operation
     shape: tuple[int, ...]  # output shape
+    #: Binary: simd.add_run / mul_run's int32 parameters, when they reproduce ``table`` (else None)
+    arith: np.ndarray | None = None
+    mul: bool = False
 
 
 def _grid(dtype: np.dtype, inputs: int) -> list[np.ndarray]:
@@ -62,7 +74,31 @@ def tabulate(ctx: OperationContext, inputs: int) -> np.ndarray:
 
 def plan(ctx: OperationContext) -> TableData:
     n = 2 if ctx.op_type in BINARY else 1
-    return TableData(tabulate(ctx, n), tuple(ctx.params.shape) if n == 2 else tuple(ctx.input(0).shape))
+    d = TableData(tabulate(ctx, n), tuple(ctx.params.shape) if n == 2 else tuple(ctx.input(0).shape))
+    if n == 2:
+        _plan_arith(ctx, d)
+    return d
+
+
+def _plan_arith(ctx: OperationContext, d: TableData) -> None:
+    """The direct kernel's parameters (the reference plan's, i.e. TFLite's OpData), kept only if it
+    gives ``d.table`` on every input pair."""
+    ref = backends.get(backends.REFERENCE).kernel(ctx.op_type).plan(ctx)
+    if ctx.op_type == Op.MUL:
+        shift = ref.output_shift
+        p = [ref.input1_offset, ref.input2_offset, ref.output_multiplier, max(shift, 0), max(-shift, 0), 0, 0, 0, 0]
+    else:
+        p = [ref.input1_offset, ref.input2_offset, ref.left_shift, ref.input1_multiplier, -ref.input1_shift,
+             ref.input2_multiplier, -ref.input2_shift, ref.output_multiplier, -ref.output_shift]
+    params = np.array(p + [ref.output_offset, ref.act_min, ref.act_max], dtype=np.int64)
+    if (np.abs(params) >= 1 << 31).any() or (params[[3, 5, 7] if ctx.op_type != Op.MUL else [2]] == -(1 << 31)).any():
+        return
+    params = params.astype(np.int32)
+    grid = _grid(d.table.dtype, 2)
+    got = np.empty(grid[0].size, dtype=d.table.dtype)
+    _arith(ctx.op_type == Op.MUL, grid[0], grid[0].size, grid[1], grid[1].size, params, got)
+    if np.array_equal(got, d.table):  # the 64 KiB table is then only its dtype (plans are cached)
+        d.arith, d.mul, d.table = params, ctx.op_type == Op.MUL, d.table[:0].copy()
 
 
 _Q8 = (np.int8, np.uint8)
@@ -77,6 +113,15 @@ def _lookup1(x, table, out):
         out[i] = table[x[i]]
 
 
+if vnni.VBMI:
+    @numba.njit(numba.void(ro(np.uint8, 1), ro(np.uint8, 1), rw(np.uint8, 1)), cache=True, nogil=True)
+    def _lookup_bytes(x, table, out):
+        """_lookup1 for an 8-bit table (raw bytes), 64 elements per step (vnni.lookup64)."""
+        n = x.shape[0]
+        for i in range(0, n, 64):
+            lookup64(x, i, table, out, i, n - i)
+
+
 @numba.njit(_BINARY_SIGS, cache=True, nogil=True)
 def _lookup2(a, period_a, b, period_b, table, out):
     # out is walked in blocks of the shorter period (which divides the longer): no division per element
@@ -85,6 +130,22 @@ def _lookup2(a, period_a, b, period_b, table, out):
         ia, ib = start % period_a, start % period_b
         for j in range(block):
             out[start + j] = table[(np.int64(a[ia + j]) << 8) | np.int64(b[ib + j])]
+
+
+_ARITH_SIGS = [numba.void(numba.boolean, ro(t, 1), numba.int64, ro(t, 1), numba.int64, ro(np.int32, 1), rw(t, 1))
+               for t in _Q8]
+
+
+@numba.njit(_ARITH_SIGS, cache=True, nogil=True)
+def _arith(mul, a, period_a, b, period_b, params, out):
+    """The binary operation computed, in blocks like ``_lookup2``'s."""
+    block = min(period_a, period_b)
+    for start in range(0, out.shape[0], block):
+        ia, ib = start % period_a, start % period_b
+        if mul:
+            mul_run(a, ia, b, ib, params, out, start, block)
+        else:
+            add_run(a, ia, b, ib, params, out, start, block)
 
 
 def _operand(x: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
@@ -103,10 +164,17 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     d: TableData = ctx.data
     out = np.empty(d.shape, dtype=d.table.dtype)
     if len(d.table) == 256:
-        _lookup1(np.ascontiguousarray(inputs[0]).reshape(-1).view(np.uint8), d.table, out.reshape(-1))
+        x = np.ascontiguousarray(inputs[0]).reshape(-1).view(np.uint8)
+        if vnni.VBMI and d.table.itemsize == 1:
+            _lookup_bytes(x, d.table.view(np.uint8), out.reshape(-1).view(np.uint8))
+        else:
+            _lookup1(x, d.table, out.reshape(-1))
     else:
         (a, pa), (b, pb) = _operand(inputs[0], d.shape), _operand(inputs[1], d.shape)
-        _lookup2(a, pa, b, pb, d.table, out.reshape(-1))
+        if d.arith is not None:
+            _arith(d.mul, a.view(out.dtype), pa, b.view(out.dtype), pb, d.arith, out.reshape(-1))
+        else:
+            _lookup2(a, pa, b, pb, d.table, out.reshape(-1))
     return [out]
 
 

@@ -1,0 +1,199 @@
+"""Quantized DEPTHWISE_CONV_2D (NHWC, constant filter and bias), bit-exact with the reference.
+
+Depth multiplier 1 with a 3x3 or 5x5 filter (MobileNet's, EfficientNet's): ``simd.dw_run_*``, 16
+channels of a run of output pixels per call, the taps unrolled in vector registers, int32 sums
+(int16 tap pairs and ``vpdpwssd`` where the CPU has AVX-512 VNNI), TFLite's requantization on the
+16 lanes. Other forms: one scalar native pass (``_depthwise``). Both skip out-of-image taps as
+TFLite does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from hal.backends.numba_kernels import vnni
+from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, ro, rw
+from hal.backends.numba_kernels.simd import dw_run_3x3, dw_run_5x5
+from hal.operations.common import QPC
+from hal.operations.conv import BIAS, FILTER, INPUT, ConvParams
+from hal.registry import OperationContext
+
+I64 = numba.int64
+Q8 = (np.int8, np.uint8)
+
+
+@dataclass
+class DepthwiseData:
+    weights: np.ndarray  # [fh, fw, out_c] int32: filter minus its zero point
+    bias: np.ndarray  # [out_c] int32
+    input_zp: int
+    multiplier: int  # depth multiplier
+    multipliers: np.ndarray
+    shifts: np.ndarray
+    output_zp: int
+    act_min: int
+    act_max: int
+    stride_h: int
+    stride_w: int
+    dilation_h: int
+    dilation_w: int
+    pad_top: int
+    pad_left: int
+    out_h: int
+    out_w: int
+    #: For simd.dw_pixel_* (depth multiplier 1, 3x3 or 5x5 filter), padded to a multiple of 16
+    #: channels: weights [fh·fw·cp], bias, multiplier, left shift, right shift (int32). Else None.
+    lanes: tuple | None = None
+
+
+def _lanes(w: np.ndarray, bias: np.ndarray, input_zp: int, mult: np.ndarray, shift: np.ndarray) -> tuple:
+    """simd.dw_run's arrays. Its out-of-image taps read the input zero point, so the bias holds
+    bias − zp·Σw over every tap (mod 2^32, as the int32 accumulator) and each tap adds x·w. The
+    weights (filter minus its zero point: within ±255) are int16 tap pairs where the CPU has
+    AVX-512 VNNI, else int32 per tap."""
+    fh, fw, c = w.shape
+    cp = -(-c // 16) * 16
+    mult = np.asarray(mult, dtype=np.int64)
+    assert ((mult >= 0) & (mult < 1 << 31)).all(), "QuantizeMultiplier's range (simd.requantize_lanes relies on it)"
+    folded = bias.astype(np.int64) - input_zp * w.reshape(-1, c).astype(np.int64).sum(axis=0)
+    bias = ((folded + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+    def pad(v):
+        out = np.zeros(v.shape[:-1] + (cp,), dtype=np.int32)
+        out[..., :c] = v
+        return out
+    shift = np.asarray(shift, dtype=np.int64)
+    taps = pad(w).reshape(fh * fw, cp)
+    if vnni.AVAILABLE:  # pairs of taps interleaved per channel: [pair, channel, 2] int16
+        pairs = np.zeros(((fh * fw + 1) // 2, cp, 2), dtype=np.int16)
+        pairs[:, :, 0] = taps[0::2]
+        pairs[:fh * fw // 2, :, 1] = taps[1::2]
+        packed = pairs.reshape(-1)
+    else:
+        packed = taps.reshape(-1)
+    return (packed, pad(bias), pad(mult), pad(np.maximum(shift, 0)),
+            pad(np.maximum(-shift, 0)))
+
+
+def plan(ctx: OperationContext, mult: np.ndarray, shift: np.ndarray, ozp: int, lo: int, hi: int,
+         geometry: dict) -> DepthwiseData:
+    p: ConvParams = ctx.params
+    w = ctx.input(FILTER).value  # [1, fh, fw, out_c]
+    wzp = 0 if ctx.input(FILTER).type == QPC else ctx.input(FILTER).zero_point
+    weights = np.ascontiguousarray((w.astype(np.int32) - wzp).reshape(w.shape[1], w.shape[2], -1))
+    bias = ctx.input(BIAS).value.astype(np.int32)
+    x_zp = ctx.input(INPUT).zero_point
+    vector = p.multiplier == 1 and w.shape[1] == w.shape[2] and w.shape[1] in (3, 5)
+    return DepthwiseData(weights, bias, x_zp, p.multiplier, mult, shift, ozp, lo, hi, **geometry,
+                         lanes=_lanes(weights, bias, x_zp, mult, shift) if vector else None)
+
+
+def execute(d: DepthwiseData, x: np.ndarray) -> np.ndarray:
+    """``x``: contiguous NHWC."""
+    n = x.shape[0]
+    out = np.empty((n, d.out_h, d.out_w, d.weights.shape[2]), dtype=x.dtype)
+    if d.lanes is not None:
+        fh, fw, _ = d.weights.shape
+        _depthwise_pixels(x.reshape(-1), *d.lanes, n, x.shape[1], x.shape[2], x.shape[3], fh, fw, d.input_zp,
+                          d.output_zp, d.act_min, d.act_max, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w,
+                          d.pad_top, d.pad_left, d.out_h, d.out_w, out.reshape(-1))
+    else:
+        _depthwise(x, d.weights, d.bias, d.input_zp, d.multiplier, d.multipliers, d.shifts, d.output_zp,
+                   d.act_min, d.act_max, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w, d.pad_top,
+                   d.pad_left, out)
+    return out
+
+
+_SIGS_DW = [numba.void(ro(t, 4), ro(np.int32, 3), ro(np.int32, 1), I64, I64, ro(np.int64, 1), ro(np.int64, 1),
+                       *[I64] * 9, rw(t, 4)) for t in Q8]
+
+
+@numba.njit(_SIGS_DW, cache=True, nogil=True)
+def _depthwise(x, w, bias, input_zp, depth_mult, mult, shift, out_zp, lo, hi, sh, sw, dh, dw, top, left, out):
+    n_b, h, width, c = x.shape
+    fh, fw, out_c = w.shape
+    out_h, out_w = out.shape[1], out.shape[2]
+    acc = np.empty(out_c, dtype=np.int32)
+    for n in range(n_b):
+        for oy in range(out_h):
+            for ox in range(out_w):
+                acc[:] = bias
+                for fy in range(fh):
+                    iy = oy * sh - top + fy * dh
+                    if iy < 0 or iy >= h:
+                        continue
+                    for fx in range(fw):
+                        ix = ox * sw - left + fx * dw
+                        if ix < 0 or ix >= width:
+                            continue
+                        if depth_mult == 1:
+                            for ch in range(c):
+                                acc[ch] += (np.int32(x[n, iy, ix, ch]) - np.int32(input_zp)) * w[fy, fx, ch]
+                        else:
+                            for ch in range(c):
+                                xv = np.int32(x[n, iy, ix, ch]) - np.int32(input_zp)
+                                for m in range(depth_mult):
+                                    acc[ch * depth_mult + m] += xv * w[fy, fx, ch * depth_mult + m]
+                for oc in range(out_c):
+                    v = multiply_by_quantized_multiplier(np.int64(acc[oc]), mult[oc], shift[oc]) + out_zp
+                    out[n, oy, ox, oc] = clamp(v, lo, hi)
+
+
+#: int32 weights: one multiply per tap; int16 weights (VNNI): taps in pairs, one vpdpwssd each.
+_SIGS_DW_PIXELS = [numba.void(ro(t, 1), ro(wt, 1), ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1),
+                              ro(np.int32, 1), *[I64] * 18, rw(t, 1))
+                   for t in Q8 for wt in ((np.int32, np.int16) if vnni.AVAILABLE else (np.int32,))]
+
+
+@numba.njit(_SIGS_DW_PIXELS, cache=True, nogil=True)
+def _depthwise_pixels(x, w, bias, mult, left, right, n_b, h, width, c, fh, fw, input_zp, out_zp, lo, hi, sh, sw, dh,
+                      dw, top, left_pad, out_h, out_w, out):
+    """DEPTHWISE_CONV_2D with depth multiplier 1 and a 3x3 or 5x5 filter (flat NHWC ``x`` and
+    ``out``; ``_lanes``' padded weights and per-channel arrays): per output row, the columns whose
+    taps are all inside the image in one ``simd.dw_run_*`` call per 16 channels, the border
+    columns one by one with their tap masks (the row's bits and the column's)."""
+    cp = bias.shape[0]
+    col_bits = np.zeros(out_w, dtype=np.int64)
+    all_cols = np.int64(0)
+    for fx in range(fw):
+        for fy in range(fh):
+            all_cols |= np.int64(1) << (fy * fw + fx)
+    inner_lo, inner_hi = out_w, out_w
+    for ox in range(out_w):
+        for fx in range(fw):
+            ix = ox * sw - left_pad + fx * dw
+            if 0 <= ix < width:
+                for fy in range(fh):
+                    col_bits[ox] |= np.int64(1) << (fy * fw + fx)
+        if col_bits[ox] == all_cols:
+            if inner_lo == out_w:
+                inner_lo = ox
+            inner_hi = ox + 1
+    row_step, col_step, x_step = dh * width * c, dw * c, sw * c
+    for n in range(n_b):
+        for oy in range(out_h):
+            row_bits = np.int64(0)
+            for fy in range(fh):
+                iy = oy * sh - top + fy * dh
+                if 0 <= iy < h:
+                    for fx in range(fw):
+                        row_bits |= np.int64(1) << (fy * fw + fx)
+            base = (n * h + oy * sh - top) * width
+            o_row = (n * out_h + oy) * out_w
+            ox = 0
+            while ox < out_w:
+                npix = inner_hi - ox if ox == inner_lo else 1
+                valid = row_bits & col_bits[ox]
+                x_off = (base + ox * sw - left_pad) * c
+                o_off = (o_row + ox) * c
+                if fh == 3:
+                    for ch in range(0, c, 16):
+                        dw_run_3x3(x, x_off, x_step, row_step, col_step, valid, input_zp, w, cp, bias, mult, left,
+                                   right, ch, out_zp, lo, hi, out, o_off, c, c - ch, npix)
+                else:
+                    for ch in range(0, c, 16):
+                        dw_run_5x5(x, x_off, x_step, row_step, col_step, valid, input_zp, w, cp, bias, mult, left,
+                                   right, ch, out_zp, lo, hi, out, o_off, c, c - ch, npix)
+                ox += npix

@@ -1,0 +1,270 @@
+"""Quantized GEMM layers on the integer units: packed weights, VNNI tiles, fused requantization.
+
+``C[m, n] = Σ_k (x[m, k] − zx) · (w[k, n] − zw[n])`` is what TFLite's CONV_2D / FULLY_CONNECTED
+accumulate in int32 before adding the bias and requantizing. Here the tiles of ``vnni.py`` compute
+``D = Σ_k A·W'`` with ``A = x XOR a_xor`` (unsigned) and ``W' = w XOR w_xor`` (signed), i.e.
+``x = A + ca`` and ``w = W' + cw`` with ``ca = −128`` for int8 activations (else 0) and ``cw = 128``
+for uint8 weights (else 0). Expanding,
+``C = D + (cw − zw)·ΣA + (ca − zx)·ΣW' + K·(ca − zx)·(cw − zw)``:
+the last two terms are per column (folded into the bias at plan time), the second is per row and
+only exists where ``zw ≠ cw`` (uint8 or per-tensor weights with another zero point). Sums wrap
+modulo 2^32 like TFLite's int32 accumulator, so the whole identity holds in int32.
+
+Each tile's int32 sums are requantized while still in cache (bias, row term,
+MultiplyByQuantizedMultiplier, output zero point, activation clamp, one byte out), so no int32
+or float matrix ever reaches memory. A 1×1 convolution with stride 1 (and a FULLY_CONNECTED) reads
+its NHWC input in place when K is a multiple of 4; other shapes gather their rows in bytes first.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from hal import backends
+from hal.backends.numba_kernels import vnni
+from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.simd import copy_bytes
+
+PANEL, KSTEP = vnni.PANEL, vnni.KSTEP
+XOR80 = 0x80808080
+
+
+@dataclass
+class GemmPlan:
+    """One quantized GEMM (a CONV_2D or a group of a GROUPED_CONV_2D, or a FULLY_CONNECTED)."""
+
+    packed: np.ndarray  # int8 [panels · kq · 64]: panel p, block q = 16 columns × 4 k (k fastest)
+    bias: np.ndarray  # int32 per column: bias + (ca − zx)·ΣW' + K·(ca − zx)·(cw − zw), wrapped
+    row_coef: int  # cw − zw: multiplies each row's ΣA (0: no row term)
+    a_xor: int  # 0x80808080 for int8 activations, 0 for uint8
+    pad_byte: int  # the input zero point's byte: padded cells contribute nothing
+    k: int
+    n: int
+    multipliers: np.ndarray  # int32 per column (the QuantizeMultiplier M0)
+    left: np.ndarray  # int32 per column: max(shift, 0)
+    right: np.ndarray  # int32 per column: max(-shift, 0)
+    output_zp: int
+    act_min: int
+    act_max: int
+
+    @property
+    def kq(self) -> int:
+        return -(-self.k // KSTEP)
+
+    @property
+    def panels(self) -> int:
+        return -(-self.n // PANEL)
+
+
+def _wrap32(v: np.ndarray) -> np.ndarray:
+    return ((v.astype(np.int64) + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
+def make_plan(w2d: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x_zp: int,
+              multipliers: np.ndarray, shifts: np.ndarray, output_zp: int, lo: int, hi: int) -> GemmPlan:
+    """``w2d``: [K, N] stored filter values (int8 or uint8); ``w_zp``: its zero point (0 for
+    per-channel filters, which NNAPI makes symmetric)."""
+    k, n = w2d.shape
+    w_unsigned = w2d.dtype == np.uint8
+    signed = (w2d.view(np.uint8) ^ 0x80).view(np.int8) if w_unsigned else w2d.view(np.int8)
+    ca = -128 if np.dtype(x_dtype) == np.int8 else 0
+    cw = 128 if w_unsigned else 0
+    zw0 = int(w_zp)
+    kq, panels = -(-k // KSTEP), -(-n // PANEL)
+    wpad = np.zeros((kq * KSTEP, panels * PANEL), dtype=np.int8)
+    wpad[:k, :n] = signed
+    packed = wpad.reshape(kq, KSTEP, panels, PANEL).transpose(2, 0, 3, 1)  # [panel, q, column, k]
+    colsum = signed.astype(np.int64).sum(axis=0)
+    folded = bias.astype(np.int64) + (ca - x_zp) * colsum + k * (ca - x_zp) * (cw - zw0)
+    shifts = np.asarray(shifts, dtype=np.int64)
+    multipliers = np.asarray(multipliers, dtype=np.int64)
+    assert ((multipliers >= 0) & (multipliers < 1 << 31)).all(), "QuantizeMultiplier's range (simd relies on it)"
+
+    def per_column(v):  # padded to whole panels: the tiles load 16 columns at a time
+        out = np.zeros(panels * PANEL, dtype=np.int32)
+        out[:n] = v
+        return out
+    return GemmPlan(np.ascontiguousarray(packed).reshape(-1), per_column(_wrap32(folded)), cw - zw0,
+                    XOR80 if ca else 0, x_zp & 0xFF, k, n, per_column(multipliers),
+                    per_column(np.maximum(shifts, 0)), per_column(np.maximum(-shifts, 0)), output_zp, lo, hi)
+
+
+# ---- native kernels ---------------------------------------------------------------------------
+
+I64 = numba.int64
+_SIG_GEMM = numba.void(ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64, I64, ro(np.int32, 1), I64,
+                       ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64, rw(np.uint8, 1), I64, I64,
+                       I64, I64)
+
+
+if vnni.AVAILABLE:
+    from hal.backends.numba_kernels.vnni import (
+        tile_1x1,
+        tile_1x2,
+        tile_1x3,
+        tile_1x4,
+        tile_6x4,
+        tile_8x1,
+        tile_8x2,
+        tile_8x3,
+    )
+
+    @numba.njit(_SIG_GEMM, cache=True, nogil=True)
+    def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right, out_zp, lo, hi, out,
+                   o_off, ldo, r0, r1):
+        """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
+        ``a`` (``4·kq`` bytes at ``a_off + m·lda``). ``rows``: the matrix's row count (a partial
+        tile repeats its last row, never reads past it)."""
+        panels = (n + 15) // 16
+        pstride = kq * 64
+        xb = a_xor & 0xFF
+        corr = np.zeros(r1 - r0 + 8, dtype=np.int32)  # + 8: the rows a partial tile computes and drops
+        if row_coef != 0:
+            for m in range(r0, r1):
+                s = np.int32(0)
+                base = a_off + m * lda
+                for kk in range(4 * kq):
+                    s += np.int32(a[base + kk] ^ xb)
+                corr[m - r0] = np.int32(np.int64(s) * row_coef)  # int32 wrap, as the accumulator
+        for p0 in range(0, panels, 4):
+            nr = min(4, panels - p0)
+            mr = 6 if nr == 4 else 8
+            c0 = p0 * 16
+            nc = n - c0
+            w_off = p0 * pstride
+            i = r0
+            while i < r1:
+                left_rows = r1 - i
+                one = left_rows <= mr // 2  # a short tail: single rows waste nothing
+                rv = 1 if one else min(mr, left_rows)
+                off = a_off + i * lda
+                last = rows - i
+                co = i - r0
+                oo = o_off + i * ldo
+                if one:
+                    if nr == 4:
+                        tile_1x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                    elif nr == 3:
+                        tile_1x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                    elif nr == 2:
+                        tile_1x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                    else:
+                        tile_1x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                elif nr == 4:
+                    tile_6x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                elif nr == 3:
+                    tile_8x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                elif nr == 2:
+                    tile_8x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                else:
+                    tile_8x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                i += rv
+
+
+_SIG_GATHER = numba.void(ro(np.uint8, 1), *[I64] * 16, rw(np.uint8, 1))
+
+
+@numba.njit(inline="always")
+def _fill(dst, at, value, count):
+    """dst[at:at + count] = value, indexed unsigned: numba guards signed indexes against negative
+    wrap-around, which costs more than the fill of a few bytes."""
+    a = np.uint64(at)
+    j = np.uint64(0)
+    while j < count:
+        dst[a + j] = value
+        j += np.uint64(1)
+
+
+@numba.njit(_SIG_GATHER, cache=True, nogil=True)
+def _gather_rows(x, n_b, h, w, c, pad_byte, k_pad_byte, fh, fw, sh, sw, dh, dw, top, left, out_h, out_w, cols):
+    """The im2col rows (flat, ``lda`` = len(cols) / rows bytes each): row (n, oy, ox), column
+    (fy, fx, c) = x[n, iy, ix, c] (flat NHWC bytes), the zero point's byte outside the image, and
+    ``k_pad_byte`` (A = 0) in the columns past K. With dilation 1 the fw taps of a filter row
+    inside the image are one contiguous run of the input."""
+    k = fh * fw * c
+    rows = n_b * out_h * out_w
+    lda = cols.shape[0] // max(rows, 1)
+    run = fw * c
+    pad = np.uint8(pad_byte)
+    row = 0
+    for n in range(n_b):
+        for oy in range(out_h):
+            for ox in range(out_w):
+                dst = row * lda
+                ix0 = ox * sw - left
+                inside = dw == 1 and ix0 >= 0 and ix0 + fw <= w
+                for fy in range(fh):
+                    iy = oy * sh - top + fy * dh
+                    col = dst + fy * run
+                    if iy < 0 or iy >= h:
+                        _fill(cols, col, pad, run)
+                    elif inside:
+                        copy_bytes(cols, col, x, ((n * h + iy) * w + ix0) * c, run)
+                    else:
+                        for fx in range(fw):
+                            ix = ix0 + fx * dw
+                            if 0 <= ix < w:
+                                copy_bytes(cols, col + fx * c, x, ((n * h + iy) * w + ix) * c, c)
+                            else:
+                                _fill(cols, col + fx * c, pad, c)
+                _fill(cols, dst + k, np.uint8(k_pad_byte), lda - k)
+                row += 1
+
+
+# ---- execution --------------------------------------------------------------------------------
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+#: Below this many multiply-accumulates a layer runs on the calling thread: a hand-off costs more.
+PARALLEL_MACS = 2_000_000
+
+
+def _workers(threads: int) -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < threads:  # noqa: SLF001 - its size, read only
+            _pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="nnhal-numba")
+        return _pool
+
+
+def run(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.ndarray, o_off: int = 0,
+        ldo: int | None = None) -> None:
+    """Row m of the result (n bytes at ``out[o_off + m·ldo]``, ``out`` a flat uint8 view of the
+    int8/uint8 output) from row m of ``a`` (``lda`` apart from ``a_off`` in a flat uint8 view).
+    The rows are split over ``hal.backends.compute_threads()`` threads (the kernels release the
+    GIL); 1 thread unless ``--threads`` says otherwise."""
+    args = (a, a_off, lda, rows, p.a_xor, p.packed, p.kq, p.n, p.bias, p.row_coef, p.multipliers, p.left, p.right,
+            p.output_zp, p.act_min, p.act_max, out, o_off, p.n if ldo is None else ldo)
+    threads = backends.compute_threads() or 1
+    if threads > 1 and rows * p.k * p.n >= PARALLEL_MACS:
+        per_thread = -(-rows // threads)
+        step = -(-per_thread // 8) * 8  # a multiple of 8 rows: whole tiles per thread
+        parts = [(r, min(rows, r + step)) for r in range(0, rows, step)]
+        futures = [_workers(threads).submit(_gemm_rows, *args, r0, r1) for r0, r1 in parts[1:]]
+        _gemm_rows(*args, *parts[0])
+        for f in futures:
+            f.result()
+    else:
+        _gemm_rows(*args, 0, rows)
+
+
+def gather(p: GemmPlan, x: np.ndarray, fh: int, fw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int,
+           out_h: int, out_w: int) -> np.ndarray:
+    """The im2col rows of ``x`` in bytes, each ``4·kq`` long (a 2-D uint8 array)."""
+    n_b, h, w, c = x.shape
+    cols = np.empty((n_b * out_h * out_w, p.kq * KSTEP), dtype=np.uint8)
+    _gather_rows(x.reshape(-1).view(np.uint8), n_b, h, w, c, p.pad_byte, p.a_xor & 0xFF, fh, fw, sh, sw, dh, dw,
+                 top, left, out_h, out_w, cols.reshape(-1))
+    return cols

@@ -1,0 +1,293 @@
+"""16-lane integer kernels written as LLVM vector IR (numba intrinsics), for loops that numba's
+code does not vectorise on its own: the ones over a few dozen channels, where LLVM's vectoriser
+leaves the whole row to its scalar remainder, and the ones whose indexes numba guards against
+negative wrap-around.
+
+Generic LLVM vector operations and masked loads/stores, valid on every CPU (LLVM splits the lanes
+into whatever registers the machine has); the one target instruction, ``vpdpwssd`` for int16
+depthwise weights, is only compiled where the CPU has AVX-512 VNNI (depthwise.py's signatures).
+
+- ``requantize_lanes``: TFLite's MultiplyByQuantizedMultiplier, output zero point and clamp on 16
+  int32 lanes (shared with the VNNI GEMM's epilogue).
+- ``dw_run_3x3`` / ``dw_run_5x5``: a run of DEPTHWISE_CONV_2D output pixels for 16 channels:
+  weights in registers, every tap unrolled and branch-free (masked loads), the requantization,
+  one masked store per pixel.
+- ``copy_bytes``: short byte runs (im2col rows) as 64-byte masked moves.
+- ``add_run`` / ``mul_run``: 8-bit ADD/SUB and MUL computed as TFLite computes them (lut.py checks
+  them against the reference's table over every input pair before using them).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+LANES = 16
+
+
+def splat(builder, value, vec_type):
+    undef = ir.Constant(vec_type, ir.Undefined)
+    mask = ir.Constant(ir.VectorType(ir.IntType(32), vec_type.count), [0] * vec_type.count)
+    return builder.shuffle_vector(builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef, mask)
+
+
+def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi):
+    """TFLite's MultiplyByQuantizedMultiplier on 16 int32 lanes (per-lane multiplier, left and
+    right shift), then the output zero point and the activation clamp: the same integer steps as
+    fixedpoint.multiply_by_quantized_multiplier, as vector instructions."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    v32 = ir.VectorType(i32, LANES)
+    c32 = lambda k: ir.Constant(v32, [k] * LANES)  # noqa: E731
+    x = builder.shl(acc, left)  # int32 wrap-around, as TFLite's shift of an int32
+    # SaturatingRoundingDoublingHighMul: (x·m + nudge) / 2^31 truncated toward zero, nudge 2^30 for
+    # a product >= 0 and 1 − 2^30 below, is (x·m + 2^30) >> 31 for every product (for x·m < 0 the
+    # truncating division adds 2^31 − 1 before the shift). Its one saturating case, x = m =
+    # INT32_MIN, cannot occur: QuantizeMultiplier's multipliers are in [0, 2^31) (checked at plan).
+    # Even and odd lanes as two 8 × 64-bit products of sign-extended halves (one pmuldq each, no
+    # widening shuffles); the even lanes' result is the low half of (p + 2^30) >> 31, the odd
+    # lanes' the high half of (p + 2^30) << 1.
+    half = ir.VectorType(i64, LANES // 2)
+    c_half = lambda k: ir.Constant(half, [k] * (LANES // 2))  # noqa: E731
+    xq, mq = builder.bitcast(x, half), builder.bitcast(mult, half)
+    even = builder.mul(builder.ashr(builder.shl(xq, c_half(32)), c_half(32)),
+                       builder.ashr(builder.shl(mq, c_half(32)), c_half(32)))
+    odd = builder.mul(builder.ashr(xq, c_half(32)), builder.ashr(mq, c_half(32)))
+    even = builder.bitcast(builder.lshr(builder.add(even, c_half(1 << 30)), c_half(31)), v32)
+    odd = builder.bitcast(builder.shl(builder.add(odd, c_half(1 << 30)), c_half(1)), v32)
+    high = builder.shuffle_vector(even, odd, ir.Constant(v32, [k + LANES * (k % 2) for k in range(LANES)]))
+    # RoundingDivideByPOT (round half away from zero) by e = right: for e >= 1, with h' = h − 1 for
+    # a negative h (h > INT32_MIN here, so no overflow), it is (h' >> e) + bit e−1 of h' (a negative
+    # h's exact half then rounds down, any other remainder as for h >= 0); e = 0 leaves h as is.
+    shifting = builder.icmp_signed(">", right, c32(0))
+    adjusted = builder.add(high, builder.select(shifting, builder.ashr(high, c32(31)), c32(0)))
+    half_bit = builder.and_(builder.ashr(adjusted, builder.sub(right, builder.zext(shifting, v32))), c32(1))
+    rounded = builder.add(builder.ashr(adjusted, right), builder.select(shifting, half_bit, c32(0)))
+    v = builder.add(rounded, zp)  # RoundingDivideByPOT + the output zero point
+    v = builder.select(builder.icmp_signed("<", v, lo), lo, v)
+    return builder.select(builder.icmp_signed(">", v, hi), hi, v)
+
+
+def masked_load(builder, ptr, vec_type, keep, passthru):
+    """Lanes ``keep`` of the vector at ``ptr`` (the others ``passthru``'s), touching no memory of
+    the lanes not kept (a masked-off load never faults)."""
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vec_type, [vec_type.as_pointer(), ir.IntType(32), keep.type, vec_type]),
+        f"llvm.masked.load.v{vec_type.count}i{vec_type.element.width}.p0")
+    return builder.call(fn, [builder.bitcast(ptr, vec_type.as_pointer()), ir.Constant(ir.IntType(32), 1), keep,
+                             passthru])
+
+
+def masked_store(builder, value, ptr, keep):
+    vec_type = value.type
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [vec_type, vec_type.as_pointer(), ir.IntType(32), keep.type]),
+        f"llvm.masked.store.v{vec_type.count}i{vec_type.element.width}.p0")
+    builder.call(fn, [value, builder.bitcast(ptr, vec_type.as_pointer()), ir.Constant(ir.IntType(32), 1), keep])
+
+
+def _data(context, builder, array_type, value, element):
+    return builder.bitcast(context.make_array(array_type)(context, builder, value).data, element.as_pointer())
+
+
+def _dw_run(fh: int, fw: int):
+    """The ``fh`` × ``fw`` depthwise intrinsic (taps unrolled, no branch): see ``dw_run_3x3``."""
+    @intrinsic
+    def dw_run(typingctx, x, x_off, x_step, row_step, col_step, valid, zp, w, tap_step, bias, mult, left, right, ch,
+               out_zp, lo, hi, out, o_off, o_step, count, npix):
+        sig = types.void(x, x_off, x_step, row_step, col_step, valid, zp, w, tap_step, bias, mult, left, right, ch,
+                         out_zp, lo, hi, out, o_off, o_step, count, npix)
+        signed = x.dtype == types.int8
+        paired = w.dtype == types.int16  # taps in pairs, one vpdpwssd each (AVX-512 VNNI only)
+
+        def codegen(context, builder, signature, args):
+            (x_arr, x_off_v, x_step_v, row_v, col_v, valid_v, zp_v, w_arr, tap_v, bias_arr, mult_arr, left_arr,
+             right_arr, ch_v, ozp_v, lo_v, hi_v, out_arr, o_off_v, o_step_v, count_v, npix_v) = args
+            i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+            v32, v8, vbit = ir.VectorType(i32, LANES), ir.VectorType(i8, LANES), ir.VectorType(i1, LANES)
+            sa = signature.args
+            x_ptr = _data(context, builder, sa[0], x_arr, i8)
+            w_ptr = _data(context, builder, sa[7], w_arr, i32)
+            o_ptr = _data(context, builder, sa[17], out_arr, i8)
+            lanes = ir.Constant(v32, list(range(LANES)))
+            keep = builder.icmp_signed("<", lanes, splat(builder, builder.trunc(count_v, i32), v32))
+
+            def column_vector(k, arr):
+                base = _data(context, builder, sa[k], arr, i32)
+                return builder.load(builder.bitcast(builder.gep(base, [ch_v]), v32.as_pointer()), align=4)
+            bias = column_vector(9, bias_arr)
+            mult, left, right = column_vector(10, mult_arr), column_vector(11, left_arr), column_vector(12, right_arr)
+            ozp, lo, hi = (splat(builder, builder.trunc(v, i32), v32) for v in (ozp_v, lo_v, hi_v))
+            zp8 = splat(builder, builder.trunc(zp_v, i8), v8)  # masked-off lanes read as the zero point
+            x_base = builder.add(x_off_v, ch_v)
+            taps = []
+            for fy in range(fh):
+                for fx in range(fw):
+                    t = fy * fw + fx
+                    on = builder.trunc(builder.lshr(valid_v, ir.Constant(i64, t)), i1)
+                    off = builder.add(builder.mul(ir.Constant(i64, fy), row_v),
+                                      builder.mul(ir.Constant(i64, fx), col_v))
+                    taps.append((builder.and_(keep, splat(builder, on, vbit)), off))
+            if paired:  # int16 weights, pair p = taps 2p and 2p + 1 interleaved per channel
+                w16 = builder.bitcast(w_ptr, ir.IntType(16).as_pointer())
+                weights = [builder.load(builder.bitcast(builder.gep(w16, [builder.mul(
+                    builder.add(ch_v, builder.mul(ir.Constant(i64, q), tap_v)), ir.Constant(i64, 2))]),
+                    v32.as_pointer()), align=2) for q in range((len(taps) + 1) // 2)]
+                dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v32, [v32, v32, v32]),
+                                                     "llvm.x86.avx512.vpdpwssd.512")
+            else:
+                weights = [builder.load(builder.bitcast(
+                    builder.gep(w_ptr, [builder.add(ch_v, builder.mul(ir.Constant(i64, t), tap_v))]),
+                    v32.as_pointer()), align=4) for t in range(len(taps))]
+
+            entry = builder.block
+            head = builder.append_basic_block("dw.head")
+            body = builder.append_basic_block("dw.body")
+            done = builder.append_basic_block("dw.done")
+            builder.branch(head)
+            builder.position_at_end(head)
+            j = builder.phi(i64)
+            j.add_incoming(ir.Constant(i64, 0), entry)
+            builder.cbranch(builder.icmp_signed("<", j, npix_v), body, done)
+            builder.position_at_end(body)
+            pixel = builder.add(x_base, builder.mul(j, x_step_v))
+            loaded = [masked_load(builder, builder.gep(x_ptr, [builder.add(pixel, off)]), v8, lanes_on, zp8)
+                      for lanes_on, off in taps]
+            acc = bias
+            if paired:
+                v16i16 = ir.VectorType(ir.IntType(16), 2 * LANES)
+                interleave = ir.Constant(ir.VectorType(i32, 2 * LANES),
+                                         [k // 2 + LANES * (k % 2) for k in range(2 * LANES)])
+                for q, wv in enumerate(weights):
+                    xa = loaded[2 * q]
+                    xb = loaded[2 * q + 1] if 2 * q + 1 < len(loaded) else xa  # its weight is 0
+                    pair = builder.shuffle_vector(xa, xb, interleave)
+                    pair = builder.sext(pair, v16i16) if signed else builder.zext(pair, v16i16)
+                    acc = builder.call(dot, [acc, builder.bitcast(pair, v32), wv])
+            else:
+                for xv, wv in zip(loaded, weights):
+                    acc = builder.add(acc, builder.mul(builder.sext(xv, v32) if signed else builder.zext(xv, v32), wv))
+            q = requantize_lanes(builder, acc, mult, left, right, ozp, lo, hi)
+            dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, ch_v), builder.mul(j, o_step_v))])
+            masked_store(builder, builder.trunc(q, v8), dst, keep)
+            j_next = builder.add(j, ir.Constant(i64, 1))
+            builder.branch(head)
+            j.add_incoming(j_next, body)
+            builder.position_at_end(done)
+            return context.get_dummy_value()
+        return sig, codegen
+    return dw_run
+
+
+#: ``npix`` output pixels of a depth-multiplier-1 DEPTHWISE_CONV_2D, ``x_step`` input bytes and
+#: ``o_step`` output bytes apart, for channels ``ch .. ch + 15``: ``dw_run_3x3(x, x_off, x_step,
+#: row_step, col_step, valid, zp, w, tap_step, bias, mult, left, right, ch, out_zp, lo, hi, out,
+#: o_off, o_step, count, npix)``. Tap (fy, fx), t = fy·fw + fx, of pixel j reads ``x`` (int8 or
+#: uint8, flat) at ``x_off + j·x_step + fy·row_step + fx·col_step + ch`` and the int32 weights at
+#: ``t·tap_step + ch``, held in registers across the pixels. A tap whose bit t of ``valid`` is
+#: clear (outside the image) reads nothing: its lanes load as the zero point ``zp``, so with the
+#: bias holding bias − zp·Σw (``conv._lanes``) it adds (zp − zp)·w = 0, TFLite's skipped tap. The
+#: int32 sum is requantized with the int32 per-channel ``mult``, ``left``, ``right`` (those arrays
+#: and the weights padded to whole 16s), and the first ``count`` lanes (<= 16) stored at
+#: ``out[o_off + j·o_step + ch]``; input bytes past ``count`` are never read.
+dw_run_3x3 = _dw_run(3, 3)
+dw_run_5x5 = _dw_run(5, 5)
+
+
+def _binary(is_mul: bool):
+    """ADD/SUB (``is_mul`` False) or MUL over a run of 8-bit inputs: see ``add_run``."""
+    @intrinsic
+    def binary(typingctx, a, a_off, b, b_off, params, out, o_off, n):
+        sig = types.void(a, a_off, b, b_off, params, out, o_off, n)
+        signed = a.dtype == types.int8
+
+        def codegen(context, builder, signature, args):
+            a_arr, a_off_v, b_arr, b_off_v, p_arr, out_arr, o_off_v, n_v = args
+            i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+            v32, v8 = ir.VectorType(i32, LANES), ir.VectorType(i8, LANES)
+            sa = signature.args
+            a_ptr, b_ptr = _data(context, builder, sa[0], a_arr, i8), _data(context, builder, sa[2], b_arr, i8)
+            o_ptr = _data(context, builder, sa[5], out_arr, i8)
+            p_ptr = _data(context, builder, sa[4], p_arr, i32)
+            prm = [splat(builder, builder.load(builder.gep(p_ptr, [ir.Constant(i64, k)])), v32) for k in range(12)]
+            lanes = ir.Constant(v32, list(range(LANES)))
+            zero8 = ir.Constant(v8, [0] * LANES)
+            zero, lo32, hi32 = (ir.Constant(v32, [k] * LANES) for k in (0, -(1 << 31), (1 << 31) - 1))
+
+            entry = builder.block
+            head = builder.append_basic_block("bin.head")
+            body = builder.append_basic_block("bin.body")
+            done = builder.append_basic_block("bin.done")
+            builder.branch(head)
+            builder.position_at_end(head)
+            j = builder.phi(i64)
+            j.add_incoming(ir.Constant(i64, 0), entry)
+            builder.cbranch(builder.icmp_signed("<", j, n_v), body, done)
+            builder.position_at_end(body)
+            keep = builder.icmp_signed("<", lanes, splat(builder, builder.trunc(builder.sub(n_v, j), i32), v32))
+
+            def operand(ptr, off, offset):
+                v = masked_load(builder, builder.gep(ptr, [builder.add(off, j)]), v8, keep, zero8)
+                return builder.add(builder.sext(v, v32) if signed else builder.zext(v, v32), offset)
+            x, y = operand(a_ptr, a_off_v, prm[0]), operand(b_ptr, b_off_v, prm[1])
+            if is_mul:
+                q = requantize_lanes(builder, builder.mul(x, y), prm[2], prm[3], prm[4], prm[9], prm[10], prm[11])
+            else:
+                sx = requantize_lanes(builder, builder.shl(x, prm[2]), prm[3], zero, prm[4], zero, lo32, hi32)
+                sy = requantize_lanes(builder, builder.shl(y, prm[2]), prm[5], zero, prm[6], zero, lo32, hi32)
+                q = requantize_lanes(builder, builder.add(sx, sy), prm[7], zero, prm[8], prm[9], prm[10], prm[11])
+            masked_store(builder, builder.trunc(q, v8), builder.gep(o_ptr, [builder.add(o_off_v, j)]), keep)
+            j_next = builder.add(j, ir.Constant(i64, LANES))
+            builder.branch(head)
+            j.add_incoming(j_next, body)
+            builder.position_at_end(done)
+            return context.get_dummy_value()
+        return sig, codegen
+    return binary
+
+
+#: 8-bit ADD (SUB: input 2's multiplier negated, as sub.cc) over ``n`` elements, 16 lanes at a
+#: time, the parameters held in registers: ``add_run(a, a_off, b, b_off, params, out, o_off, n)``
+#: stores TFLite's AddElementwise of ``a[a_off + i]`` and ``b[b_off + i]`` at ``out[o_off + i]``
+#: for i < n (no byte past them read or written). ``params`` (int32): input offsets (−zero
+#: points), left shift, input 1 multiplier and right shift, input 2 multiplier and right shift,
+#: output multiplier and right shift, output zero point, activation min and max.
+add_run = _binary(False)
+#: 8-bit MUL, as ``add_run``; ``params``: input offsets, output multiplier, left and right shift,
+#: (4 unused), output zero point, activation min and max.
+mul_run = _binary(True)
+
+
+@intrinsic
+def copy_bytes(typingctx, dst, dst_off, src, src_off, n):
+    """``dst[dst_off:dst_off + n] = src[src_off:src_off + n]`` (1-byte arrays) in 64-byte masked
+    moves: a short run (an im2col row of a 3-channel image is 9 bytes) is one load and one store
+    instead of a loop, and no byte outside either range is touched."""
+    sig = types.void(dst, dst_off, src, src_off, n)
+
+    def codegen(context, builder, signature, args):
+        d_arr, d_off, s_arr, s_off, n_v = args
+        i8, i64 = ir.IntType(8), ir.IntType(64)
+        v8, v64 = ir.VectorType(i8, 64), ir.VectorType(i64, 64)
+        sa = signature.args
+        d_ptr, s_ptr = _data(context, builder, sa[0], d_arr, i8), _data(context, builder, sa[2], s_arr, i8)
+        lanes = ir.Constant(v64, list(range(64)))
+        entry = builder.block
+        head = builder.append_basic_block("copy.head")
+        body = builder.append_basic_block("copy.body")
+        done = builder.append_basic_block("copy.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        j = builder.phi(i64)
+        j.add_incoming(ir.Constant(i64, 0), entry)
+        builder.cbranch(builder.icmp_signed("<", j, n_v), body, done)
+        builder.position_at_end(body)
+        keep = builder.icmp_signed("<", lanes, splat(builder, builder.sub(n_v, j), v64))
+        v = masked_load(builder, builder.gep(s_ptr, [builder.add(s_off, j)]), v8, keep, ir.Constant(v8, [0] * 64))
+        masked_store(builder, v, builder.gep(d_ptr, [builder.add(d_off, j)]), keep)
+        j_next = builder.add(j, ir.Constant(i64, 64))
+        builder.branch(head)
+        j.add_incoming(j_next, body)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+    return sig, codegen

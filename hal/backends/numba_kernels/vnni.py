@@ -1,0 +1,207 @@
+"""Exact 8-bit GEMM on AVX-512 VNNI: int32 sums of u8 × s8 products with ``vpdpbusd``.
+
+LLVM does not turn a numba loop into ``vpdpbusd`` (it finds ``vpdpwssd`` on int16 pairs at best,
+at a few GMAC/s), so the micro-kernel is written in LLVM IR (a numba ``intrinsic``): an MR × NR·16
+tile of int32 accumulators held in registers, each step broadcasting 4 activation bytes of a row
+and multiplying them with a 64-byte block of packed weights (16 output columns × 4 reduction
+steps). Every product and every sum is an integer in int32, wrapping as TFLite's int32 accumulator
+does, so the result is exact whatever K.
+
+``vpdpbusd`` multiplies an unsigned byte by a signed one. Activations become unsigned by an XOR with
+0x80 (int8 → value + 128), or stay as they are (uint8); weights are packed as signed bytes (uint8
+weights XOR 0x80 → value − 128). The shifts and both zero points fold into a per-column bias and,
+only for a weight zero point other than the shift, a per-row term (``GemmPlan``).
+
+Also here, as the other AVX-512-only kernel: ``lookup64``, a 256-entry byte table applied to 64
+bytes per step with VBMI's ``vpermi2b`` (lut.py's unary operations).
+
+Only compiled where the CPU has the features (``AVAILABLE``, ``VBMI``); numba's cache keys every
+compiled kernel on the CPU name and features (its index's ``magic_tuple``), so another machine
+compiles its own code and never loads this one, and the backend's version says which kind of
+plan (VNNI-packed or not) a compilation cache entry holds.
+"""
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+import numba
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from hal.backends.numba_kernels.simd import masked_load, masked_store
+from hal.backends.numba_kernels.simd import requantize_lanes as _requantize
+from hal.backends.numba_kernels.simd import splat as _splat
+
+_REQUIRED = ("avx512f", "avx512bw", "avx512vnni")
+
+
+def _cpu_features() -> set[str]:
+    """The features numba compiles for: $NUMBA_CPU_FEATURES if set, else the host's."""
+    text = numba.config.CPU_FEATURES or llvm.get_host_cpu_features().flatten()
+    return {f[1:] for f in text.split(",") if f.startswith("+")}
+
+
+#: Whether the VNNI kernels exist on this machine (else the backend's float32 BLAS path runs).
+AVAILABLE = (numba.config.CPU_NAME in (None, "host")) and all(f in _cpu_features() for f in _REQUIRED)
+
+#: Whether the 64-byte table lookup (AVX-512 VBMI ``vpermi2b``) exists on this machine.
+VBMI = AVAILABLE and "avx512vbmi" in _cpu_features()
+
+#: Columns per packed panel (one 512-bit register of int32 accumulators) and reduction steps per
+#: block (the 4 bytes ``vpdpbusd`` sums into each int32 lane).
+PANEL = 16
+KSTEP = 4
+
+
+def _tile_intrinsic(mr: int, nr: int):
+    """The MR × NR·16 micro-kernel with its requantization, as an intrinsic with the signature
+    ``tile(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+    right, col0, zp, lo, hi, out, o_off, ldo, rv, nc)``:
+
+    - ``a``: 1-byte array; row r starts at byte ``a_off + min(r, rows - 1) · lda`` (rows past
+      ``rows`` repeat the last one: a partial tile computes, and does not store, those rows);
+      each row supplies ``4 · kq`` bytes, each XORed with ``xor`` (0x80808080 or 0);
+    - ``w``: packed signed weights; panel p's block q is the 64 bytes at
+      ``w_off + p · panel_stride + 64 · q`` (16 columns × 4 consecutive k, k fastest);
+    - then per row ``corr[corr_off + r]`` and per column ``bias``, ``mult``, ``left``, ``right``
+      (int32 arrays read from ``col0``, padded to whole panels) requantize the sums;
+    - the bytes go to ``out[o_off + r · ldo + c]`` for rows r < ``rv`` and columns c < ``nc``.
+    """
+    @intrinsic
+    def tile(typingctx, a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+             right, col0, zp, lo, hi, out, o_off, ldo, rv, nc):
+        sig = types.void(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+                         right, col0, zp, lo, hi, out, o_off, ldo, rv, nc)
+
+        def codegen(context, builder, signature, args):
+            (a_arr, a_off_v, lda_v, rows_v, xor_v, w_arr, w_off_v, pstride_v, kq_v, corr_arr, corr_off_v, bias_arr,
+             mult_arr, left_arr, right_arr, col0_v, zp_v, lo_v, hi_v, out_arr, o_off_v, ldo_v, rv_v, nc_v) = args
+            i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+            i8p = i8.as_pointer()
+            v16 = ir.VectorType(i32, PANEL)
+
+            def data(k, arr, ptr_type):
+                return builder.bitcast(context.make_array(signature.args[k])(context, builder, arr).data, ptr_type)
+
+            a_ptr, w_ptr, o_ptr = data(0, a_arr, i8p), data(5, w_arr, i8p), data(19, out_arr, i8p)
+            corr_ptr = data(9, corr_arr, i32.as_pointer())
+            xor32 = builder.trunc(xor_v, i32)
+            last = builder.sub(rows_v, ir.Constant(i64, 1))
+            row_ptrs = []
+            for r in range(mr):
+                rr = ir.Constant(i64, r)
+                clamped = builder.select(builder.icmp_signed("<", rr, rows_v), rr, last)
+                row_ptrs.append(builder.gep(a_ptr, [builder.add(a_off_v, builder.mul(clamped, lda_v))]))
+            panel_ptrs = [builder.gep(w_ptr, [builder.add(w_off_v, builder.mul(ir.Constant(i64, p), pstride_v))])
+                          for p in range(nr)]
+            dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16, v16, v16]),
+                                                 "llvm.x86.avx512.vpdpbusd.512")
+
+            def column_vector(k, arr, p):  # 16 int32 per-column values of panel p
+                base = data(k, arr, i32.as_pointer())
+                col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
+                return builder.load(builder.bitcast(builder.gep(base, [col]), v16.as_pointer()), align=4)
+            biases = [column_vector(11, bias_arr, p) for p in range(nr)]  # the sums start from the bias
+
+            entry = builder.block
+            head = builder.append_basic_block("vnni.head")
+            body = builder.append_basic_block("vnni.body")
+            done = builder.append_basic_block("vnni.done")
+            builder.branch(head)
+            builder.position_at_end(head)
+            q = builder.phi(i64)
+            q.add_incoming(ir.Constant(i64, 0), entry)
+            accs = [[builder.phi(v16) for _ in range(nr)] for _ in range(mr)]
+            for row in accs:
+                for p, acc in enumerate(row):
+                    acc.add_incoming(biases[p], entry)
+            builder.cbranch(builder.icmp_signed("<", q, kq_v), body, done)
+
+            builder.position_at_end(body)
+            koff = builder.mul(q, ir.Constant(i64, KSTEP))
+            woff = builder.mul(q, ir.Constant(i64, PANEL * KSTEP))
+            wv = [builder.load(builder.bitcast(builder.gep(panel_ptrs[p], [woff]), v16.as_pointer()), align=1)
+                  for p in range(nr)]
+            new = []
+            for r in range(mr):
+                word = builder.xor(builder.load(builder.bitcast(builder.gep(row_ptrs[r], [koff]), i32.as_pointer()),
+                                                align=1), xor32)
+                bc = _splat(builder, word, v16)
+                new.append([builder.call(dot, [accs[r][p], bc, wv[p]]) for p in range(nr)])
+            q_next = builder.add(q, ir.Constant(i64, 1))
+            builder.branch(head)
+            q.add_incoming(q_next, body)
+            for r in range(mr):
+                for p in range(nr):
+                    accs[r][p].add_incoming(new[r][p], body)
+
+            builder.position_at_end(done)
+            zp, lo, hi = (_splat(builder, builder.trunc(v, i32), v16) for v in (zp_v, lo_v, hi_v))
+            lanes = ir.Constant(v16, list(range(PANEL)))
+            v16i8, v16i1 = ir.VectorType(i8, PANEL), ir.VectorType(i1, PANEL)
+            store = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [v16i8, v16i8.as_pointer(), i32, v16i1]),
+                "llvm.masked.store.v16i8.p0")
+            nc32 = builder.trunc(nc_v, i32)
+            for p in range(nr):
+                col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
+                mult, left, right = (column_vector(k, arr, p) for k, arr in
+                                     ((12, mult_arr), (13, left_arr), (14, right_arr)))
+                left_in_panel = builder.sub(nc32, ir.Constant(i32, p * PANEL))
+                in_panel = builder.icmp_signed("<", lanes, _splat(builder, left_in_panel, v16))
+                for r in range(mr):
+                    rr = ir.Constant(i64, r)
+                    row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
+                    acc = builder.add(accs[r][p], _splat(builder, row_corr, v16))  # int32 wrap-around
+                    qv = builder.trunc(_requantize(builder, acc, mult, left, right, zp, lo, hi), v16i8)
+                    keep = builder.and_(in_panel, _splat(builder, builder.icmp_signed("<", rr, rv_v), v16i1))
+                    dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, builder.mul(rr, ldo_v)), col)])
+                    builder.call(store, [qv, builder.bitcast(dst, v16i8.as_pointer()),
+                                         ir.Constant(i32, 1), keep])
+            return context.get_dummy_value()
+        return sig, codegen
+    return tile
+
+
+if AVAILABLE:
+    #: (MR, NR) tiles: at most 24 accumulator registers of the 32, plus the weights and a broadcast.
+    tile_6x4 = _tile_intrinsic(6, 4)
+    tile_8x3 = _tile_intrinsic(8, 3)
+    tile_8x2 = _tile_intrinsic(8, 2)
+    tile_8x1 = _tile_intrinsic(8, 1)
+    tile_1x4 = _tile_intrinsic(1, 4)
+    tile_1x3 = _tile_intrinsic(1, 3)
+    tile_1x2 = _tile_intrinsic(1, 2)
+    tile_1x1 = _tile_intrinsic(1, 1)
+
+
+@intrinsic
+def lookup64(typingctx, x, x_off, table, out, o_off, count):
+    """``out[o_off + i] = table[x[x_off + i]]`` for the first ``count`` (<= 64) of 64 bytes: the
+    256-byte table held in four registers, two ``vpermi2b`` (each a lookup in 128 entries by the
+    low 7 bits) and a select on the high bit. Bytes past ``count`` are neither read nor written."""
+    sig = types.void(x, x_off, table, out, o_off, count)
+
+    def codegen(context, builder, signature, args):
+        x_arr, x_off_v, t_arr, out_arr, o_off_v, count_v = args
+        i8, i64 = ir.IntType(8), ir.IntType(64)
+        v8 = ir.VectorType(i8, 64)
+        sa = signature.args
+
+        def data(k, arr):
+            return builder.bitcast(context.make_array(sa[k])(context, builder, arr).data, i8.as_pointer())
+        x_ptr, t_ptr, o_ptr = data(0, x_arr), data(2, t_arr), data(3, out_arr)
+        quarters = [builder.load(builder.bitcast(builder.gep(t_ptr, [ir.Constant(i64, 64 * q)]), v8.as_pointer()),
+                                 align=1) for q in range(4)]
+        lanes = ir.Constant(ir.VectorType(i64, 64), list(range(64)))
+        keep = builder.icmp_signed("<", lanes, _splat(builder, count_v, ir.VectorType(i64, 64)))
+        idx = masked_load(builder, builder.gep(x_ptr, [x_off_v]), v8, keep, ir.Constant(v8, [0] * 64))
+        perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v8, [v8, v8, v8]),
+                                              "llvm.x86.avx512.vpermi2var.qi.512")
+        low = builder.call(perm, [quarters[0], idx, quarters[1]])
+        high = builder.call(perm, [quarters[2], idx, quarters[3]])
+        upper = builder.icmp_signed("<", idx, ir.Constant(v8, [0] * 64))  # index >= 128
+        masked_store(builder, builder.select(upper, high, low), builder.gep(o_ptr, [o_off_v]), keep)
+        return context.get_dummy_value()
+    return sig, codegen

@@ -1,0 +1,253 @@
+"""The numba backend's integer kernels (VNNI GEMM tiles, vector depthwise, computed ADD/SUB/MUL,
+byte lookups) against the reference backend, bit for bit, on random data and on the shapes that
+reach every tail: K not a multiple of 4, N not a multiple of 16 nor of 64, row counts that leave
+partial tiles, channel counts not a multiple of 16, borders, strides, dilation, per-tensor and
+per-channel filters, uint8 and int8, multipliers above one (left shifts) and int32 wrap-around."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+numba_kernels = pytest.importorskip("hal.backends.numba_kernels")
+
+from hal.backends.numba_kernels import conv, gemm, lut, vnni  # noqa: E402
+from hal.compiler import compile_model  # noqa: E402
+from hal.model import ModelBuilder, SymmPerChannelQuantParams  # noqa: E402
+from hal.types import OperandType, OperationType  # noqa: E402
+from tests.backends.differential import assert_matches_reference  # noqa: E402
+from tests.harness import random_tensor  # noqa: E402
+
+QU8 = OperandType.TENSOR_QUANT8_ASYMM
+QS8 = OperandType.TENSOR_QUANT8_ASYMM_SIGNED
+QPC = OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL
+I32 = OperandType.TENSOR_INT32
+DTYPE = {QU8: np.uint8, QS8: np.int8}
+Op = OperationType
+
+
+def _filter_values(rng, w_type, shape):
+    if w_type == QU8:
+        return rng.integers(0, 256, shape).astype(np.uint8)
+    return rng.integers(-127, 128, shape).astype(np.int8)
+
+
+def _weights(mb, rng, x_type, w_type, shape, out_c, x_scale, w_zp, channel_dim=0):
+    """(filter operand, bias scale, filter scales): per-tensor (``w_type`` = input type, zero point
+    ``w_zp``) or per-channel symmetric."""
+    w = _filter_values(rng, w_type, shape)
+    if w_type == QPC:
+        scales = rng.uniform(0.005, 0.05, out_c).astype(np.float32)
+        op = mb.add_constant(QPC, w, channel_quant=SymmPerChannelQuantParams(tuple(map(float, scales)), channel_dim))
+        return op, 0.0
+    op = mb.add_constant(w_type, w, scale=0.02, zero_point=w_zp)
+    return op, float(np.float32(x_scale) * np.float32(0.02))
+
+
+def _bias(mb, rng, out_c, scale, big=False):
+    lo, hi = ((1 << 31) - 4000, (1 << 31) - 1) if big else (-20000, 20000)
+    return mb.add_constant(I32, rng.integers(lo, hi, out_c).astype(np.int32), scale=scale)
+
+
+def _finish(mb, op, inputs, x, y):
+    mb.add_operation(op, inputs, [y])
+    mb.identify_inputs_and_outputs([x], [y])
+    return mb.finish()
+
+
+def _conv_model(x_type, w_type, x_shape, out_c, k, *, stride=1, dilation=1, pads=(0, 0, 0, 0), groups=1,
+                y_scale=0.5, big_bias=False, act=0, seed=0):
+    rng = np.random.default_rng(seed)
+    zp = {QU8: 131, QS8: -3}[x_type]
+    mb = ModelBuilder()
+    x = mb.add_operand(x_type, x_shape, scale=0.05, zero_point=zp)
+    in_g = x_shape[3] // groups
+    w_zp = 0 if w_type != QU8 else 119
+    w, b_scale = _weights(mb, rng, x_type, w_type, (out_c, k, k, in_g), out_c, 0.05, w_zp)
+    b = _bias(mb, rng, out_c, b_scale, big_bias)
+    y = mb.add_operand(x_type, (), scale=y_scale, zero_point={QU8: 120, QS8: 5}[x_type])
+    params = [mb.add_int32(v) for v in pads] + [mb.add_int32(stride), mb.add_int32(stride)]
+    if groups > 1:
+        return _finish(mb, Op.GROUPED_CONV_2D, [x, w, b, *params, mb.add_int32(groups), mb.add_int32(act),
+                                                mb.add_bool(False)], x, y)
+    params += [mb.add_int32(act), mb.add_bool(False), mb.add_int32(dilation), mb.add_int32(dilation)]
+    return _finish(mb, Op.CONV_2D, [x, w, b, *params], x, y)
+
+
+def _fc_model(x_type, batch, k, n, *, y_scale=0.5, big_bias=False, seed=0):
+    rng = np.random.default_rng(seed)
+    zp = {QU8: 128, QS8: 0}[x_type]
+    mb = ModelBuilder()
+    x = mb.add_operand(x_type, (batch, k), scale=0.05, zero_point=zp + 7)
+    w, b_scale = _weights(mb, rng, x_type, x_type, (n, k), n, 0.05, zp - 9 if x_type == QU8 else 0)
+    b = _bias(mb, rng, n, b_scale, big_bias)
+    y = mb.add_operand(x_type, (), scale=y_scale, zero_point=zp - 2)
+    return _finish(mb, Op.FULLY_CONNECTED, [x, w, b, mb.add_int32(0)], x, y)
+
+
+def _depthwise_model(x_type, w_type, x_shape, k, *, stride=1, dilation=1, pads=(1, 1, 1, 1), multiplier=1,
+                     y_scale=0.5, act=0, seed=0):
+    rng = np.random.default_rng(seed)
+    zp = {QU8: 140, QS8: 9}[x_type]
+    out_c = x_shape[3] * multiplier
+    mb = ModelBuilder()
+    x = mb.add_operand(x_type, x_shape, scale=0.05, zero_point=zp)
+    w, b_scale = _weights(mb, rng, x_type, w_type, (1, k, k, out_c), out_c, 0.05, 100 if w_type == QU8 else 0,
+                          channel_dim=3)
+    b = _bias(mb, rng, out_c, b_scale)
+    y = mb.add_operand(x_type, (), scale=y_scale, zero_point={QU8: 127, QS8: -1}[x_type])
+    params = [mb.add_int32(v) for v in pads] + [mb.add_int32(stride), mb.add_int32(stride),
+                                                 mb.add_int32(multiplier), mb.add_int32(act), mb.add_bool(False),
+                                                 mb.add_int32(dilation), mb.add_int32(dilation)]
+    return _finish(mb, Op.DEPTHWISE_CONV_2D, [x, w, b, *params], x, y)
+
+
+def _data(model):
+    steps = compile_model(model, backend_order=["numba", "reference"]).static_plan.steps
+    assert steps[0].backend == "numba"
+    return steps[0].ctx.data
+
+
+def _check(model, shape, x_type, seeds=(0, 1)):
+    for seed in seeds:
+        x = random_tensor(np.random.default_rng(100 + seed), shape, DTYPE[x_type])
+        assert_matches_reference(model, [x], "numba")
+    lo, hi = np.iinfo(DTYPE[x_type]).min, np.iinfo(DTYPE[x_type]).max
+    for v in (lo, hi):  # extreme inputs: the largest sums either way
+        assert_matches_reference(model, [np.full(shape, v, DTYPE[x_type])], "numba")
+
+
+needs_vnni = pytest.mark.skipif(not vnni.AVAILABLE, reason="no AVX-512 VNNI: the float32 BLAS path runs")
+
+
+@needs_vnni
+@pytest.mark.parametrize("x_type", [QU8, QS8])
+@pytest.mark.parametrize("batch,k,n", [(1, 1, 1), (5, 3, 17), (13, 5, 33), (7, 16, 16), (9, 64, 70), (6, 131, 65),
+                                       (31, 40, 129)])
+def test_fully_connected_tails(x_type, batch, k, n):
+    model = _fc_model(x_type, batch, k, n, seed=k * n)
+    d = _data(model)
+    assert isinstance(d, conv.IntGemm) and d.direct == (k % 4 == 0)
+    _check(model, (batch, k), x_type)
+
+
+@needs_vnni
+@pytest.mark.parametrize("x_type", [QU8, QS8])
+def test_multipliers_above_one_and_int32_wrap_around(x_type):
+    """Left shifts (an output scale far below input × filter scale) and a bias near INT32_MAX, so
+    the int32 accumulator wraps as TFLite's does."""
+    for kwargs in (dict(y_scale=1e-5), dict(big_bias=True), dict(y_scale=1e-5, big_bias=True)):
+        model = _fc_model(x_type, 11, 24, 20, **kwargs)
+        if "y_scale" in kwargs:
+            assert (_data(model).groups[0].left[:20] > 0).all()
+        _check(model, (11, 24), x_type)
+
+
+@needs_vnni
+@pytest.mark.parametrize("x_type,w_type", [(QU8, QU8), (QS8, QS8), (QS8, QPC), (QU8, QPC)])
+@pytest.mark.parametrize("case", [
+    dict(x_shape=(1, 7, 9, 8), out_c=20, k=1),  # 1x1, read in place
+    dict(x_shape=(2, 5, 6, 6), out_c=17, k=1),  # 1x1 with K % 4 != 0: gathered
+    dict(x_shape=(1, 9, 11, 3), out_c=33, k=3, stride=2, pads=(1, 1, 1, 1)),
+    dict(x_shape=(1, 10, 10, 5), out_c=16, k=3, dilation=2, pads=(2, 1, 0, 2)),
+    dict(x_shape=(1, 6, 7, 12), out_c=70, k=2, stride=1, pads=(0, 1, 1, 0), act=1),
+])
+def test_convolutions(x_type, w_type, case):
+    model = _conv_model(x_type, w_type, **case)
+    d = _data(model)
+    assert isinstance(d, conv.IntGemm)
+    assert d.direct == (case["k"] == 1 and case["x_shape"][3] % 4 == 0)
+    _check(model, case["x_shape"], x_type)
+
+
+@needs_vnni
+@pytest.mark.parametrize("x_type,w_type", [(QU8, QU8), (QS8, QPC)])
+@pytest.mark.parametrize("in_c,groups,k", [(8, 2, 1), (6, 2, 1), (12, 3, 3)])
+def test_grouped_convolutions(x_type, w_type, in_c, groups, k):
+    pads = (1, 1, 1, 1) if k == 3 else (0, 0, 0, 0)
+    model = _conv_model(x_type, w_type, (1, 6, 5, in_c), 6 * groups, k, groups=groups, pads=pads)
+    assert isinstance(_data(model), conv.IntGemm)
+    _check(model, (1, 6, 5, in_c), x_type)
+
+
+@pytest.mark.parametrize("x_type,w_type", [(QU8, QU8), (QS8, QPC), (QU8, QPC)])
+@pytest.mark.parametrize("case", [
+    dict(c=7, k=3), dict(c=16, k=3, stride=2, pads=(0, 1, 0, 1)), dict(c=40, k=3, dilation=2, pads=(2, 2, 2, 2)),
+    dict(c=33, k=5, pads=(2, 2, 2, 2)), dict(c=20, k=5, stride=2, pads=(1, 2, 1, 2)), dict(c=5, k=3, pads=(0, 0, 0, 0)),
+    dict(c=16, k=3, y_scale=1e-5),  # multipliers above one
+])
+def test_depthwise(x_type, w_type, case):
+    case = dict(case)
+    c = case.pop("c")
+    shape = (2, 9, 8, c)
+    model = _depthwise_model(x_type, w_type, shape, **case)
+    assert _data(model).lanes is not None
+    _check(model, shape, x_type)
+
+
+def test_depthwise_multiplier_above_one_takes_the_general_kernel():
+    model = _depthwise_model(QS8, QPC, (1, 6, 6, 5), 3, multiplier=2)
+    assert _data(model).lanes is None
+    _check(model, (1, 6, 6, 5), QS8)
+
+
+def _binary(op, x_type, a_shape, b_shape, act=0, out_scale=0.2):
+    zp = {QU8: 128, QS8: 0}[x_type]
+    mb = ModelBuilder()
+    a = mb.add_operand(x_type, a_shape, scale=0.1, zero_point=zp)
+    b = mb.add_operand(x_type, b_shape, scale=0.07, zero_point=zp - 3)
+    y = mb.add_operand(x_type, (), scale=out_scale, zero_point=zp + 1)
+    mb.add_operation(op, [a, b, mb.add_int32(act)], [y])
+    mb.identify_inputs_and_outputs([a, b], [y])
+    return mb.finish()
+
+
+@pytest.mark.parametrize("op", [Op.ADD, Op.SUB, Op.MUL])
+@pytest.mark.parametrize("x_type", [QU8, QS8])
+@pytest.mark.parametrize("shapes", [((2, 3, 5, 7), (2, 3, 5, 7)), ((2, 3, 5, 7), (5, 7)), ((1, 1, 1, 19), (3, 4, 19)),
+                                    ((1, 4, 4, 33), (1, 4, 4, 33))])
+@pytest.mark.parametrize("act,out_scale", [(0, 0.2), (1, 0.2), (0, 0.0075)])  # NNAPI: MUL out scale > s1·s2
+def test_binary_operations_are_computed(op, x_type, shapes, act, out_scale):
+    a_shape, b_shape = shapes
+    model = _binary(op, x_type, a_shape, b_shape, act, out_scale)
+    assert _data(model).arith is not None  # the computed kernel reproduced the whole table
+    rng = np.random.default_rng(5)
+    dt = DTYPE[x_type]
+    assert_matches_reference(model, [random_tensor(rng, a_shape, dt), random_tensor(rng, b_shape, dt)], "numba")
+
+
+def test_a_computed_kernel_that_misses_the_table_is_not_used(monkeypatch):
+    """The arithmetic kernel is admitted only by agreeing with the reference on every input pair."""
+    monkeypatch.setattr(lut, "tabulate", lambda ctx, n: np.zeros(1 << (8 * n), np.uint8))
+    assert _data(_binary(Op.ADD, QU8, (4, 4), (4, 4))).arith is None
+
+
+@pytest.mark.skipif(not vnni.VBMI, reason="no AVX-512 VBMI")
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 200, 4099])
+def test_byte_lookups_cover_partial_blocks(n):
+    rng = np.random.default_rng(n)
+    table = rng.integers(0, 256, 256).astype(np.uint8)
+    x = rng.integers(0, 256, n + 70).astype(np.uint8)
+    out = np.full(n + 70, 7, np.uint8)
+    lut._lookup_bytes(x[:n], table, out[:n])
+    np.testing.assert_array_equal(out[:n], table[x[:n]])
+    assert (out[n:] == 7).all()  # nothing written past the end
+
+
+@needs_vnni
+def test_gemm_threads_split_rows_like_one_thread(monkeypatch):
+    """``--threads``: the rows split over workers give the one-thread result."""
+    from hal import backends
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (301, 64)).astype(np.int8)
+    w = rng.integers(-127, 128, (64, 50)).astype(np.int8)
+    mult = rng.integers(1 << 30, (1 << 31) - 1, 50)
+    p = gemm.make_plan(w, 0, rng.integers(-9999, 9999, 50).astype(np.int32), np.int8, 3, mult,
+                       -rng.integers(8, 12, 50), -4, -128, 127)
+    outs = []
+    for threads in (1, 3):
+        monkeypatch.setattr(backends, "compute_threads", lambda t=threads: t)
+        monkeypatch.setattr(gemm, "PARALLEL_MACS", 0)
+        out = np.empty((301, 50), np.int8)
+        gemm.run(p, x.reshape(-1).view(np.uint8), 0, 64, 301, out.reshape(-1).view(np.uint8))
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
