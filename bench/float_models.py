@@ -1,11 +1,15 @@
 """Float32 whole models through the delegate: the onnxruntime backend vs the reference backend vs
 the CPU runtimes' XNNPACK, measured in one run, configurations interleaved round by round.
 
-Models are built by the project (random weights): MobileNetV2 and EfficientNet-B0 at 224x224 and
-a BlazeFace-style detector at 128x128, float32. Rows: LiteRT's default CPU path (XNNPACK) with 1
-and 2 threads; tflite-runtime 2.14's (XNNPACK too) with 1 thread; the delegate (in LiteRT) on a
-service whose backend preference is ``onnxruntime,reference`` (``--threads 1``: one intra-op
-thread, as the CPU's 1-thread rows) and on one restricted to ``reference``. Ratios are against
+Models are built by the project (random weights, float32): MobileNetV2 and EfficientNet-B0 at
+224x224, a BlazeFace-style detector at 128x128, MediaPipe-style landmark networks (face mesh at
+192x192 and iris at 64x64: per-channel PReLU residual blocks, max-pooled and channel-padded
+shortcuts; pose at 256x256: an encoder-decoder with 2x bilinear upsampling) and a 3-layer
+perceptron (256-512-512-10: its time is the per-invoke overhead, not arithmetic). Rows: LiteRT's
+default CPU path (XNNPACK) with 1 and 2 threads; tflite-runtime 2.14's (XNNPACK too) with 1
+thread; the delegate (in LiteRT) on a service whose backend preference is
+``onnxruntime,reference`` (``--threads 1``: one intra-op thread, as the CPU's 1-thread rows) and
+on one restricted to ``reference``. Ratios are against
 LiteRT 1 thread and tflite-runtime 1 thread, the faster one's in bold. Accuracy: the largest
 |difference| from LiteRT's reference kernels (BUILTIN_REF) over every output, divided by that
 output's largest magnitude (the "output scale"). Ready: milliseconds from ``Interpreter(...)`` to
@@ -26,11 +30,24 @@ from bench.baselines import anchor, beside, not_measured_row, p50_cell, ratio_ce
 from bench.rpc_roundtrip import start_server, stop_servers
 from delegate import load_delegate
 from delegate.runtime import Interpreter, OpResolverType
-from nnhal.examples import blazeface_like, efficientnet_b0, mobilenet_v2
+from nnhal.examples import (
+    blazeface_like,
+    efficientnet_b0,
+    face_landmark_like,
+    iris_landmark_like,
+    mlp,
+    mobilenet_v2,
+    pose_landmark_like,
+)
 
-MODELS = [("MobileNetV2 224 f32", lambda: mobilenet_v2(np.float32), 224),
-          ("EfficientNet-B0 224 f32", lambda: efficientnet_b0(np.float32), 224),
-          ("BlazeFace-style 128 f32", blazeface_like, 128)]
+#: (label, builder, input shape)
+MODELS = [("MobileNetV2 224 f32", lambda: mobilenet_v2(np.float32), (1, 224, 224, 3)),
+          ("EfficientNet-B0 224 f32", lambda: efficientnet_b0(np.float32), (1, 224, 224, 3)),
+          ("BlazeFace-style 128 f32", blazeface_like, (1, 128, 128, 3)),
+          ("Face-landmark-style 192 f32", face_landmark_like, (1, 192, 192, 3)),
+          ("Iris-landmark-style 64 f32", iris_landmark_like, (1, 64, 64, 3)),
+          ("Pose-landmark-style 256 f32", pose_landmark_like, (1, 256, 256, 3)),
+          ("MLP 256-512-512-10 f32", mlp, (1, 256))]
 SERVERS = (("onnxruntime", "onnxruntime,reference"), ("reference", "reference"))
 
 
@@ -61,12 +78,12 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                    for name, order in SERVERS}
         address = {name: f"unix:{Path(d) / f'{name}.sock'}" for name in servers}
         try:
-            for label, build, size in MODELS:
+            for label, build, shape in MODELS:
                 if progress:
                     progress(label)
                 path = str(Path(d) / "m.tflite")
                 Path(path).write_bytes(build())
-                x = np.random.default_rng(0).uniform(-1, 1, (1, size, size, 3)).astype(np.float32)
+                x = np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)
                 ref = Interpreter(model_path=path, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
                 ref.allocate_tensors()
                 want = _outputs(ref, x)

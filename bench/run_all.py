@@ -62,16 +62,26 @@ def delegated_models(runs: int = 100) -> str:
     return "\n".join(lines)
 
 
+#: Models shorter than this on the anchor CPU runtime do not count in the stated speeds.
+MIN_CPU_MS = 2.0
+
+
 def measured_speeds(rows: list[dict]) -> dict[tuple[str, int], list[float]]:
     """(backend, NNAPI operand type) -> this run's whole-model ratios to the anchor, LiteRT 1 thread.
     Only rows that ran wholly on the service count: a service that delegated nothing (unreachable
-    at load_delegate) would state the CPU's own speed."""
+    at load_delegate) would state the CPU's own speed. Nor do models the CPU runs in under
+    MIN_CPU_MS: their ratio measures the per-invoke round trip as much as the backend, and the
+    delegate's cost model charges that round trip separately (delegate.cost's invoke overhead)."""
     from hal.types import OperandType
+    anchor_ms = {r["model"]: r["p50_ms"] for r in rows
+                 if r.get("config") == anchor(1) and r.get("p50_ms") is not None}
     measured: dict[tuple[str, int], list[float]] = {}
     for r in rows:
         m = re.fullmatch(r"nnhal \((\w+) backend\)", r.get("config", ""))
         done, _, total = r.get("delegated", "").partition("/")
         if m is None or r.get("ratio") is None or not total or done != total:
+            continue
+        if anchor_ms.get(r["model"], MIN_CPU_MS) < MIN_CPU_MS:
             continue
         otype = (OperandType.TENSOR_QUANT8_ASYMM if "uint8" in r["model"] else
                  OperandType.TENSOR_QUANT8_ASYMM_SIGNED if "int8" in r["model"] else OperandType.TENSOR_FLOAT32)

@@ -286,3 +286,194 @@ def _blaze_block(net: _Net, out_c: int, stride: int) -> None:
     out = b.add_tensor(net._name("add"), [n, oh, ow, out_c], np.float32)
     b.add_operator("ADD", [net.cur, src], [out], ("AddOptions", {"fused_activation_function": Act.RELU}))
     net.cur = out
+
+
+# ---- MediaPipe-style landmark networks (float32, per-channel PReLU activations) ------------------
+
+def _prelu(net: _Net) -> None:
+    """Per-channel PRELU (alpha [1, 1, C], as MediaPipe's converted landmark models carry it)."""
+    b, c = net.b, net.shape[3]
+    alpha = b.add_constant(net._name("alpha"), net.rng.uniform(0.05, 0.3, (1, 1, c)).astype(np.float32))
+    out = b.add_tensor(net._name("prelu"), list(net.shape), np.float32)
+    b.add_operator("PRELU", [net.cur, alpha], [out])
+    net.cur = out
+
+
+def _widen(net: _Net, src: int, shape: list[int], out_c: int, concat: bool) -> int:
+    """``src`` ([n, h, w, c]) with zero channels appended up to ``out_c``: a PAD, or a
+    CONCATENATION with a constant zero tensor (both forms occur in MediaPipe's graphs)."""
+    b = net.b
+    n, h, w, c = shape
+    out = b.add_tensor(net._name("widen"), [n, h, w, out_c], np.float32)
+    if concat:
+        zeros = b.add_constant(net._name("zeros"), np.zeros((n, h, w, out_c - c), np.float32))
+        b.add_operator("CONCATENATION", [src, zeros], [out], ("ConcatenationOptions", {
+            "axis": 3, "fused_activation_function": Act.NONE}))
+    else:
+        pads = b.add_constant(net._name("paddings"), np.array([[0, 0], [0, 0], [0, 0], [0, out_c - c]], np.int32))
+        b.add_operator("PAD", [src, pads], [out])
+    return out
+
+
+def _prelu_block(net: _Net, out_c: int | None = None, stride: int = 1, concat: bool = False) -> None:
+    """A landmark-network residual block: 3x3 depthwise (stride), 1x1 conv, + shortcut (2x2 max
+    pool when strided, zero channels appended when widening), then per-channel PRELU."""
+    b = net.b
+    src, shape = net.cur, list(net.shape)
+    n, _, _, c = shape
+    out_c = out_c or c
+    net.depthwise(k=3, stride=stride, act=Act.NONE).conv(out_c, k=1, act=Act.NONE)
+    oh, ow = net.shape[1], net.shape[2]
+    if stride == 2:
+        pooled = b.add_tensor(net._name("maxpool"), [n, oh, ow, c], np.float32)
+        b.add_operator("MAX_POOL_2D", [src], [pooled], ("Pool2DOptions", {
+            "padding": Padding.SAME, "stride_w": 2, "stride_h": 2, "filter_width": 2, "filter_height": 2,
+            "fused_activation_function": Act.NONE}))
+        src = pooled
+    if out_c > c:
+        src = _widen(net, src, [n, oh, ow, c], out_c, concat)
+    out = b.add_tensor(net._name("add"), [n, oh, ow, out_c], np.float32)
+    b.add_operator("ADD", [net.cur, src], [out], ("AddOptions", {"fused_activation_function": Act.NONE}))
+    net.cur = out
+    _prelu(net)
+
+
+def _head(net: _Net, src: int, shape: list[int], units: int, name: str) -> int:
+    """A landmark head: conv with a kernel the size of the feature map (VALID) to [1, 1, 1, units]."""
+    b = net.b
+    n, h, w, c = shape
+    wt, _ = net._filter((units, h, w, c), h * w * c, 0)
+    bias = net._bias(units, None)
+    out = b.add_tensor(net._name(name), [n, 1, 1, units], np.float32)
+    b.add_operator("CONV_2D", [src, wt, bias], [out], ("Conv2DOptions", {
+        "padding": Padding.VALID, "stride_w": 1, "stride_h": 1, "fused_activation_function": Act.NONE,
+        "dilation_w_factor": 1, "dilation_h_factor": 1}))
+    return out
+
+
+#: Face-mesh-style stages: (channels, blocks after the downsampling one) at 48, 24, 12, 6, 3.
+_FACE = [(32, 1), (64, 1), (128, 1), (128, 1), (128, 1)]
+
+
+def face_landmark_like(input_size: int = 192, seed: int = 0) -> bytes:
+    """A face-landmark-style network (MediaPipe face mesh's shape, float32): 3x3/2 conv + PReLU
+    stem, PReLU residual blocks with 3x3 depthwise, 2x2 max-pool downsampling and zero channels
+    PADded (or CONCATENATED) onto the shortcut, then two heads on the 3x3 map: [1, 1, 1, 1404]
+    landmarks (468 x 3) and a [1, 1, 1, 1] face score."""
+    net = _Net(np.float32, [1, input_size, input_size, 3], seed)
+    net.conv(16, stride=2, act=Act.NONE)
+    _prelu(net)
+    _prelu_block(net)
+    _prelu_block(net)
+    for k, (c, repeats) in enumerate(_FACE):
+        _prelu_block(net, c, stride=2, concat=k % 2 == 1)
+        for _ in range(repeats):
+            _prelu_block(net)
+    src, shape = net.cur, list(net.shape)
+    landmarks = _head(net, src, shape, 1404, "landmarks")
+    score = _head(net, src, shape, 1, "score")
+    net.b.set_outputs([landmarks, score])
+    return net.build()
+
+
+def iris_landmark_like(input_size: int = 64, seed: int = 0) -> bytes:
+    """An iris-landmark-style network (MediaPipe iris's shape, float32): conv + PReLU stem to 64
+    channels at half size, PReLU residual blocks down to 4x4 with 128 channels, then two branches
+    (their own blocks) ending in [1, 1, 1, 213] eye-contour and [1, 1, 1, 15] iris landmarks."""
+    net = _Net(np.float32, [1, input_size, input_size, 3], seed)
+    net.conv(64, stride=2, act=Act.NONE)
+    _prelu(net)
+    for _ in range(4):
+        _prelu_block(net)
+    _prelu_block(net, 128, stride=2)
+    _prelu_block(net)
+    _prelu_block(net, stride=2)
+    _prelu_block(net)
+    trunk, shape = net.cur, list(net.shape)
+    outputs = []
+    for units, name in ((213, "contour"), (15, "iris")):
+        net.cur, net.shape = trunk, list(shape)
+        _prelu_block(net, stride=2)
+        _prelu_block(net)
+        outputs.append(_head(net, net.cur, list(net.shape), units, name))
+    net.b.set_outputs(outputs)
+    return net.build()
+
+
+def mlp(inputs: int = 256, hidden: int = 512, outputs: int = 10, seed: int = 0) -> bytes:
+    """A 3-layer float32 perceptron: FULLY_CONNECTED + RELU twice, then FULLY_CONNECTED to the
+    outputs (so small that per-invoke overhead, not arithmetic, is its time)."""
+    net = _Net(np.float32, [1, inputs], seed)
+    b = net.b
+    for units, act in ((hidden, Act.RELU), (hidden, Act.RELU), (outputs, Act.NONE)):
+        wt, _ = net._filter((units, net.shape[1]), net.shape[1], 0)
+        bias = net._bias(units, None)
+        out = b.add_tensor(net._name("fc"), [1, units], np.float32)
+        b.add_operator("FULLY_CONNECTED", [net.cur, wt, bias], [out], ("FullyConnectedOptions", {
+            "fused_activation_function": act}))
+        net.cur, net.shape = out, [1, units]
+    b.set_outputs([net.cur])
+    return net.build()
+
+
+def _relu6_block(net: _Net, out_c: int, stride: int = 1) -> None:
+    """3x3 depthwise (stride), 1x1 conv to ``out_c``, + shortcut (2x2 max pool when strided, zero
+    channels PADded when widening), RELU6 fused into the ADD."""
+    b = net.b
+    src, (n, _, _, c) = net.cur, list(net.shape)
+    net.depthwise(k=3, stride=stride, act=Act.NONE).conv(out_c, k=1, act=Act.NONE)
+    oh, ow = net.shape[1], net.shape[2]
+    if stride == 2:
+        pooled = b.add_tensor(net._name("maxpool"), [n, oh, ow, c], np.float32)
+        b.add_operator("MAX_POOL_2D", [src], [pooled], ("Pool2DOptions", {
+            "padding": Padding.SAME, "stride_w": 2, "stride_h": 2, "filter_width": 2, "filter_height": 2,
+            "fused_activation_function": Act.NONE}))
+        src = pooled
+    if out_c > c:
+        src = _widen(net, src, [n, oh, ow, c], out_c, concat=False)
+    out = b.add_tensor(net._name("add"), [n, oh, ow, out_c], np.float32)
+    b.add_operator("ADD", [net.cur, src], [out], ("AddOptions", {"fused_activation_function": Act.RELU6}))
+    net.cur = out
+
+
+def _upsample_add(net: _Net, skip: int, skip_shape: list[int]) -> None:
+    """2x bilinear upsampling (half-pixel centers) of the current map, + a 1x1 projection of the
+    encoder's ``skip`` map at that size, RELU6."""
+    b = net.b
+    n, h, w, c = net.shape
+    size = b.add_constant(net._name("size"), np.array([2 * h, 2 * w], np.int32))
+    up = b.add_tensor(net._name("upsample"), [n, 2 * h, 2 * w, c], np.float32)
+    b.add_operator("RESIZE_BILINEAR", [net.cur, size], [up], ("ResizeBilinearOptions", {
+        "align_corners": False, "half_pixel_centers": True}))
+    net.cur, net.shape = skip, list(skip_shape)
+    net.conv(c, k=1, act=Act.NONE)
+    out = b.add_tensor(net._name("add"), [n, 2 * h, 2 * w, c], np.float32)
+    b.add_operator("ADD", [up, net.cur], [out], ("AddOptions", {"fused_activation_function": Act.RELU6}))
+    net.cur = out
+
+
+def pose_landmark_like(input_size: int = 256, seed: int = 0) -> bytes:
+    """A pose-landmark-style network (BlazePose's shape, float32, input a multiple of 64): an
+    encoder of residual blocks (3x3 depthwise, max-pooled and channel-padded shortcuts) down to
+    1/32, a decoder of 2x RESIZE_BILINEAR upsamplings added to projected encoder maps up to 1/8,
+    and a second encoder from there to the heads: [1, 1, 1, 195] landmarks (39 x 5) and a
+    [1, 1, 1, 1] pose score."""
+    net = _Net(np.float32, [1, input_size, input_size, 3], seed)
+    net.conv(24, stride=2)
+    _relu6_block(net, 24)
+    skips = {}
+    for c in (48, 96, 192, 192):
+        _relu6_block(net, c, stride=2)
+        _relu6_block(net, c)
+        skips[net.shape[1]] = (net.cur, list(net.shape))
+    net.conv(48, k=1, act=Act.NONE)
+    for _ in range(2):
+        _upsample_add(net, *skips[2 * net.shape[1]])
+    for c in (96, 192, 192, 192):
+        _relu6_block(net, c, stride=2)
+        _relu6_block(net, c)
+    src, shape = net.cur, list(net.shape)
+    landmarks = _head(net, src, shape, 195, "landmarks")
+    score = _head(net, src, shape, 1, "score")
+    net.b.set_outputs([landmarks, score])
+    return net.build()

@@ -2,8 +2,8 @@
 
 Like a vendor driver compiling a partition for its accelerator: each run of consecutive
 operations this backend lowers (TENSOR_FLOAT32 today) becomes one ONNX graph (weights as
-initializers, NNAPI's NHWC kept and transposed only where an ONNX operator wants NCHW; the
-optimiser cancels the pairs in between) and one ``InferenceSession`` with every graph optimisation
+initializers; activations in NCHW, the convolutions' layout, from the first operation that wants
+it to the partition's edges: see graph.py) and one ``InferenceSession`` with every graph optimisation
 on: convolutions re-laid out as NCHWc with bias, Clip and residual Add fused, threads from
 ``hal.backends.compute_threads()``. An execution is one ``run`` call for the whole partition.
 

@@ -5,9 +5,18 @@ and the ONNX value names of its inputs (``x[i]``; a constant becomes an initiali
 it is asked for, so a lowering that repacks a weight never ships the original too). It adds nodes
 with ``g.node`` and returns the names of its outputs.
 
-Layout: values keep NNAPI's layout (NHWC for images). An operation whose ONNX form is NCHW wraps
-itself in ``g.nchw`` / ``g.nhwc``; onnxruntime's transpose optimiser cancels the pairs between
-consecutive operations, so only the partition's edges transpose (checked by the tests).
+Layout: one per partition. A 4-D value may exist in NNAPI's NHWC and in NCHW (the layout of ONNX's
+Conv / pooling, and the one onnxruntime's NCHWc convolutions reorder from): ``g.nchw`` / ``g.nhwc``
+return the other form, made by a Transpose only the first time and remembered both ways. An
+operation whose ONNX form is NCHW wraps itself in them; a layout-free one (element-wise, PAD,
+CONCATENATION, RESIZE) computes in NCHW when one of its inputs already exists there
+(``g.channels_first``), so activations stay in the convolutions' layout between them. A
+Transpose nothing reads is dropped when the model is made: only the partition's edges, and
+operations that need NHWC (RESHAPE, FULLY_CONNECTED, ...), transpose (counted by
+tests/backends/test_ort_layout.py on MediaPipe-style graphs). Before, with NHWC kept and a
+Transpose pair around each convolution, onnxruntime's optimiser cancelled the pairs but left the
+operations between convolutions in NHWC, where a per-channel constant broadcasts along the
+innermost axis: PRelu there was 61% of a face-landmark-style network's time.
 """
 from __future__ import annotations
 
@@ -28,6 +37,11 @@ _TO_NCHW = (0, 3, 1, 2)
 _TO_NHWC = (0, 2, 3, 1)
 
 
+def nchw_axis(axis: int) -> int:
+    """Where NHWC axis ``axis`` (0..3, or negative) is in NCHW."""
+    return _TO_NHWC[axis % 4]
+
+
 def onnx_type(dtype: np.dtype) -> int:
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
@@ -41,6 +55,8 @@ class OnnxGraph:
         self.initializers: list = []
         self._operand_names: dict[int, str] = {}
         self._count = 0
+        # value name -> the same value in the other layout (NHWC <-> NCHW), both directions
+        self._twin: dict[str, str] = {}
 
     def fresh(self, hint: str = "v") -> str:
         self._count += 1
@@ -90,10 +106,55 @@ class OnnxGraph:
         return names[0] if outputs == 1 else names
 
     def nchw(self, x: str) -> str:
-        return self.node("Transpose", [x], perm=list(_TO_NCHW))
+        """``x`` (4-D NHWC) in NCHW: its known twin, else a Transpose (remembered)."""
+        return self._relayout(x, _TO_NCHW)
 
     def nhwc(self, x: str) -> str:
-        return self.node("Transpose", [x], perm=list(_TO_NHWC))
+        """``x`` (4-D NCHW) in NHWC: its known twin, else a Transpose (remembered)."""
+        return self._relayout(x, _TO_NHWC)
+
+    def _relayout(self, x: str, perm: tuple[int, ...]) -> str:
+        twin = self._twin.get(x)
+        if twin is None:
+            twin = self.node("Transpose", [x], perm=list(perm))
+            self._twin[x], self._twin[twin] = twin, x
+        return twin
+
+    def in_nchw(self, x: str) -> bool:
+        """Whether the NHWC value ``x`` already exists in NCHW (no Transpose needed to get it)."""
+        return x in self._twin
+
+    def pointwise(self, x: str, build) -> str:
+        """``build(v)`` for an operation that reads ``x`` element by element (its constants
+        scalars): on x's NCHW twin when it has one, so the result stays in NCHW too."""
+        if not self.in_nchw(x):
+            return build(x)
+        return self.nhwc(build(self.nchw(x)))
+
+    def channels_first(self, ctx, x, indices: Sequence[int], rank: int = 4) -> list[str | None] | None:
+        """The inputs ``indices`` of a layout-free operation in NCHW, when computing there saves
+        transposes: the output is 4-D, every non-constant input 4-D and at least one of them
+        already in NCHW. A constant of any rank is broadcast up to 4-D (NNAPI aligns trailing
+        axes) and permuted here, once; an omitted input stays None. None: compute in NHWC."""
+        if len(ctx.output(0).shape) != rank:
+            return None
+        variable = [i for i in indices if x.operand_index(i) >= 0 and ctx.input(i).value is None]
+        if any(len(ctx.input(i).shape) != rank for i in variable):
+            return None
+        if not any(self.in_nchw(x[i]) for i in variable):
+            return None
+        out: list[str | None] = []
+        for i in indices:
+            if x.operand_index(i) < 0:
+                out.append(None)
+            elif i in variable:
+                out.append(self.nchw(x[i]))
+            else:
+                info = ctx.input(i)
+                value = np.asarray(info.value, dtype=info.dtype)
+                value = value.reshape((1,) * (rank - value.ndim) + value.shape)
+                out.append(self.const(np.transpose(value, _TO_NCHW), "nchw_const"))
+        return out
 
     def activation(self, x: str, code: int) -> str:
         """NNAPI's fused activation on ``x`` (RELU, RELU1, RELU6) as Relu / Clip."""
@@ -120,11 +181,25 @@ class OnnxGraph:
             taken.add(name)
             graph_outputs.append(helper.make_tensor_value_info(name, onnx_type(self.infos[o].dtype),
                                                                list(self.infos[o].shape)))
-        graph = helper.make_graph(self.nodes, "nnhal_partition", graph_inputs, graph_outputs, self.initializers)
+        nodes, initializers = self._live([vi.name for vi in graph_outputs])
+        graph = helper.make_graph(nodes, "nnhal_partition", graph_inputs, graph_outputs, initializers)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                                   producer_name="nnhal")
         model.ir_version = 8
         return model
+
+
+    def _live(self, outputs: Sequence[str]) -> tuple[list, list]:
+        """The nodes and initializers the outputs depend on (in order): a layout twin made and
+        then never read is not part of the model."""
+        needed = set(outputs)
+        live = []
+        for n in reversed(self.nodes):
+            if any(o in needed for o in n.output):
+                live.append(n)
+                needed.update(i for i in n.input if i)
+        live.reverse()
+        return live, [t for t in self.initializers if t.name in needed]
 
 
 class Inputs(Sequence):
@@ -137,9 +212,13 @@ class Inputs(Sequence):
     def __len__(self) -> int:
         return len(self._operands)
 
+    def operand_index(self, i: int) -> int:
+        """The NNAPI operand of input i (negative when omitted)."""
+        return self._operands[i]
+
     def __getitem__(self, i):  # type: ignore[override]
         k = self._operands[i]
         return None if k < 0 else self._graph.operand(k)
 
 
-__all__ = ["Inputs", "OPSET", "OnnxGraph", "TensorProto", "onnx_type"]
+__all__ = ["Inputs", "OPSET", "OnnxGraph", "TensorProto", "nchw_axis", "onnx_type"]

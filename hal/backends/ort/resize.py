@@ -16,7 +16,16 @@ rows lo/hi gathered and scaled by (1 - dy) / dy, columns lo/hi gathered from tho
 where Resize makes one (65x65x21 -> 513x513: ~8x Resize's time, still below the reference's);
 nearest as Gathers is faster than Resize.
 
-Both layouts are computed in place (H, W are axes 1, 2 in NHWC, 2, 3 with the NCHW flag).
+Even where the positions agree (onnxruntime 1.32, probed by Resize of the identity: every
+power-of-two scale with asymmetric or half_pixel, 2 -> 3, ...; align_corners rarely), linear
+Resize sums w11 * x11 + w12 * x12 + ... with the weights' products rounded first, not the
+reference's rows-then-columns order: up to ~3 ulp of the largest neighbour, outside CTS's
+1e-5 + 5 ulp(result) where neighbours of opposite sign near +-255 meet (measured 2.3e-5 against a
+1.4e-5 tolerance on a 6x5 -> 8x12 upscale). The CTS's own bilinear cases (2 -> 3) pass either way.
+
+Both layouts are computed in place (H, W are axes 1, 2 in NHWC, 2, 3 in NCHW: with the NCHW flag,
+or when the input is already in NCHW in the partition); in NCHW the columns are gathered as rows
+of the transposed value (``_columns``).
 """
 from __future__ import annotations
 
@@ -44,45 +53,75 @@ def _gather(g: OnnxGraph, x: str, index: np.ndarray, axis: int) -> str:
 _MAX_TILED_WEIGHT = 1 << 20
 
 
-def _weight(g: OnnxGraph, w: np.ndarray, axis: int, channels: int = 1) -> str:
+def _weight(g: OnnxGraph, w: np.ndarray, axis: int, last: int = 1) -> str:
     """``w`` (float32, one per output row or column) shaped to broadcast along ``axis`` of a 4-D
-    value; ``channels`` > 1 repeats it along the last axis (NHWC columns: onnxruntime's Mul
-    broadcasts a [1, 1, ow, c] operand as whole rows, a [1, 1, ow, 1] one element by element,
-    about 10x slower)."""
+    value, repeated ``last`` times along the last axis when ``axis`` is not it (onnxruntime's Mul
+    broadcasts a [1, 1, ow, c] operand as whole rows, a [1, 1, ow, 1] one element by element or
+    in spans of the last axis, several times slower: 10x for NHWC columns, measured)."""
     shape = [1, 1, 1, 1]
     shape[axis] = w.size
     w = np.asarray(w, np.float32).reshape(shape)
-    if channels > 1 and w.size * channels <= _MAX_TILED_WEIGHT:
-        w = np.repeat(w, channels, axis=3)
+    if last > 1 and w.size * last <= _MAX_TILED_WEIGHT:
+        w = np.repeat(w, last, axis=3)
     return g.const(np.ascontiguousarray(w), "w")
 
 
-def _bilinear(g: OnnxGraph, x: str, rows: Axis, cols: Axis, h: int, w: int, channels: int) -> str:
-    top = g.node("Mul", [_gather(g, x, rows.lo, h), _weight(g, rows.w_lo, h)])
-    bottom = g.node("Mul", [_gather(g, x, rows.hi, h), _weight(g, rows.w_hi, h)])
-    wx0, wx1 = _weight(g, cols.w_lo, w, channels), _weight(g, cols.w_hi, w, channels)
+#: Swaps a 4-D value's last two axes.
+_SWAP_HW = [0, 1, 3, 2]
+
+
+def _bilinear(g: OnnxGraph, x: str, rows: Axis, cols: Axis, h: int, w: int, shape) -> str:
+    """``shape``: the input's (NHWC when h == 1, else NCHW)."""
+    in_w, channels = (shape[2], shape[3]) if h == 1 else (shape[3], shape[1])
+    last = 1 if h == 1 else in_w  # NHWC rows are [in_w, c] blocks already
+    top = g.node("Mul", [_gather(g, x, rows.lo, h), _weight(g, rows.w_lo, h, last)])
+    bottom = g.node("Mul", [_gather(g, x, rows.hi, h), _weight(g, rows.w_hi, h, last)])
+    swap = w == 3
+    last = channels
+    if swap:  # columns as rows: see _columns
+        top, bottom, w = g.node("Transpose", [top], perm=_SWAP_HW), g.node("Transpose", [bottom], perm=_SWAP_HW), 2
+        last = rows.lo.size  # the output's rows are the last axis now
+    wx0, wx1 = _weight(g, cols.w_lo, w, last), _weight(g, cols.w_hi, w, last)
     acc = g.node("Mul", [_gather(g, top, cols.lo, w), wx0])
     acc = g.node("Add", [acc, g.node("Mul", [_gather(g, bottom, cols.lo, w), wx0])])
     acc = g.node("Add", [acc, g.node("Mul", [_gather(g, top, cols.hi, w), wx1])])
-    return g.node("Add", [acc, g.node("Mul", [_gather(g, bottom, cols.hi, w), wx1])])
+    acc = g.node("Add", [acc, g.node("Mul", [_gather(g, bottom, cols.hi, w), wx1])])
+    return g.node("Transpose", [acc], perm=_SWAP_HW) if swap else acc
+
+
+def _columns(g: OnnxGraph, x: str, index: np.ndarray) -> str:
+    """Gather along the last axis of an NCHW value, as a Gather of rows between two transposes:
+    onnxruntime's Gather copies one element per index on the innermost axis (the 8 -> 16 -> 32
+    upsamplings of the pose-style network took 2 ms that way, 0.1 ms as rows)."""
+    y = _gather(g, g.node("Transpose", [x], perm=_SWAP_HW), index, 2)
+    return g.node("Transpose", [y], perm=_SWAP_HW)
 
 
 def lower_resize(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
     p: ResizeParams = ctx.params
-    h, w = (2, 3) if p.nchw else (1, 2)
+    if not p.nchw and g.in_nchw(x[0]):  # stay in the layout the input is already in
+        return [g.nhwc(_resize(g, ctx, g.nchw(x[0]), nchw=True))]
+    return [_resize(g, ctx, x[0], p.nchw)]
+
+
+def _resize(g: OnnxGraph, ctx: OperationContext, data: str, nchw: bool) -> str:
+    p: ResizeParams = ctx.params
+    h, w = (2, 3) if nchw else (1, 2)
     if p.kind == NEAREST:
         rows = _nearest_axis(p.in_h, p.out_h, p.align_corners, p.half_pixel_centers)
         cols = _nearest_axis(p.in_w, p.out_w, p.align_corners, p.half_pixel_centers)
-        y = x[0]
+        y = data
         if not np.array_equal(rows.lo, np.arange(p.in_h)):
             y = _gather(g, y, rows.lo, h)
         if not np.array_equal(cols.lo, np.arange(p.in_w)):
-            y = _gather(g, y, cols.lo, w)
-        return [y if y != x[0] else g.node("Identity", [y])]
+            y = _columns(g, y, cols.lo) if nchw else _gather(g, y, cols.lo, w)
+        return y if y != data else g.node("Identity", [y])
     rows = _bilinear_axis_float(p.in_h, p.out_h, p.align_corners, p.half_pixel_centers)
     cols = _bilinear_axis_float(p.in_w, p.out_w, p.align_corners, p.half_pixel_centers)
-    channels = 1 if p.nchw else ctx.input(0).shape[3]
-    return [_bilinear(g, x[0], rows, cols, h, w, channels)]
+    shape = ctx.input(0).shape
+    if nchw and not p.nchw:
+        shape = [shape[k] for k in (0, 3, 1, 2)]
+    return _bilinear(g, data, rows, cols, h, w, shape)
 
 
 BACKEND.lowering([BILINEAR, NEAREST], lower=lower_resize, types=[F32], supports=supports_resize)

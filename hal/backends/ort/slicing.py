@@ -5,11 +5,13 @@ TFLite's clamping and masks), so ONNX never re-resolves NNAPI's indices: each ax
 [start, last + sign(stride)) with the stop written as INT64_MIN when it lies before element 0
 (ONNX would read -1 as "the last element"), then a Reshape drops the shrink axes. Values that
 break NNAPI's shrink-axis rule are declined: the reference kernel refuses them at execution.
+CONCATENATION of 4-D values of which one is in NCHW already concatenates there (the axis
+permuted, constant parts permuted once), as MediaPipe's channel widening and skip joins do.
 """
 from __future__ import annotations
 
 from hal.backends.ort import BACKEND
-from hal.backends.ort.graph import OnnxGraph
+from hal.backends.ort.graph import OnnxGraph, nchw_axis
 from hal.backends.ort.shape import reshape_to, zero_sized
 from hal.operations.common import F32, I32
 from hal.operations.concatenation import ConcatParams, axis_input
@@ -75,10 +77,13 @@ def lower_split(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
 
 def lower_concatenation(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
     p: ConcatParams = ctx.params
-    parts = [x[i] for i in range(axis_input(ctx))]  # not the axis scalar: it would become an initializer
-    if len(parts) == 1:
-        return [g.node("Identity", parts)]
-    return [g.node("Concat", parts, axis=p.axis)]
+    count = axis_input(ctx)  # the parts, not the axis scalar: it would become an initializer
+    if count == 1:
+        return [g.node("Identity", [x[0]])]
+    nchw = g.channels_first(ctx, x, range(count))  # 4-D parts, one of them in NCHW: stay there
+    if nchw is not None:
+        return [g.nhwc(g.node("Concat", nchw, axis=nchw_axis(p.axis)))]
+    return [g.node("Concat", [x[i] for i in range(count)], axis=p.axis)]
 
 
 def _concat_supports(ctx: OperationContext) -> str | None:

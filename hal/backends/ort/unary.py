@@ -12,6 +12,8 @@ Each is its ONNX namesake; where onnxruntime's answer differs from the reference
   differs from Elu for a negative alpha: those take the formula as written.
 * CAST float32 -> int32: onnxruntime's Cast truncates like static_cast but gives INT32_MIN out of
   range and for NaN; the reference saturates and maps NaN to 0, so both are made explicit.
+
+All but CAST compute in NCHW when their input exists there (``OnnxGraph.pointwise``).
 """
 from __future__ import annotations
 
@@ -41,15 +43,15 @@ _BELOW_TWO_TO_31 = np.nextafter(_TWO_TO_31, np.float32(0))
 
 def lower_relu(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
     p: ActivationParams = ctx.params
-    return [g.activation(x[INPUT], p.clamp)]
+    return [g.pointwise(x[INPUT], lambda v: g.activation(v, p.clamp))]
 
 
 def lower_simple(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
-    return [g.node(_ONNX[ctx.op_type], [x[INPUT]])]
+    return [g.pointwise(x[INPUT], lambda v: g.node(_ONNX[ctx.op_type], [v]))]
 
 
 def lower_rsqrt(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
-    return [g.node("Reciprocal", [g.node("Sqrt", [x[INPUT]])])]
+    return [g.pointwise(x[INPUT], lambda v: g.node("Reciprocal", [g.node("Sqrt", [v])]))]
 
 
 # ---- ELU ------------------------------------------------------------------------------------------
@@ -62,17 +64,20 @@ def supports_elu(ctx: OperationContext) -> str | None:
 
 
 def lower_elu(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
+    return [g.pointwise(x[INPUT], lambda v: _elu(g, ctx, v))]
+
+
+def _elu(g: OnnxGraph, ctx: OperationContext, data: str) -> str:
     p: UnaryParams = ctx.params
-    data = x[INPUT]
     zero = g.const(np.float32(0))
     if p.alpha >= 0:  # max(0, x) + min(0, alpha * expm1(x)) is Elu but for NaN, which gives 0
-        return [g.node("Where", [g.node("IsNaN", [data]), zero, g.node("Elu", [data], alpha=p.alpha)])]
+        return g.node("Where", [g.node("IsNaN", [data]), zero, g.node("Elu", [data], alpha=p.alpha)])
     # A negative alpha: both terms as written; a comparison with NaN is false, so NaN gives 0 + 0.
     positive = g.node("Where", [g.node("Greater", [data, zero]), data, zero])
     em1 = g.node("Sub", [g.node("Exp", [data]), g.const(np.float32(1))])
     scaled = g.node("Mul", [em1, g.const(np.float32(p.alpha))])
     negative = g.node("Where", [g.node("Less", [scaled, zero]), scaled, zero])
-    return [g.node("Add", [positive, negative])]
+    return g.node("Add", [positive, negative])
 
 
 # ---- CAST -----------------------------------------------------------------------------------------

@@ -247,7 +247,8 @@ def execute_prelu(ctx: OperationContext, inputs: list) -> list:
     shape = ctx.output_shapes[0]
     if x.dtype == np.float32:
         x = np.broadcast_to(x, shape)
-        return [np.where(x >= 0, x, x * alpha)]
+        with np.errstate(over="ignore", invalid="ignore"):  # inf * alpha, nan: IEEE results, no warning
+            return [np.where(x >= 0, x, x * alpha)]
     xv = np.broadcast_to(x.astype(np.int64) + d.input_offset, shape)
     av = alpha.astype(np.int64) + d.alpha_offset
     pos = quant.multiply_by_quantized_multiplier(xv, d.output_multiplier_1, d.output_shift_1)
