@@ -5,11 +5,13 @@
     outputs = pm.execute([x]).outputs              # numpy arrays
     with pm.burst() as burst: burst.execute([x])   # pools registered once per burst
 
-Tensors above ``SHM_THRESHOLD`` bytes travel through shared memory, and large
-model constants go as a shared-memory CONSTANT_POOL instead of inline bytes.
+On the service's unix socket, tensors above ``SHM_THRESHOLD`` bytes travel through shared memory,
+and large model constants go as a shared-memory CONSTANT_POOL instead of inline bytes; over TCP
+everything travels inline (the service accepts shared memory only from its unix socket).
 """
 from __future__ import annotations
 
+import collections
 import os
 import queue
 import threading
@@ -22,7 +24,7 @@ import numpy as np
 
 from hal.model import Model
 from hal.types import DeviceType, ErrorStatus, ExecutionPreference, OperandType, Priority
-from service.address import client_address
+from service.address import client_address, is_unix
 from service.local_burst_client import LocalBurstChannel
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
@@ -137,7 +139,7 @@ class RemotePreparedModel:
     def __init__(self, client: "Client", prepared_id: str, model: Model):
         self.client = client
         self.id = prepared_id
-        self._rb = RequestBuilder(model)
+        self._rb = RequestBuilder(model, client.shared_memory)
         weakref.finalize(self, self._rb.scratch.close)
         self.slowest_s = 0.0  # the slowest execution seen: scales the default wait
         self._wait_min_s = float(os.environ.get("NNHAL_EXECUTE_WAIT_MIN_S") or EXECUTE_WAIT_MIN_S)
@@ -358,10 +360,14 @@ class Client:
     def __init__(self, channel: grpc.Channel, address: str):
         self.channel = channel
         self.address = address
-        self.device = pb_grpc.DeviceStub(channel)
-        self.prepared = pb_grpc.PreparedModelStub(channel)
-        #: Metadata naming this client's session on calls that create resources (see _open_session).
+        #: Shared-memory pools only on a unix socket: the service refuses them over TCP (SECURITY.md).
+        self.shared_memory = is_unix(address)
+        #: Metadata naming this client's session (see _open_session): every call carries it (the
+        #: service lets a session reach only what it owns), filled in place once the session opens.
         self.session: list[tuple[str, str]] = []
+        calls = grpc.intercept_channel(channel, _SessionMetadata(self.session))
+        self.device = pb_grpc.DeviceStub(calls)
+        self.prepared = pb_grpc.PreparedModelStub(calls)
         self._end_session = weakref.finalize(self, channel.close)
 
     def _open_session(self, timeout_s: float) -> None:
@@ -383,7 +389,7 @@ class Client:
         if reply is None:
             raise ServiceUnavailableError("the service ended the session stream at once")
         _check(reply)
-        self.session = [(SESSION_KEY, reply.session_id)]
+        self.session[:] = [(SESSION_KEY, reply.session_id)]
 
     @classmethod
     def connect(cls, address: str | None = None, timeout_s: float = 5.0,
@@ -469,7 +475,7 @@ class Client:
     def prepare_model(self, model: Model, *, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                       priority: Priority = Priority.MEDIUM, timeout_s: float | None = None,
                       token: bytes = b"") -> RemotePreparedModel:
-        with ModelTransfer(model) as proto:
+        with ModelTransfer(model, self.shared_memory) as proto:
             reply = _rpc(self.device.PrepareModel, pb.PrepareModelRequest(
                 model=proto, preference=int(preference), priority=int(priority),
                 timeout_ns=_timeout_ns(timeout_s), token=token), _prepare_wait_s(timeout_s), self.session)
@@ -497,6 +503,40 @@ class Client:
 
     def release_buffer(self, token: int) -> None:
         _check(_rpc(self.device.ReleaseBuffer, pb.BufferToken(buffer_token=token)))
+
+
+class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",
+                                                           "wait_for_ready", "compression")),
+                   grpc.ClientCallDetails):
+    pass
+
+
+class _SessionMetadata(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor,
+                       grpc.StreamUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds the session's metadata to every call that does not name one itself: the service
+    answers a call about a prepared model or buffer only for the session that owns it."""
+
+    def __init__(self, session: list[tuple[str, str]]):
+        self.session = session  # the Client's list, filled when its session opens
+
+    def _details(self, d):
+        metadata = list(d.metadata or ())
+        if not self.session or any(k == SESSION_KEY for k, _ in metadata):
+            return d
+        return _CallDetails(d.method, d.timeout, metadata + self.session, d.credentials, d.wait_for_ready,
+                            d.compression)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation, details, request_iterator):
+        return continuation(self._details(details), request_iterator)
+
+    def intercept_stream_stream(self, continuation, details, request_iterator):
+        return continuation(self._details(details), request_iterator)
 
 
 def _close_session(send: queue.Queue, call, channel: grpc.Channel) -> None:

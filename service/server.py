@@ -204,9 +204,10 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2 * max_clients + max(8, 4 * workers),
                                                     thread_name_prefix="nnhal-rpc"),
                          options=grpc_options() + KEEPALIVE)
-    pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver, relative_speed, measured), server)
+    unix_server = listen is None  # shared memory only there (service.servicer.shared_memory_allowed)
+    pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver, relative_speed, measured, unix_server), server)
     prepared_servicer = PreparedModelServicer(
-        driver, os.path.dirname(socket_path) if listen is None else None)
+        driver, os.path.dirname(socket_path) if listen is None else None, unix_server)
     pb_grpc.add_PreparedModelServicer_to_server(prepared_servicer, server)
     hs = health.HealthServicer()
     logging.getLogger("grpc._common").addFilter(_MALFORMED_MESSAGE_LOG)  # once: a filter is added only once
