@@ -11,7 +11,6 @@ everything travels inline (the service accepts shared memory only from its unix 
 """
 from __future__ import annotations
 
-import collections
 import os
 import queue
 import threading
@@ -30,6 +29,7 @@ from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.server import default_address
 from service.servicer import MAX_MESSAGE_BYTES, SESSION_KEY, grpc_options
+from service.session_calls import SessionMetadata
 from service.slots import SlotLayout
 from service.tls import connect_failure
 from service.transfer import (
@@ -365,7 +365,7 @@ class Client:
         #: Metadata naming this client's session (see _open_session): every call carries it (the
         #: service lets a session reach only what it owns), filled in place once the session opens.
         self.session: list[tuple[str, str]] = []
-        calls = grpc.intercept_channel(channel, _SessionMetadata(self.session))
+        calls = grpc.intercept_channel(channel, SessionMetadata(self.session))
         self.device = pb_grpc.DeviceStub(calls)
         self.prepared = pb_grpc.PreparedModelStub(calls)
         self._end_session = weakref.finalize(self, channel.close)
@@ -503,40 +503,6 @@ class Client:
 
     def release_buffer(self, token: int) -> None:
         _check(_rpc(self.device.ReleaseBuffer, pb.BufferToken(buffer_token=token)))
-
-
-class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",
-                                                           "wait_for_ready", "compression")),
-                   grpc.ClientCallDetails):
-    pass
-
-
-class _SessionMetadata(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor,
-                       grpc.StreamUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    """Adds the session's metadata to every call that does not name one itself: the service
-    answers a call about a prepared model or buffer only for the session that owns it."""
-
-    def __init__(self, session: list[tuple[str, str]]):
-        self.session = session  # the Client's list, filled when its session opens
-
-    def _details(self, d):
-        metadata = list(d.metadata or ())
-        if not self.session or any(k == SESSION_KEY for k, _ in metadata):
-            return d
-        return _CallDetails(d.method, d.timeout, metadata + self.session, d.credentials, d.wait_for_ready,
-                            d.compression)
-
-    def intercept_unary_unary(self, continuation, details, request):
-        return continuation(self._details(details), request)
-
-    def intercept_unary_stream(self, continuation, details, request):
-        return continuation(self._details(details), request)
-
-    def intercept_stream_unary(self, continuation, details, request_iterator):
-        return continuation(self._details(details), request_iterator)
-
-    def intercept_stream_stream(self, continuation, details, request_iterator):
-        return continuation(self._details(details), request_iterator)
 
 
 def _close_session(send: queue.Queue, call, channel: grpc.Channel) -> None:
