@@ -23,7 +23,7 @@ import numpy as np
 
 from hal.model import Model
 from hal.types import DeviceType, ErrorStatus, ExecutionPreference, OperandType, Priority
-from service.address import client_address, is_unix
+from service.address import client_address, is_unix, unix_socket_path, untrusted_socket
 from service.local_burst_client import LocalBurstChannel
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
@@ -76,6 +76,14 @@ class ServiceUnavailableError(ServiceError):
 class ServiceTimeoutError(ServiceUnavailableError):
     """The service did not answer within the client's bound (stopped, wedged or overloaded): treat
     the connection as lost. A request it still holds may complete later, unseen."""
+
+
+class UntrustedServiceError(ServiceUnavailableError):
+    """The unix socket is not provably this user's service (service.address.untrusted_socket):
+    refused before anything is sent on it."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"refusing the nnhal service socket {path}: {why}")
 
 
 @dataclass
@@ -401,6 +409,10 @@ class Client:
         ``address``: unix:PATH, a bare socket path (taken as unix:PATH) or HOST:PORT
         (service.address; ValueError for a name that could be either); None: the per-user socket."""
         address = client_address(address) if address else default_address()
+        path = unix_socket_path(address)
+        why = untrusted_socket(path) if path else None
+        if why:  # before any channel: not one byte of a model to a socket someone else controls
+            raise UntrustedServiceError(path, why)
         tls = root_certificates is not None or certificate_chain is not None
         if tls:
             channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(

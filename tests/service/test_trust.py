@@ -277,3 +277,81 @@ def test_another_client_cannot_use_or_release_a_prepared_model(server, client):
     np.testing.assert_array_equal(pm.execute([x, x]).outputs[0], x + x)
     client.release_buffer(token)
     pm.release()
+
+
+# ---- the client checks whose socket it talks to ----------------------------------------------------
+
+@pytest.fixture
+def impostor(tmp_path):
+    """Someone else's listener where a service socket is expected: a socket in a directory anyone
+    can write (as /tmp/nnhal-<uid> pre-created 0777 by another user). It records any connection."""
+    import socket as socketlib
+    d = tmp_path / "nnhal"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    listener = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    listener.bind(str(d / "nnhal.sock"))
+    listener.listen(8)
+    listener.settimeout(0.5)
+    yield listener, str(d / "nnhal.sock")
+    listener.close()
+
+
+def _never_contacted(listener) -> None:
+    import socket as socketlib
+    with pytest.raises(socketlib.timeout):
+        listener.accept()[0].close()
+
+
+def test_client_refuses_a_socket_in_a_directory_others_can_write(impostor):
+    from service.client import UntrustedServiceError
+    listener, path = impostor
+    with pytest.raises(UntrustedServiceError) as e:
+        Client.connect(path, timeout_s=1.0)
+    assert str(e.value).splitlines() == [str(e.value)]  # one line
+    assert f"refusing the nnhal service socket {path}: its directory" in str(e.value)
+    assert "writable by group or others (mode 777)" in str(e.value)
+    _never_contacted(listener)
+
+
+def test_client_refuses_a_socket_others_can_write(tmp_path):
+    import socket as socketlib
+
+    from service.client import UntrustedServiceError
+    d = tmp_path / "private"
+    d.mkdir(mode=0o700)
+    listener = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    path = str(d / "s.sock")
+    listener.bind(path)
+    listener.listen(8)
+    listener.settimeout(0.5)
+    os.chmod(path, 0o666)
+    try:
+        with pytest.raises(UntrustedServiceError, match=r"its socket .* is writable by group or others"):
+            Client.connect(path, timeout_s=1.0)
+        _never_contacted(listener)
+    finally:
+        listener.close()
+
+
+def test_default_socket_in_a_foreign_directory_is_not_used(impostor, monkeypatch):
+    """The default socket ($XDG_RUNTIME_DIR/nnhal/nnhal.sock here) in a directory others can write:
+    Client.connect() refuses it, and the delegate sends it nothing (its own service is the fallback
+    for an unusable default; here the report says why, and the impostor saw no connection)."""
+    from service.client import UntrustedServiceError
+    listener, path = impostor
+    monkeypatch.setenv("XDG_RUNTIME_DIR", os.path.dirname(os.path.dirname(path)))
+    with pytest.raises(UntrustedServiceError, match="refusing the nnhal service socket"):
+        Client.connect(timeout_s=1.0)
+    from delegate import load_delegate
+    from tests.delegate.helpers import interpreter
+    from tests.delegate.models import head_model
+    d = load_delegate(path)
+    interpreter(head_model(), d)
+    assert d.report.delegated == 0 and "refusing the nnhal service socket" in (d.report.error or "")
+    _never_contacted(listener)
+
+
+def test_client_accepts_its_own_service(server):
+    with Client.connect(server.address, timeout_s=30) as c:
+        assert c.get_version_string().startswith("nnhal-")
