@@ -150,6 +150,9 @@ class Driver:
                 compiled = load_compiled(payload, arrays, self.backend_order)
         except CacheError as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"cache entry rejected: {e}") from None
+        except OSError as e:  # the file system refused (EIO, EACCES...): a miss, not an internal error
+            log.warning("cache entry %s unreadable: %s", token.hex()[:16], e.strerror or e)
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"cache entry unreadable: {e.strerror or e}") from None
         except SerializationError as e:
             self.cache.remove(token)
             log.warning("cache entry %s rejected: %s", token.hex()[:16], e)
