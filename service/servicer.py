@@ -334,6 +334,9 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
 
     def OpenLocalBurst(self, request, context):
         def body():
+            if not shared_memory_allowed(self.unix_server, context):  # its socket and memfd are this machine's
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, "local bursts are only for clients on the service's "
+                                                             "unix socket; over TCP use ExecuteBurst")
             entry = self.driver.get(request.prepared_model_id, _caller(context))
             with self._lock:
                 self.local_bursts = [b for b in self.local_bursts if not b.closed.is_set()]

@@ -355,3 +355,12 @@ def test_default_socket_in_a_foreign_directory_is_not_used(impostor, monkeypatch
 def test_client_accepts_its_own_service(server):
     with Client.connect(server.address, timeout_s=30) as c:
         assert c.get_version_string().startswith("nnhal-")
+
+
+def test_tcp_client_cannot_open_a_local_burst(tcp_client):
+    """A local burst is a socket and a memfd on the service's machine: nothing a TCP client can
+    use, so it is refused instead of holding a thread and memory for nothing."""
+    pm = tcp_client.prepare_model(add_model())
+    reply = tcp_client.prepared.OpenLocalBurst(pb.LocalBurstRequest(prepared_model_id=pm.id, slot_bytes=256),
+                                               timeout=60)
+    assert reply.status.code == ErrorStatus.INVALID_ARGUMENT and "unix socket" in reply.status.message
