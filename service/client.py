@@ -29,7 +29,7 @@ from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.server import default_address
 from service.servicer import MAX_MESSAGE_BYTES, SESSION_KEY, grpc_options
-from service.session_calls import SessionMetadata
+from service.session_calls import SessionStub
 from service.slots import SlotLayout
 from service.tls import connect_failure
 from service.transfer import (
@@ -373,9 +373,8 @@ class Client:
         #: Metadata naming this client's session (see _open_session): every call carries it (the
         #: service lets a session reach only what it owns), filled in place once the session opens.
         self.session: list[tuple[str, str]] = []
-        calls = grpc.intercept_channel(channel, SessionMetadata(self.session))
-        self.device = pb_grpc.DeviceStub(calls)
-        self.prepared = pb_grpc.PreparedModelStub(calls)
+        self.device = SessionStub(pb_grpc.DeviceStub(channel), self.session)
+        self.prepared = SessionStub(pb_grpc.PreparedModelStub(channel), self.session)
         self._end_session = weakref.finalize(self, channel.close)
 
     def _open_session(self, timeout_s: float) -> None:

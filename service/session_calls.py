@@ -1,44 +1,43 @@
 """The client's session on every call: the service lets a session reach only the prepared models
-and buffers it owns (service.driver.Driver.get), so every call about them must name it. An
-interceptor adds it once for all stubs, raw ones included (tests, tools), instead of each call site."""
+and buffers it owns (service.driver.Driver.get), so every call about them must name it. The stubs
+are wrapped once so that every call carries it, raw ones included (tests, tools), instead of each
+call site.
+
+Not a gRPC interceptor: an intercepted channel makes a new call handle on each call, and a call made
+from a finalizer at interpreter exit (TFLite frees the delegate's kernels then, which release their
+prepared models) made one on a channel already torn down: a segfault. The stub's own multicallables,
+made once with the stub, fail such a late call with a ValueError instead."""
 from __future__ import annotations
-
-import collections
-
-import grpc
 
 from service.servicer import SESSION_KEY
 
 
-class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",
-                                                           "wait_for_ready", "compression")),
-                   grpc.ClientCallDetails):
-    pass
+class _SessionCall:
+    """One stub method: the call with the session's metadata unless it names metadata itself."""
+
+    __slots__ = ("_call", "_session")
+
+    def __init__(self, call, session: list[tuple[str, str]]):
+        self._call = call
+        self._session = session
+
+    def __call__(self, request, timeout=None, metadata=None, **kw):
+        return self._call(request, timeout=timeout, metadata=_with_session(metadata, self._session), **kw)
+
+    def future(self, request, timeout=None, metadata=None, **kw):
+        return self._call.future(request, timeout=timeout, metadata=_with_session(metadata, self._session), **kw)
 
 
-class SessionMetadata(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor,
-                      grpc.StreamUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    """Adds the session's metadata to every call that does not name one itself: the service
-    answers a call about a prepared model or buffer only for the session that owns it."""
+def _with_session(metadata, session: list[tuple[str, str]]):
+    if metadata is not None and any(k == SESSION_KEY for k, _ in metadata):
+        return metadata  # an explicit session (tests name another one on purpose)
+    return list(metadata or ()) + session if session else metadata
 
-    def __init__(self, session: list[tuple[str, str]]):
-        self.session = session  # the Client's list, filled when its session opens
 
-    def _details(self, d):
-        metadata = list(d.metadata or ())
-        if not self.session or any(k == SESSION_KEY for k, _ in metadata):
-            return d
-        return _CallDetails(d.method, d.timeout, metadata + self.session, d.credentials, d.wait_for_ready,
-                            d.compression)
+class SessionStub:
+    """``stub`` with the session (the Client's list, filled in place when its session opens) added
+    to every call's metadata."""
 
-    def intercept_unary_unary(self, continuation, details, request):
-        return continuation(self._details(details), request)
-
-    def intercept_unary_stream(self, continuation, details, request):
-        return continuation(self._details(details), request)
-
-    def intercept_stream_unary(self, continuation, details, request_iterator):
-        return continuation(self._details(details), request_iterator)
-
-    def intercept_stream_stream(self, continuation, details, request_iterator):
-        return continuation(self._details(details), request_iterator)
+    def __init__(self, stub, session: list[tuple[str, str]]):
+        for name, call in vars(stub).items():
+            setattr(self, name, _SessionCall(call, session))
