@@ -21,6 +21,8 @@ import logging
 import mmap
 import os
 import re
+import shutil
+import stat
 import struct
 import threading
 from dataclasses import dataclass
@@ -105,6 +107,8 @@ class CacheStore:
         token: the last rename wins, and each model file names the data digest it was written
         with, so a mixed pair is rejected."""
         model_path, data_path = self._paths(token)
+        for path in (model_path, data_path):
+            _clear_wrong_type(path)  # a rename cannot replace a directory: it would block the entry forever
         layout, offset = [], 0
         for a in arrays:
             a = np.asarray(a, order="C")
@@ -212,11 +216,17 @@ class CacheStore:
 
     # ---- maintenance ----------------------------------------------------------
     def remove(self, token: bytes) -> None:
+        """Drop an entry's files, whatever they are (a directory where a file belongs included);
+        what cannot be removed is logged, never raised: a rejected entry is a miss either way."""
         for p in self._paths(token):
             try:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+            except IsADirectoryError:
+                _clear_wrong_type(p)
+            except OSError as e:
+                log.warning("cannot remove %s: %s", p, e.strerror or e)
 
     def entries(self) -> list[EntryInfo]:
         """The entries nnhal wrote (see clear): eviction, ls and verify never touch other files."""
@@ -330,6 +340,23 @@ def _not_our_model(path: str, token_hex: str) -> str | None:
     if not isinstance(header, dict) or header.get("token") != token_hex:
         return "its header does not name this token"
     return None
+
+
+def _clear_wrong_type(path: str) -> None:
+    """Remove a directory standing where an entry's file belongs (nnhal never makes one there):
+    os.replace cannot rename a file over it, so the entry could never be written again. rmtree
+    does not follow symbolic links. Logged, never raised."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        return  # a file, link, FIFO...: os.replace and unlink handle those
+    log.info("cache: removing the directory %s, where an entry's file belongs", path)
+    try:
+        shutil.rmtree(path)
+    except OSError as e:
+        log.warning("cache: cannot remove %s: %s", path, e.strerror or e)
 
 
 def _map_data(path: str, header: dict):

@@ -186,6 +186,20 @@ def _op_name(node) -> str:
     return f"CUSTOM({node.custom_code})" if node.custom_code else builtin_name(node.builtin_code)
 
 
+def _zero_sized(graph, node) -> str | None:
+    """Why a node with a zero-sized tensor ([0, 3]) stays on TFLite: NNAPI reads a 0 dimension as
+    "unknown", so a request cannot carry such a tensor (validation wants every request dimension
+    known) and every invoke would fail; TFLite runs it (an empty result)."""
+    for t in (*node.inputs, *node.outputs):
+        if t < 0 or graph.tensors[t].is_constant:
+            continue
+        shape = graph.tensors[t].shape
+        if 0 in shape:
+            return (f"tensor {t} is zero-sized ({list(shape)}): NNAPI reads a 0 dimension as unknown, so "
+                    f"it cannot carry an empty tensor; TFLite runs this node")
+    return None
+
+
 def supported_nodes(graph, client: Client | None) -> dict[int, str | None]:
     """Mapping check per node, then one GetSupportedOperations call for all mappable nodes."""
     reasons: dict[int, str | None] = {}
@@ -205,6 +219,10 @@ def supported_nodes(graph, client: Client | None) -> dict[int, str | None]:
             continue
         if node.options.get("__undecoded__"):
             reasons[node.index] = "parameters of this builtin are not read by the delegate"
+            continue
+        empty = _zero_sized(graph, node)
+        if empty is not None:
+            reasons[node.index] = empty
             continue
         checkpoint = ctx.checkpoint()
         start = len(ctx.builder.model.main.operations)

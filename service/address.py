@@ -14,6 +14,9 @@ or a host without its port: refused, with both spellings in the message, rather 
 from __future__ import annotations
 
 import os
+import socket
+import stat
+import struct
 
 UNIX_SCHEMES = ("unix:", "unix-abstract:")
 
@@ -48,3 +51,53 @@ def tcp_host_port(address: str) -> tuple[str, int] | None:
     if not host or not port.isdigit():
         return None
     return host.strip("[]"), int(port)
+
+
+def unix_socket_path(address: str) -> str | None:
+    """The filesystem path of a ``unix:`` address (``unix:///abs`` too); None for TCP and for
+    abstract sockets (no file to check)."""
+    if not address.startswith("unix:"):
+        return None
+    path = address[len("unix:"):]
+    return "/" + path.lstrip("/") if path.startswith("//") else path
+
+
+def _trusted_owner(uid: int) -> bool:
+    return uid in (os.geteuid(), 0)
+
+
+def untrusted_socket(path: str) -> str | None:
+    """Why the service socket at ``path`` is not this user's service (None: it is, or there is no
+    socket, which connecting will report). The checks `nnhal serve` makes on its own directory, from
+    the client's side, plus the listener's credentials: whoever owns or can write the directory can
+    put their own socket there, and the delegate would send it the model's weights and inputs.
+
+    - the directory: owned by this user or root, not writable by group or others;
+    - the socket: a socket, owned by this user or root, not writable by group or others;
+    - the process listening on it (SO_PEERCRED): running as this user or root."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        st_dir, st = os.stat(directory), os.lstat(path)
+    except OSError:
+        return None
+    for what, name, s in (("directory", directory, st_dir), ("socket", path, st)):
+        if not _trusted_owner(s.st_uid):
+            return f"its {what} {name} is owned by uid {s.st_uid}, not by this user (uid {os.geteuid()}) or root"
+        if s.st_mode & 0o022:
+            return (f"its {what} {name} is writable by group or others (mode {s.st_mode & 0o7777:o}): anyone "
+                    f"could have put that socket there")
+    if not stat.S_ISSOCK(st.st_mode):
+        return f"{path} is not a socket"
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2.0)
+    try:
+        probe.connect(path)
+        creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII"))
+    except OSError:
+        return None  # nothing listens: connecting says so
+    finally:
+        probe.close()
+    pid, uid, _ = struct.unpack("iII", creds)  # struct ucred
+    if not _trusted_owner(uid):
+        return f"the process listening on it (pid {pid}) runs as uid {uid}, not as this user or root"
+    return None

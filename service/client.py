@@ -5,8 +5,9 @@
     outputs = pm.execute([x]).outputs              # numpy arrays
     with pm.burst() as burst: burst.execute([x])   # pools registered once per burst
 
-Tensors above ``SHM_THRESHOLD`` bytes travel through shared memory, and large
-model constants go as a shared-memory CONSTANT_POOL instead of inline bytes.
+On the service's unix socket, tensors above ``SHM_THRESHOLD`` bytes travel through shared memory,
+and large model constants go as a shared-memory CONSTANT_POOL instead of inline bytes; over TCP
+everything travels inline (the service accepts shared memory only from its unix socket).
 """
 from __future__ import annotations
 
@@ -22,12 +23,13 @@ import numpy as np
 
 from hal.model import Model
 from hal.types import DeviceType, ErrorStatus, ExecutionPreference, OperandType, Priority
-from service.address import client_address
+from service.address import client_address, is_unix, unix_socket_path, untrusted_socket
 from service.local_burst_client import LocalBurstChannel
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.server import default_address
 from service.servicer import MAX_MESSAGE_BYTES, SESSION_KEY, grpc_options
+from service.session_calls import SessionStub
 from service.slots import SlotLayout
 from service.tls import connect_failure
 from service.transfer import (
@@ -74,6 +76,14 @@ class ServiceUnavailableError(ServiceError):
 class ServiceTimeoutError(ServiceUnavailableError):
     """The service did not answer within the client's bound (stopped, wedged or overloaded): treat
     the connection as lost. A request it still holds may complete later, unseen."""
+
+
+class UntrustedServiceError(ServiceUnavailableError):
+    """The unix socket is not provably this user's service (service.address.untrusted_socket):
+    refused before anything is sent on it."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"refusing the nnhal service socket {path}: {why}")
 
 
 @dataclass
@@ -137,7 +147,7 @@ class RemotePreparedModel:
     def __init__(self, client: "Client", prepared_id: str, model: Model):
         self.client = client
         self.id = prepared_id
-        self._rb = RequestBuilder(model)
+        self._rb = RequestBuilder(model, client.shared_memory)
         weakref.finalize(self, self._rb.scratch.close)
         self.slowest_s = 0.0  # the slowest execution seen: scales the default wait
         self._wait_min_s = float(os.environ.get("NNHAL_EXECUTE_WAIT_MIN_S") or EXECUTE_WAIT_MIN_S)
@@ -358,10 +368,13 @@ class Client:
     def __init__(self, channel: grpc.Channel, address: str):
         self.channel = channel
         self.address = address
-        self.device = pb_grpc.DeviceStub(channel)
-        self.prepared = pb_grpc.PreparedModelStub(channel)
-        #: Metadata naming this client's session on calls that create resources (see _open_session).
+        #: Shared-memory pools only on a unix socket: the service refuses them over TCP (SECURITY.md).
+        self.shared_memory = is_unix(address)
+        #: Metadata naming this client's session (see _open_session): every call carries it (the
+        #: service lets a session reach only what it owns), filled in place once the session opens.
         self.session: list[tuple[str, str]] = []
+        self.device = SessionStub(pb_grpc.DeviceStub(channel), self.session)
+        self.prepared = SessionStub(pb_grpc.PreparedModelStub(channel), self.session)
         self._end_session = weakref.finalize(self, channel.close)
 
     def _open_session(self, timeout_s: float) -> None:
@@ -383,7 +396,7 @@ class Client:
         if reply is None:
             raise ServiceUnavailableError("the service ended the session stream at once")
         _check(reply)
-        self.session = [(SESSION_KEY, reply.session_id)]
+        self.session[:] = [(SESSION_KEY, reply.session_id)]
 
     @classmethod
     def connect(cls, address: str | None = None, timeout_s: float = 5.0,
@@ -395,6 +408,10 @@ class Client:
         ``address``: unix:PATH, a bare socket path (taken as unix:PATH) or HOST:PORT
         (service.address; ValueError for a name that could be either); None: the per-user socket."""
         address = client_address(address) if address else default_address()
+        path = unix_socket_path(address)
+        why = untrusted_socket(path) if path else None
+        if why:  # before any channel: not one byte of a model to a socket someone else controls
+            raise UntrustedServiceError(path, why)
         tls = root_certificates is not None or certificate_chain is not None
         if tls:
             channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(
@@ -469,7 +486,7 @@ class Client:
     def prepare_model(self, model: Model, *, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                       priority: Priority = Priority.MEDIUM, timeout_s: float | None = None,
                       token: bytes = b"") -> RemotePreparedModel:
-        with ModelTransfer(model) as proto:
+        with ModelTransfer(model, self.shared_memory) as proto:
             reply = _rpc(self.device.PrepareModel, pb.PrepareModelRequest(
                 model=proto, preference=int(preference), priority=int(priority),
                 timeout_ns=_timeout_ns(timeout_s), token=token), _prepare_wait_s(timeout_s), self.session)

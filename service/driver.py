@@ -93,6 +93,11 @@ class Driver:
         self._lock = threading.Lock()
         self._prepared: dict[str, PreparedModel] = {}
         self._buffers: dict[int, mmap.mmap] = {}
+        #: The session id owning each prepared model and buffer ("" for an in-process caller's).
+        #: A gRPC caller names its session (``caller``) and reaches only what that session owns:
+        #: another client's id or token is "unknown", as if it did not exist (issue 34).
+        self._prepared_owner: dict[str, str] = {}
+        self._buffer_owner: dict[int, str] = {}
 
     # ---- IDevice ------------------------------------------------------------
     @staticmethod
@@ -145,6 +150,9 @@ class Driver:
                 compiled = load_compiled(payload, arrays, self.backend_order)
         except CacheError as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"cache entry rejected: {e}") from None
+        except OSError as e:  # the file system refused (EIO, EACCES...): a miss, not an internal error
+            log.warning("cache entry %s unreadable: %s", token.hex()[:16], e.strerror or e)
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"cache entry unreadable: {e.strerror or e}") from None
         except SerializationError as e:
             self.cache.remove(token)
             log.warning("cache entry %s rejected: %s", token.hex()[:16], e)
@@ -171,22 +179,29 @@ class Driver:
         entry = PreparedModel(uuid.uuid4().hex, compiled, pref, prio, self.scheduler)
         with self._lock:
             self._prepared[entry.id] = entry
+            self._prepared_owner[entry.id] = session.id if session is not None else ""
         if session is not None and not self.sessions.record_prepared(session, entry.id, nbytes):
             self.release(entry.id)
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "the client's session closed during preparation")
         return entry
 
-    def get(self, prepared_id: str) -> PreparedModel:
+    def get(self, prepared_id: str, caller: str | None = None) -> PreparedModel:
+        """The prepared model ``prepared_id``; with ``caller`` (a gRPC caller's session id, "" for
+        none) only if that session owns it. None: an in-process caller, who owns everything."""
         with self._lock:
             entry = self._prepared.get(prepared_id)
+            if entry is not None and not _owns(caller, self._prepared_owner.get(prepared_id)):
+                entry = None
         if entry is None:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown prepared model id {prepared_id!r}")
         return entry
 
-    def release(self, prepared_id: str) -> None:
+    def release(self, prepared_id: str, caller: str | None = None) -> None:
         with self._lock:
-            if self._prepared.pop(prepared_id, None) is None:
+            if prepared_id not in self._prepared or not _owns(caller, self._prepared_owner.get(prepared_id)):
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown prepared model id {prepared_id!r}")
+            del self._prepared[prepared_id]
+            self._prepared_owner.pop(prepared_id, None)
         self.sessions.forget_prepared(prepared_id)
         self._released([prepared_id])
 
@@ -210,8 +225,10 @@ class Driver:
         with self._lock:
             for pid in session.prepared:
                 self._prepared.pop(pid, None)
+                self._prepared_owner.pop(pid, None)
             for token in session.buffers:
                 self._buffers.pop(token, None)  # in-flight executions keep their reference
+                self._buffer_owner.pop(token, None)
         if session.prepared or session.buffers:  # a client that held nothing costs no heap trim
             log.info("client %s gone: released %d prepared model(s), %d buffer(s)", session.peer,
                      len(session.prepared), len(session.buffers))
@@ -226,7 +243,7 @@ class Driver:
         except (ValueError, KeyError):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"cannot allocate operand type {operand_type}") from None
         for model_id, io_index, is_input in roles:
-            entry = self.get(model_id)
+            entry = self.get(model_id, session.id if session is not None else None)
             n = len(entry.compiled.input_indexes if is_input else entry.compiled.output_indexes)
             if io_index >= n:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT,
@@ -245,23 +262,35 @@ class Driver:
         with self._lock:
             token = secrets.randbits(63) or 1  # unguessable: a token is a capability, like an id
             self._buffers[token] = buf
+            self._buffer_owner[token] = session.id if session is not None else ""
         if session is not None and not self.sessions.record_buffer(session, token, size):
             self.release_buffer(token)
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "the client's session closed during allocation")
         return token
 
-    def release_buffer(self, token: int) -> None:
+    def release_buffer(self, token: int, caller: str | None = None) -> None:
         with self._lock:
-            if self._buffers.pop(token, None) is None:
+            if token not in self._buffers or not _owns(caller, self._buffer_owner.get(token)):
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown driver buffer {token}")
+            del self._buffers[token]
+            self._buffer_owner.pop(token, None)
         self.sessions.forget_buffer(token)
 
-    def buffer(self, token: int) -> mmap.mmap:
+    def buffer(self, token: int, caller: str | None = None) -> mmap.mmap:
+        """As ``get``, for a driver buffer."""
         with self._lock:
             buf = self._buffers.get(token)
+            if buf is not None and not _owns(caller, self._buffer_owner.get(token)):
+                buf = None
         if buf is None:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown driver buffer {token}")
         return buf
+
+
+def _owns(caller: str | None, owner: str | None) -> bool:
+    """Whether ``caller`` (a session id; None: in-process) may use what ``owner`` owns. A gRPC
+    caller without a session ("") owns nothing, not even what in-process callers made."""
+    return caller is None or (bool(caller) and caller == owner)
 
 
 def footprint(model: Model) -> int:

@@ -190,6 +190,10 @@ class PreparedModel:
             if gate is not None:
                 gate.release()
         self.perf.record(timings)
+        # The executor checks the deadline between steps, and a model that is one step (one
+        # partition, one operation) has no "between": a result computed past the deadline is a
+        # missed deadline all the same (NNAPI: MISSED_DEADLINE_*, the outputs are not valid).
+        check_deadline(deadline_ns, "during execution (the result came too late)")
         return ExecutionResult(shapes, sum(t.ns for t in timings), time.monotonic_ns() - received_ns)
 
 

@@ -34,6 +34,10 @@ SERVICE_NAMES = ("nnhal.v1.Device", "nnhal.v1.PreparedModel")
 #: Ping idle connections: a client whose machine vanished (TCP) is detected within ~80 s and its
 #: session ends; on a unix socket a dead client's socket closes at once.
 KEEPALIVE = [("grpc.keepalive_time_ms", 60_000), ("grpc.keepalive_timeout_ms", 20_000)]
+#: gRPC binds TCP ports with SO_REUSEPORT by default: a second `nnhal serve --listen` on a port a
+#: live service holds would start, and the kernel would split the clients between the two. Off,
+#: the second one's bind fails ("cannot listen on HOST:PORT: the address is in use").
+NO_REUSEPORT = [("grpc.so_reuseport", 0)]
 
 
 def default_socket_path() -> str:
@@ -155,6 +159,20 @@ def _claim_socket_path(path: str) -> None:
     os.unlink(path)
 
 
+def _refuse_live_tcp_port(listen: str) -> None:
+    """A live server on HOST:PORT: one clear error before anything loads (the bind itself fails too,
+    SO_REUSEPORT being off, but gRPC says so only in a C log line)."""
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return
+    try:
+        probe = socket.create_connection((host.strip("[]"), int(port)), timeout=2.0)
+    except OSError:
+        return  # refused (free), or not ours to tell: the bind decides
+    probe.close()
+    raise ValueError(f"cannot listen on {listen}: another server is already listening there")
+
+
 def default_cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "nnhal")
@@ -186,6 +204,8 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
         socket_dir = os.path.dirname(os.path.abspath(socket_path))
         _check_socket_dir(socket_dir)
         _claim_socket_path(socket_path)
+    else:
+        _refuse_live_tcp_port(listen)
     try:
         driver = Driver(None, backends, Sessions(max_clients, client_max_bytes))
     except HalError as e:
@@ -203,10 +223,11 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
     # both on top of the threads that serve unary calls.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2 * max_clients + max(8, 4 * workers),
                                                     thread_name_prefix="nnhal-rpc"),
-                         options=grpc_options() + KEEPALIVE)
-    pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver, relative_speed, measured), server)
+                         options=grpc_options() + KEEPALIVE + NO_REUSEPORT)
+    unix_server = listen is None  # shared memory only there (service.servicer.shared_memory_allowed)
+    pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver, relative_speed, measured, unix_server), server)
     prepared_servicer = PreparedModelServicer(
-        driver, os.path.dirname(socket_path) if listen is None else None)
+        driver, os.path.dirname(socket_path) if listen is None else None, unix_server)
     pb_grpc.add_PreparedModelServicer_to_server(prepared_servicer, server)
     hs = health.HealthServicer()
     logging.getLogger("grpc._common").addFilter(_MALFORMED_MESSAGE_LOG)  # once: a filter is added only once

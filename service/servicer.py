@@ -46,6 +46,25 @@ def _guard(reply_cls, fn: Callable[[], object]):
         return reply_cls(status=convert.status(ErrorStatus.GENERAL_FAILURE, f"internal error: {e!r}"))
 
 
+#: Why a TCP client's shared-memory pool is refused (the client library sends inline over TCP).
+SHARED_OVER_TCP = ("shared-memory pools are accepted only on the service's unix socket (a client of the same "
+                   "user on the same machine); over TCP, tensors and weights travel inline")
+
+
+def shared_memory_allowed(unix_server: bool, context) -> bool:
+    """May this caller name shared-memory segments? Only on a server listening on its unix socket
+    (its 0700 directory admits only the service's user) and only for a caller that came in on it
+    (gRPC reports a unix-socket peer as "unix:..."). A TCP client, even one with a TLS client
+    certificate, is another machine or another user: a segment name would let it read and write
+    whatever /dev/shm file the service can open."""
+    return unix_server and (context.peer() or "").startswith("unix:")
+
+
+def check_shared_allowed(allowed: bool) -> None:
+    if not allowed:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, SHARED_OVER_TCP)
+
+
 class PoolResolver:
     """Maps proto Memory descriptors to pools for one request or model; owns what it opened.
 
@@ -54,8 +73,11 @@ class PoolResolver:
     copies the argument ranges in and out."""
 
     def __init__(self, driver: Driver, stack: ExitStack, burst_pools: dict[int, ClientPool] | None = None,
-                 allow_inline: bool = True, copy_shared: bool = True, allow_zeros: bool = False):
+                 allow_inline: bool = True, copy_shared: bool = True, allow_zeros: bool = False,
+                 allow_shared: bool = False, caller: str = ""):
         self.driver = driver
+        self.caller = caller  # the session whose driver buffers the request may name
+        self.allow_shared = allow_shared  # a same-user client on the unix socket (shared_memory_allowed)
         self.allow_zeros = allow_zeros  # a support query's withheld constants (service.transfer)
         self.stack = stack
         self.burst_pools = burst_pools
@@ -65,11 +87,12 @@ class PoolResolver:
     def __call__(self, m: pb.Memory):
         kind = m.WhichOneof("kind")
         if kind == "shared":
+            check_shared_allowed(self.allow_shared)
             pool = ClientPool(m.shared.name, m.shared.size)
             self.stack.callback(pool.close)
             return pool.read(0, pool.size, "model pool") if self.copy_shared else pool
         if kind == "driver_buffer":
-            return self.driver.buffer(m.driver_buffer)
+            return self.driver.buffer(m.driver_buffer, self.caller)
         if kind == "burst_pool":
             if self.burst_pools is None:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, "burst pools are only valid inside a burst")
@@ -161,6 +184,15 @@ SESSION_POLL_S = 1.0
 SESSION_KEY = "nnhal-session"
 
 
+def _caller(context) -> str:
+    """The session id the caller names ("" for none): what it may reach (Driver.get's ``caller``).
+    A session id is a 128-bit secret the service gave that client alone."""
+    for key, value in context.invocation_metadata() or ():
+        if key == SESSION_KEY:
+            return value
+    return ""
+
+
 def _session(driver: Driver, context):
     """The caller's session, from its metadata; INVALID_ARGUMENT without one."""
     for key, value in context.invocation_metadata() or ():
@@ -171,8 +203,9 @@ def _session(driver: Driver, context):
 
 class DeviceServicer(pb_grpc.DeviceServicer):
     def __init__(self, driver: Driver, relative_speed: float | None = None,
-                 measured: dict[str, dict[int, float]] | None = None):
+                 measured: dict[str, dict[int, float]] | None = None, unix_server: bool = False):
         self.driver = driver
+        self.unix_server = unix_server  # shared-memory pools are accepted (shared_memory_allowed)
         #: NNAPI operand type -> the exec_time getCapabilities reports (the device's time relative
         #: to LiteRT 2.3's CPU, 1 thread; the delegate's cost partitioning reads them, delegate.cost): what the
         #: driver's backends measured (hal.performance; `nnhal serve --performance FILE`: this
@@ -200,7 +233,7 @@ class DeviceServicer(pb_grpc.DeviceServicer):
 
     def ReleaseBuffer(self, request, context):
         def body():
-            self.driver.release_buffer(request.buffer_token)
+            self.driver.release_buffer(request.buffer_token, _caller(context))
             return pb.ReleaseReply(status=convert.status())
         return _guard(pb.ReleaseReply, body)
 
@@ -236,7 +269,9 @@ class DeviceServicer(pb_grpc.DeviceServicer):
     def GetSupportedOperations(self, request, context):
         def body():
             with ExitStack() as stack:
-                model = convert.model_from_proto(request.model, PoolResolver(self.driver, stack, allow_zeros=True))
+                model = convert.model_from_proto(request.model, PoolResolver(
+                    self.driver, stack, allow_zeros=True,
+                    allow_shared=shared_memory_allowed(self.unix_server, context)))
                 reasons = self.driver.support_reasons(model)
             return pb.SupportedOperationsReply(status=convert.status(), supported=[r is None for r in reasons],
                                                reasons=[r or "" for r in reasons])
@@ -253,7 +288,8 @@ class DeviceServicer(pb_grpc.DeviceServicer):
                 raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                f"cache token must be 32 bytes, got {len(request.token)}")
             with ExitStack() as stack:
-                model = convert.model_from_proto(request.model, PoolResolver(self.driver, stack))
+                model = convert.model_from_proto(request.model, PoolResolver(
+                    self.driver, stack, allow_shared=shared_memory_allowed(self.unix_server, context)))
                 # One private copy of each pool: the client may reuse or unmap its memory.
                 model.pools = [p if isinstance(p, bytes) else bytes(p) for p in model.pools]
             entry = self.driver.prepare(model, request.preference, request.priority, deadline, request.token,
@@ -280,8 +316,9 @@ class DeviceServicer(pb_grpc.DeviceServicer):
 
 
 class PreparedModelServicer(pb_grpc.PreparedModelServicer):
-    def __init__(self, driver: Driver, runtime_dir: str | None = None):
+    def __init__(self, driver: Driver, runtime_dir: str | None = None, unix_server: bool = False):
         self.driver = driver
+        self.unix_server = unix_server  # shared-memory pools are accepted (shared_memory_allowed)
         self.runtime_dir = runtime_dir  # where local-burst sockets go (the service socket's private dir)
         self.local_bursts: list[LocalBurstServer] = []
         self.max_local_bursts = 4 * driver.sessions.max_clients
@@ -297,7 +334,10 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
 
     def OpenLocalBurst(self, request, context):
         def body():
-            entry = self.driver.get(request.prepared_model_id)
+            if not shared_memory_allowed(self.unix_server, context):  # its socket and memfd are this machine's
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, "local bursts are only for clients on the service's "
+                                                             "unix socket; over TCP use ExecuteBurst")
+            entry = self.driver.get(request.prepared_model_id, _caller(context))
             with self._lock:
                 self.local_bursts = [b for b in self.local_bursts if not b.closed.is_set()]
                 if len(self.local_bursts) >= self.max_local_bursts:  # each is a thread and a memfd
@@ -316,17 +356,19 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
         for b in self.local_bursts:
             b.thread.join(timeout_s)
 
-    def run(self, ex: pb.ExecuteRequest, burst_pools: dict[int, ClientPool] | None = None) -> pb.ExecuteReply:
+    def run(self, ex: pb.ExecuteRequest, burst_pools: dict[int, ClientPool] | None = None, *,
+            allow_shared: bool = False, caller: str = "") -> pb.ExecuteReply:
         """Execute one request (unary or burst): decode it, execute it on the prepared model (its
         one execution path: ``service.execution``), encode the reply."""
         received = time.monotonic_ns()
 
         def body():
             deadline = deadline_from_timeout(ex.timeout_ns, received)
-            entry = self.driver.get(ex.prepared_model_id)
+            entry = self.driver.get(ex.prepared_model_id, caller)
             with ExitStack() as stack:
                 request, inline = request_from_proto(
-                    ex.request, PoolResolver(self.driver, stack, burst_pools, allow_inline=False, copy_shared=False))
+                    ex.request, PoolResolver(self.driver, stack, burst_pools, allow_inline=False, copy_shared=False,
+                                             allow_shared=allow_shared, caller=caller))
                 write_back = privatize(request)
                 reply = _execute(entry, request, deadline, received, ex.loop_timeout_ns)
                 if reply.status.code == ErrorStatus.NONE:
@@ -344,7 +386,8 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
         return _guard(pb.ExecuteReply, body)
 
     def Execute(self, request, context):
-        return self.run(request)
+        return self.run(request, allow_shared=shared_memory_allowed(self.unix_server, context),
+                        caller=_caller(context))
 
     def ExecuteBurst(self, request_iterator: Iterator[pb.BurstRequest], context):
         with self._lock:
@@ -355,9 +398,10 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
                 ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, "too many bursts are open on the service")))
             return
         pools: dict[int, ClientPool] = {}
+        allow_shared, caller = shared_memory_allowed(self.unix_server, context), _caller(context)
         try:
             for msg in request_iterator:
-                reply = _guard(pb.ExecuteReply, lambda msg=msg: self._burst_step(msg, pools))
+                reply = _guard(pb.ExecuteReply, lambda msg=msg: self._burst_step(msg, pools, allow_shared, caller))
                 if msg.HasField("execute") or reply.status.code:
                     yield pb.BurstReply(serial=msg.serial, result=reply)
         finally:
@@ -366,7 +410,8 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
             with self._lock:
                 self._grpc_bursts -= 1
 
-    def _burst_step(self, msg: pb.BurstRequest, pools: dict[int, ClientPool]) -> pb.ExecuteReply:
+    def _burst_step(self, msg: pb.BurstRequest, pools: dict[int, ClientPool], allow_shared: bool,
+                    caller: str) -> pb.ExecuteReply:
         for pid in msg.release_pools:
             p = pools.pop(pid, None)
             if p is not None:
@@ -374,6 +419,7 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
         for reg in msg.register_pools:
             if reg.memory.WhichOneof("kind") != "shared":
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, "burst pools must be shared memory")
+            check_shared_allowed(allow_shared)
             if reg.pool_id not in pools and len(pools) >= MAX_BURST_POOLS:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"a burst may register at most {MAX_BURST_POOLS} pools")
             new = ClientPool(reg.memory.shared.name, reg.memory.shared.size)
@@ -383,17 +429,17 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
             pools[reg.pool_id] = new
         if not msg.HasField("execute"):
             return pb.ExecuteReply(status=convert.status())
-        return self.run(msg.execute, pools)
+        return self.run(msg.execute, pools, allow_shared=allow_shared, caller=caller)
 
     def Release(self, request, context):
         def body():
-            self.driver.release(request.prepared_model_id)
+            self.driver.release(request.prepared_model_id, _caller(context))
             return pb.ReleaseReply(status=convert.status())
         return _guard(pb.ReleaseReply, body)
 
     def GetPerfInfo(self, request, context):
         def body():
-            entry = self.driver.get(request.prepared_model_id)
+            entry = self.driver.get(request.prepared_model_id, _caller(context))
             executions, ops = entry.perf.snapshot()
             return pb.PerfInfoReply(status=convert.status(), executions=executions, operations=[
                 pb.OperationPerf(index=r.index, type=r.type, name=perf_name(r.type, r.count), executions=r.executions,
@@ -402,7 +448,7 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
 
     def ResetPerfInfo(self, request, context):
         def body():
-            self.driver.get(request.prepared_model_id).perf.reset()
+            self.driver.get(request.prepared_model_id, _caller(context)).perf.reset()
             return pb.ReleaseReply(status=convert.status())
         return _guard(pb.ReleaseReply, body)
 

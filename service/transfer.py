@@ -1,5 +1,7 @@
 """How the client lays out requests and models for the service: tensors above ``SHM_THRESHOLD``
-bytes in a shared-memory scratch pool, large constants in a shared-memory CONSTANT_POOL."""
+bytes in a shared-memory scratch pool, large constants in a shared-memory CONSTANT_POOL; over TCP
+(``shared=False``) everything inline, since the service accepts shared memory only from a client
+on its unix socket (service.servicer.shared_memory_allowed, SECURITY.md)."""
 from __future__ import annotations
 
 import dataclasses
@@ -63,8 +65,10 @@ def operand_nbytes(op: Operand, dims, prefixes: dict[int, str] | None = None) ->
 class RequestBuilder:
     """Lays out inputs/outputs inline or in a scratch pool; decodes the reply."""
 
-    def __init__(self, model: Model):
+    def __init__(self, model: Model, shared: bool = True):
         sg = model.main
+        #: Tensors above this many bytes go through the scratch pool (never over TCP).
+        self.threshold = SHM_THRESHOLD if shared else math.inf
         self.in_ops = [sg.operands[i] for i in sg.input_indexes]
         self.out_ops = [sg.operands[i] for i in sg.output_indexes]
         self.prefixes = model_prefixes(model)
@@ -79,8 +83,8 @@ class RequestBuilder:
         arrays = [None if x is None else np.ascontiguousarray(x) for x in inputs]
         out_sizes = [operand_nbytes(op, op.dimensions, self.prefixes) for op in self.out_ops]
         # Tensors above SHM_THRESHOLD get a slot in the scratch pool; the others travel inline.
-        slots = SlotLayout.of([a.nbytes if a is not None and a.nbytes > SHM_THRESHOLD else None for a in arrays]
-                              + [s if s is not None and s > SHM_THRESHOLD else None for s in out_sizes])
+        slots = SlotLayout.of([a.nbytes if a is not None and a.nbytes > self.threshold else None for a in arrays]
+                              + [s if s is not None and s > self.threshold else None for s in out_sizes])
         layout, out_layout = slots.offsets[:len(arrays)], slots.offsets[len(arrays):]
         req = pb.Request()
         if slots.total:
@@ -171,13 +175,14 @@ def support_query_proto(model: Model) -> pb.Model:
 class ModelTransfer:
     """Model -> proto; when constants are large, they travel in a shared-memory CONSTANT_POOL."""
 
-    def __init__(self, model: Model):
+    def __init__(self, model: Model, shared: bool = True):
         self.model = model
+        self.shared = shared  # False over TCP: constants travel inline
         self.shm: shared_memory.SharedMemory | None = None
 
     def __enter__(self) -> pb.Model:
         m = self.model
-        if len(m.operand_values) <= SHM_THRESHOLD or m.pools:
+        if not self.shared or len(m.operand_values) <= SHM_THRESHOLD or m.pools:
             return convert.model_to_proto(m)
         data = bytes(m.operand_values)
         self.shm = shared_memory.SharedMemory(name=f"nnhal-{uuid.uuid4().hex[:16]}", create=True, size=len(data))

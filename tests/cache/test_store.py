@@ -423,3 +423,45 @@ def test_concurrent_services_repair_a_bad_key_once(tmp_path):
         assert p.exitcode == 0
     assert keys == {make(tmp_path).key}  # all agree on the key on disk
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("cache.key.bad-")]) == 1
+
+
+@pytest.mark.parametrize("which", ["model", "data"])
+def test_a_directory_where_an_entry_file_belongs_is_a_clean_miss_and_rewritable(tmp_path, caplog, which):
+    """Issue 34 item 7: a directory at an entry's data (or model) path made get() raise
+    IsADirectoryError out of remove() (an internal error with a traceback in the service), and put()
+    could never rename a file over it: that token was never cached again."""
+    import logging
+    s = make(tmp_path)
+    want = sample()
+    s.put(TOKEN, *want)
+    path = os.path.join(str(tmp_path), TOKEN.hex() + "." + which)
+    os.unlink(path)
+    os.makedirs(os.path.join(path, "inside"))  # not even empty
+    with caplog.at_level(logging.INFO, logger="nnhal.cache"):
+        with pytest.raises(CacheError):
+            s.get(TOKEN)
+    rejected = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(rejected) == 1 and "rejected" in rejected[0].getMessage() and not rejected[0].exc_info
+    assert s.put(TOKEN, *want)
+    assert_same(s.get(TOKEN), want)
+
+
+def test_a_directory_in_the_way_of_a_first_put_is_replaced(tmp_path):
+    s = make(tmp_path)
+    os.makedirs(os.path.join(str(tmp_path), TOKEN.hex() + ".data"))
+    want = sample()
+    assert s.put(TOKEN, *want)
+    assert_same(s.get(TOKEN), want)
+
+
+def test_a_writable_data_file_is_a_clean_miss_and_rewritable(tmp_path):
+    """The wrong mode (a data file others could change under the mapping): refused, removed, and
+    the same token is stored again."""
+    s = make(tmp_path)
+    want = sample()
+    s.put(TOKEN, *want)
+    os.chmod(os.path.join(str(tmp_path), TOKEN.hex() + ".data"), 0o644)
+    with pytest.raises(CacheError, match="read-only"):
+        s.get(TOKEN)
+    assert s.put(TOKEN, *want)
+    assert_same(s.get(TOKEN), want)

@@ -399,10 +399,11 @@ def run_case(service: Service, prepared: PreparedSeeds, rng, tally: Tally, where
 def _send_and_judge(service, prepared, p, ex, pool, burst):
     try:
         if burst is None:
-            reply = call(service.client.prepared.Execute, ex, client=service.client)
+            # the seeds' own client: only the session that prepared a model may execute it
+            reply = call(prepared.client.prepared.Execute, ex, client=prepared.client)
             registered = {}
         else:
-            reply, registered = _burst(service, ex, pool, burst["mutation"])
+            reply, registered = _burst(prepared.client, ex, pool, burst["mutation"])
     except Hang as e:
         return "hang", str(e)
     except Death as e:
@@ -457,8 +458,9 @@ def _outside_outputs(before: bytes, after: bytes, req: pb.Request, registered, p
     return None
 
 
-def _burst(service: Service, ex: pb.ExecuteRequest, pool: CasePool, mutation: str | None):
-    """One execution on a fresh burst stream. Returns (its reply, the pool ids registered)."""
+def _burst(client, ex: pb.ExecuteRequest, pool: CasePool, mutation: str | None):
+    """One execution on a fresh burst stream of ``client`` (the owner of the prepared model). Returns
+    (its reply, the pool ids registered)."""
     reg = pb.PoolRegistration(pool_id=BURST_POOL, memory=pool.ref())
     registered = {BURST_POOL: True}
     first = pb.BurstRequest(serial=0)
@@ -480,7 +482,7 @@ def _burst(service: Service, ex: pb.ExecuteRequest, pool: CasePool, mutation: st
         second.release_pools.append(BURST_POOL)
         registered = {}
     send: queue.Queue = queue.Queue()
-    stream = service.client.prepared.ExecuteBurst(iter(send.get, None), timeout=CALL_BOUND_S)
+    stream = client.prepared.ExecuteBurst(iter(send.get, None), timeout=CALL_BOUND_S)
     try:
         send.put(first)
         send.put(second)

@@ -51,3 +51,17 @@ def unsupported_model() -> Model:
     b.add_operation(unimplemented_operation(), [x], [y])
     b.identify_inputs_and_outputs([x], [y])
     return b.finish()
+
+
+def slow_model(rows: int = 2048, k: int = 2048) -> Model:
+    """One FULLY_CONNECTED of rows x k x k multiply-adds (~8.6 GFLOP: hundreds of milliseconds on
+    any backend): a model that is one step, so the executor has no point between steps to check a
+    deadline at."""
+    b = ModelBuilder()
+    x = b.add_operand(T.TENSOR_FLOAT32, (rows, k))
+    w = b.add_constant(T.TENSOR_FLOAT32, np.full((k, k), 1e-3, np.float32))
+    bias = b.add_constant(T.TENSOR_FLOAT32, np.zeros(k, np.float32))
+    y = b.add_operand(T.TENSOR_FLOAT32, (rows, k))
+    b.add_operation(O.FULLY_CONNECTED, [x, w, bias, b.add_int32(0)], [y])
+    b.identify_inputs_and_outputs([x], [y])
+    return b.finish()

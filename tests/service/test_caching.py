@@ -231,3 +231,22 @@ def test_cache_cli(client, server):
     cleared = cli("clear")
     assert cleared.returncode == 0 and "removed 2 files" in cleared.stdout
     assert "0 entries" in cli("ls").stdout
+
+
+def test_a_directory_as_data_file_is_a_miss_not_an_internal_error(client, server):
+    """Issue 34 item 7, through the service: GENERAL_FAILURE (the client recompiles), no traceback
+    in the service's log, and the next prepare with the token caches the entry again."""
+    model = add_model((4, 4), constant=np.eye(4, dtype=np.float32))
+    token = model_token(model)
+    x = np.ones((4, 4), np.float32)
+    client.prepare_model(model, token=token)
+    data = _data_file(server, token)
+    os.unlink(data)
+    os.mkdir(data)
+    with pytest.raises(ServiceError) as e:
+        client.prepare_model_from_cache(model, token)
+    assert e.value.status == ErrorStatus.GENERAL_FAILURE and "internal error" not in str(e.value)
+    client.prepare_model(model, token=token)
+    assert os.path.isfile(data)
+    np.testing.assert_array_equal(client.prepare_model_from_cache(model, token).execute([x]).outputs[0], x + np.eye(4))
+    assert "Traceback" not in server.output()

@@ -26,14 +26,17 @@ from tests.service.models import add_model
 NOTICE_LIMIT_S = 60
 
 
-def _known(client: Client, prepared_id: str) -> bool:
-    reply = client.prepared.GetPerfInfo(pb.PreparedModelId(prepared_model_id=prepared_id), timeout=30)
+def _known(client: Client, prepared_id: str, owner: list[tuple[str, str]]) -> bool:
+    """Whether the service still holds ``prepared_id``, asked in its owner's name (its session's
+    metadata, kept after the owner closed: only the owning session reaches a prepared model)."""
+    reply = client.prepared.GetPerfInfo(pb.PreparedModelId(prepared_model_id=prepared_id), timeout=30,
+                                        metadata=owner)
     return reply.status.code == ErrorStatus.NONE
 
 
-def _eventually_unknown(client: Client, prepared_id: str) -> None:
+def _eventually_unknown(client: Client, prepared_id: str, owner: list[tuple[str, str]]) -> None:
     deadline = time.monotonic() + NOTICE_LIMIT_S
-    while _known(client, prepared_id):
+    while _known(client, prepared_id, owner):
         assert time.monotonic() < deadline, f"prepared model {prepared_id} still held by the service"
         time.sleep(0.05)
 
@@ -54,19 +57,21 @@ def test_interpreter_freed_releases_its_prepared_models(server, client, tmp_path
     it.allocate_tensors()
     it.invoke()
     ids = [k.remote.id for k in d.impl.kernels if k.remote is not None]
-    assert ids and all(_known(client, i) for i in ids)
+    owner = list(d.impl.client.session)
+    assert ids and all(_known(client, i, owner) for i in ids)
     del it
     gc.collect()
-    assert not any(_known(client, i) for i in ids)  # released synchronously by the kernel's free
+    assert not any(_known(client, i, owner) for i in ids)  # released synchronously by the kernel's free
 
 
 def test_closing_a_client_releases_what_it_owned(server, client):
     other = Client.connect(server.address)
     pm = other.prepare_model(add_model())
     token = other.allocate(OperandType.TENSOR_FLOAT32, (2, 3), input_roles=[(pm, 0)])
-    assert _known(client, pm.id)
+    owner = list(other.session)
+    assert _known(client, pm.id, owner)
     other.close()
-    _eventually_unknown(client, pm.id)
+    _eventually_unknown(client, pm.id, owner)
     r = pb.Request(pools=[pb.Memory(driver_buffer=token)])
     r.inputs.add(location=pb.DataLocation(pool_index=0, offset=0, length=24))
     r.inputs.add(data=np.ones(6, np.float32).tobytes())
@@ -74,6 +79,9 @@ def test_closing_a_client_releases_what_it_owned(server, client):
     mine = client.prepare_model(add_model())
     reply = client.prepared.Execute(pb.ExecuteRequest(prepared_model_id=mine.id, request=r), timeout=30)
     assert reply.status.code == ErrorStatus.INVALID_ARGUMENT and "unknown driver buffer" in reply.status.message
+    reply = client.prepared.Execute(pb.ExecuteRequest(prepared_model_id=mine.id, request=r), timeout=30,
+                                    metadata=owner)  # in the dead owner's name: released all the same
+    assert reply.status.code == ErrorStatus.INVALID_ARGUMENT
 
 
 _CLIENT = textwrap.dedent("""
@@ -81,7 +89,7 @@ _CLIENT = textwrap.dedent("""
     from service.client import Client
     from tests.service.models import add_model
     c = Client.connect(sys.argv[1])
-    print(c.prepare_model(add_model()).id, flush=True)
+    print(c.prepare_model(add_model()).id, c.session[0][1], flush=True)
     time.sleep(600)
 """)
 
@@ -89,11 +97,12 @@ _CLIENT = textwrap.dedent("""
 def test_a_dead_client_process_releases_what_it_owned(server, client):
     child = subprocess.Popen([sys.executable, "-c", _CLIENT, server.address], stdout=subprocess.PIPE, text=True)
     try:
-        prepared_id = child.stdout.readline().strip()
-        assert _known(client, prepared_id)
+        prepared_id, session_id = child.stdout.readline().split()
+        owner = [("nnhal-session", session_id)]
+        assert _known(client, prepared_id, owner)
         child.kill()  # no goodbye: only the connection's end tells the service
         child.wait()
-        _eventually_unknown(client, prepared_id)
+        _eventually_unknown(client, prepared_id, owner)
     finally:
         if child.poll() is None:
             child.kill()
@@ -102,10 +111,12 @@ def test_a_dead_client_process_releases_what_it_owned(server, client):
 
 def test_calls_that_create_resources_need_a_session(server, client):
     from service import convert
-    reply = client.device.PrepareModel(pb.PrepareModelRequest(model=convert.model_to_proto(add_model())), timeout=30)
+    from service.proto import nnhal_pb2_grpc as pb_grpc
+    device = pb_grpc.DeviceStub(client.channel)  # the bare channel: no session metadata added
+    reply = device.PrepareModel(pb.PrepareModelRequest(model=convert.model_to_proto(add_model())), timeout=30)
     assert reply.status.code == ErrorStatus.INVALID_ARGUMENT and "session" in reply.status.message
-    reply = client.device.PrepareModel(pb.PrepareModelRequest(model=convert.model_to_proto(add_model())),
-                                       timeout=30, metadata=[("nnhal-session", "forged")])
+    reply = device.PrepareModel(pb.PrepareModelRequest(model=convert.model_to_proto(add_model())),
+                                timeout=30, metadata=[("nnhal-session", "forged")])
     assert reply.status.code == ErrorStatus.INVALID_ARGUMENT and "session" in reply.status.message
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from multiprocessing import shared_memory
 
 import grpc
@@ -18,6 +19,11 @@ from service.servicer import MAX_MESSAGE_BYTES
 from tests.service.models import add_model
 
 X = np.ones((2, 3), np.float32)
+
+
+def _segment(size: int) -> shared_memory.SharedMemory:
+    """A segment as an nnhal client makes one (the service accepts only nnhal-* names)."""
+    return shared_memory.SharedMemory(name=f"nnhal-test-{uuid.uuid4().hex[:12]}", create=True, size=size)
 
 
 def _alive(client: Client) -> None:
@@ -113,7 +119,7 @@ def test_hostile_requests(client):
 
 def test_claimed_shared_memory_size_is_checked(client):
     pm = client.prepare_model(add_model())
-    shm = shared_memory.SharedMemory(create=True, size=4096)
+    shm = _segment(4096)
     try:
         r = pb.Request(pools=[pb.Memory(shared=pb.SharedMemoryRef(name=shm.name, size=1 << 30))])
         r.inputs.add(location=pb.DataLocation(pool_index=0, offset=0, length=24))
@@ -129,7 +135,7 @@ def test_claimed_shared_memory_size_is_checked(client):
 
 def test_burst_pool_that_vanishes_or_shrinks(client):
     pm = client.prepare_model(add_model())
-    shm = shared_memory.SharedMemory(create=True, size=4096)
+    shm = _segment(4096)
     np.frombuffer(shm.buf, np.float32, 6)[:] = 1.0
     stream_in = []
 
@@ -152,7 +158,7 @@ def test_burst_pool_that_vanishes_or_shrinks(client):
     # Unlinked by its owner: the service's mapping stays valid (as with NNAPI memory).
     shm.unlink()
     os.truncate(f"/dev/shm/{shm.name}", 0) if os.path.exists(f"/dev/shm/{shm.name}") else None
-    shm2 = shared_memory.SharedMemory(create=True, size=4096)
+    shm2 = _segment(4096)
     try:
         stream = [msg(0, register=False)]
         stream[0].execute.request.pools[0].burst_pool = 8  # never registered
@@ -225,7 +231,7 @@ def test_a_client_shrinking_its_pool_cannot_fault_the_service(server, client, pa
     import threading
     shape = (256, 1024)  # 1 MiB per tensor: a long read window
     nbytes = 4 * 256 * 1024
-    shm = shared_memory.SharedMemory(create=True, size=3 * nbytes)
+    shm = _segment(3 * nbytes)
     pm = client.prepare_model(add_model(shape))
     r = pb.Request(pools=[pb.Memory(shared=pb.SharedMemoryRef(name=shm.name, size=shm.size))])
     r.inputs.add(location=pb.DataLocation(pool_index=0, offset=0, length=nbytes))

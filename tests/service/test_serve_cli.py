@@ -149,3 +149,32 @@ def test_serve_moves_a_corrupt_cache_key_aside_and_makes_a_new_one(tmp_path):
     aside = [p for p in cache.iterdir() if p.name.startswith("cache.key.bad-")]
     assert len(aside) == 1 and aside[0].read_bytes() == b"short"
     assert "cache key" in s.output() and aside[0].name in s.output()
+
+
+def test_second_serve_refuses_a_live_tcp_port():
+    """Issue 34 item 3: gRPC's SO_REUSEPORT let a second service bind a port a live one holds (the
+    kernel then splits the clients between them). The second one now fails in one line."""
+    running = create_server(listen="127.0.0.1:0", insecure=True)
+    try:
+        r = _serve("--listen", running.address, "--insecure", "--no-cache")
+        assert r.returncode != 0, r.stdout
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert lines[0] == f"nnhal serve: cannot listen on {running.address}: another server is already listening there"
+        with Client.connect(running.address) as c:  # the first service still answers on it
+            assert c.get_version_string().startswith("nnhal-")
+    finally:
+        running.stop(grace=0)
+
+
+def test_bind_itself_refuses_a_live_tcp_port(monkeypatch):
+    """Behind the probe, the bind: with SO_REUSEPORT off a second server racing the probe (or one
+    it cannot reach) still fails to bind instead of sharing the port."""
+    import service.server as server_module
+    running = create_server(listen="127.0.0.1:0", insecure=True)
+    try:
+        monkeypatch.setattr(server_module, "_refuse_live_tcp_port", lambda listen: None)
+        with pytest.raises(ValueError, match=f"cannot listen on {running.address}: the address is in use"):
+            create_server(listen=running.address, insecure=True).stop(grace=0)
+    finally:
+        running.stop(grace=0)
