@@ -163,8 +163,8 @@ def test_listen_on_a_port_in_use(tmp_path):
         listen = f"127.0.0.1:{s.getsockname()[1]}"
         r = _cli("serve", "--listen", listen, "--insecure", "--no-cache")
     lines = [x for x in r.stderr.splitlines() if not re.match(r"[EIW]\d{4} ", x)]  # grpc's own C log lines
-    assert r.returncode == 2 and lines == [f"nnhal serve: cannot listen on {listen}: the address is in use or "
-                                           f"not this machine's"], r.stderr
+    assert r.returncode == 2 and lines == [f"nnhal serve: cannot listen on {listen}: another server is already "
+                                           f"listening there"], r.stderr
 
 
 def test_cts_with_no_service_at_the_address(tmp_path):
