@@ -25,6 +25,7 @@ from hal.backends import Backend, Kernel
 from hal.backends.graph import GraphBackend
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.extension_registry import extension_name, lookup_in_model, model_prefixes
+from hal.fusion import fuse
 from hal.model import Model
 from hal.operands import decode_constant, operand_infos, operation_context, step_inputs  # noqa: F401  (decode_constant: API)
 from hal.operations.control_flow import CONTROL_FLOW
@@ -304,7 +305,8 @@ def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tu
         if steps[-1].spec.data_dependent_outputs and not outputs_known(steps[-1].ctx):
             raise RuntimeValueNeeded(f"{steps[-1].ctx.name}: its output shapes are known only once it has run")
     keep = frozenset(model.main.output_indexes)
-    return Plan(steps, infos, keep=keep, program=_partition(model, steps, infos, order, keep, subgraphs))
+    program = fuse(_partition(model, steps, infos, order, keep, subgraphs), keep)
+    return Plan(steps, infos, keep=keep, program=program)
 
 
 def outputs_known(ctx: OperationContext) -> bool:

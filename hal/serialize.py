@@ -30,6 +30,7 @@ from hal.backends import Backend
 from hal.backends.graph import GraphBackend
 from hal.compiler import CompiledModel, Subgraphs
 from hal.extension_registry import extension_dtype, extension_name, lookup_in_model, model_prefixes
+from hal.fusion import fuse
 from hal.model import (
     ExtensionNameAndPrefix,
     Model,
@@ -338,7 +339,7 @@ def _plan_tree(compiled: CompiledModel, enc: _Encoder) -> dict:
 
 def _program(model: Model, steps: list[Step], infos: list, partitions: list, dec: "_Decoder") -> list[Step]:
     """The plan's program: the steps, with each cached partition's executable loaded from its
-    artifact (graph building and optimisation skipped). The partitions must be exactly the runs
+    artifact (graph building and optimisation skipped), and the fused steps made again. The partitions must be exactly the runs
     of graph-backend members, as ``hal.compiler._partition`` makes them."""
     keep = frozenset(model.main.output_indexes)
     runs: list[tuple[int, int]] = []
@@ -370,7 +371,7 @@ def _program(model: Model, steps: list[Step], infos: list, partitions: list, dec
         program.append(partition_step(backend, part, artifact, executable))
         k = end
     program.extend(steps[k:])
-    return program
+    return fuse(program, keep)  # fused steps are made again from the stored steps (hal.fusion)
 
 
 def load_compiled(payload: bytes, arrays: list[np.ndarray],

@@ -30,6 +30,8 @@ class Backend:
         #: within the extension, since prefixes are assigned per model).
         self.extension = extension
         self.kernels: dict[int, Kernel] = {}
+        #: Kernels for operation patterns this backend runs as one step (``hal.fusion``), by name.
+        self.fusions: dict[str, Kernel] = {}
         self._identity: str | None = None
 
     def register(self, op_types: OperationType | int | Iterable[OperationType | int], *, plan: Plan,
@@ -44,6 +46,15 @@ class Backend:
                 raise RuntimeError(f"backend {self.name}: operation {t} registered twice")
             self.kernels[int(t)] = Kernel(self.name, plan, execute, None if types is None else tuple(types),
                                           supports, tuple(prepacked_inputs), native_float16)
+        self._identity = None
+
+    def register_fusion(self, pattern: str, *, plan: Plan, execute: Execute) -> None:
+        """Run ``pattern`` (one of ``hal.fusion.PATTERNS``) as one step: ``plan(ctx)`` gets a
+        ``hal.fusion.FusedContext`` whose members are the pattern's steps as this backend planned
+        them, and returns the fused step's data, or None to leave the operations as they are."""
+        if pattern in self.fusions:
+            raise RuntimeError(f"backend {self.name}: fusion {pattern!r} registered twice")
+        self.fusions[pattern] = Kernel(self.name, plan, execute)
         self._identity = None
 
     def kernel(self, op_type: int) -> Kernel | None:

@@ -15,6 +15,9 @@ Unary: LOGISTIC, TANH, HARD_SWISH, RELU, RELU1, RELU6 (8-bit in and out) and DEQ
 float32 out); an 8-bit table is looked up 64 bytes at a time where the CPU has AVX-512 VBMI. Broadcasting: an input
 shaped like a suffix of the output (a per-channel scale, a squeeze-excite gate) is read
 cyclically; any other broadcast is materialised first.
+
+Fused (hal.fusion): ``swish``, LOGISTIC(x) then MUL(x, LOGISTIC(x)), one 256-entry table from the
+two member plans, so one lookup pass instead of a lookup pass and a multiplication pass.
 """
 from __future__ import annotations
 
@@ -178,5 +181,26 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     return [out]
 
 
+def plan_swish(ctx) -> TableData | None:
+    """hal.fusion's ``swish`` (LOGISTIC(x) -> y; MUL of x and y): as a function of x alone, one
+    256-entry table, MUL's plan applied to (x, logistic table[x]). Both member plans are the
+    reference's results (a tabulated LOGISTIC; a MUL whose arithmetic matched the reference on
+    every input pair, or the reference's table), so the fused table is too."""
+    logistic, mul = ctx.members
+    ld, md = logistic.ctx.data, mul.ctx.data
+    if not isinstance(ld, TableData) or not isinstance(md, TableData) or ld.table.size != 256 \
+            or ld.table.dtype != md.table.dtype or ld.shape != md.shape:
+        return None
+    x, y = _grid(ld.table.dtype, 1)[0], ld.table
+    a, b = (x, y) if mul.inputs[0] == logistic.inputs[0] else (y, x)
+    table = np.empty(256, dtype=md.table.dtype)
+    if md.arith is not None:
+        _arith(md.mul, a, 256, b, 256, md.arith, table)
+    else:
+        _lookup2(a.view(np.uint8), 256, b.view(np.uint8), 256, md.table, table)
+    return TableData(table, md.shape)
+
+
 BACKEND.register(BINARY, plan=plan, execute=execute, types=QUANT8)
 BACKEND.register(UNARY, plan=plan, execute=execute, types=QUANT8)
+BACKEND.register_fusion("swish", plan=plan_swish, execute=execute)
