@@ -298,9 +298,16 @@ def _run_int(d: IntGemm, x: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 def execute_conv(ctx: OperationContext, inputs: list) -> list:
     d = ctx.data
-    x = np.ascontiguousarray(inputs[INPUT])
+    x = inputs[INPUT]
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
     n = x.shape[0]
-    if isinstance(d, IntGemm):
+    if type(d) is IntGemm:
+        if d.direct and len(d.groups) == 1:  # the common 1x1 layer: straight to the GEMM
+            out = np.empty((n, d.out_h, d.out_w, d.out_c), dtype=x.dtype)
+            gemm.run(d.groups[0], x.reshape(-1).view(np.uint8), 0, d.in_c, out.size // d.out_c,
+                     out.reshape(-1).view(np.uint8), 0, d.out_c)
+            return [out]
         return [_run_int(d, x, np.empty((n, d.out_h, d.out_w, d.out_c), dtype=x.dtype))]
     if isinstance(d, GroupedData):
         in_g = d.in_c // len(d.groups)

@@ -247,8 +247,8 @@ def run(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.nda
     GIL); 1 thread unless ``--threads`` says otherwise."""
     args = (a, a_off, lda, rows, p.a_xor, p.packed, p.kq, p.n, p.bias, p.row_coef, p.multipliers, p.left, p.right,
             p.output_zp, p.act_min, p.act_max, out, o_off, p.n if ldo is None else ldo)
-    threads = backends.compute_threads() or 1
-    if threads > 1 and rows * p.k * p.n >= PARALLEL_MACS:
+    threads = (backends.compute_threads() or 1) if rows * p.k * p.n >= PARALLEL_MACS else 1
+    if threads > 1:
         per_thread = -(-rows // threads)
         step = -(-per_thread // 8) * 8  # a multiple of 8 rows: whole tiles per thread
         parts = [(r, min(rows, r + step)) for r in range(0, rows, step)]

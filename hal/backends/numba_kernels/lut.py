@@ -38,6 +38,7 @@ from hal.operations.common import QUANT8
 from hal.registry import OperationContext, lookup
 from hal.types import OperationType as Op
 
+_VBMI = vnni.VBMI
 BINARY = (Op.ADD, Op.SUB, Op.MUL)
 UNARY = (Op.LOGISTIC, Op.TANH, Op.HARD_SWISH, Op.RELU, Op.RELU1, Op.RELU6, Op.DEQUANTIZE)
 
@@ -165,13 +166,15 @@ def _operand(x: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
 
 def execute(ctx: OperationContext, inputs: list) -> list:
     d: TableData = ctx.data
-    out = np.empty(d.shape, dtype=d.table.dtype)
-    if len(d.table) == 256:
-        x = np.ascontiguousarray(inputs[0]).reshape(-1).view(np.uint8)
-        if vnni.VBMI and d.table.itemsize == 1:
-            _lookup_bytes(x, d.table.view(np.uint8), out.reshape(-1).view(np.uint8))
+    table = d.table
+    out = np.empty(d.shape, dtype=table.dtype)
+    if table.size == 256:
+        x = inputs[0]
+        x = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(-1).view(np.uint8)
+        if _VBMI and table.itemsize == 1:
+            _lookup_bytes(x, table.view(np.uint8), out.reshape(-1).view(np.uint8))
         else:
-            _lookup1(x, d.table, out.reshape(-1))
+            _lookup1(x, table, out.reshape(-1))
     else:
         (a, pa), (b, pb) = _operand(inputs[0], d.shape), _operand(inputs[1], d.shape)
         if d.arith is not None:
