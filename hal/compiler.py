@@ -149,10 +149,12 @@ def assign_backend(ctx: OperationContext, spec: OperationSpec, model_prefix_map:
     A preferred backend that declines (or whose plan refuses) hands over to the next; the
     reference backend's refusal is final and its message is the operation's."""
     ext = extension_name(ctx.op_type, model_prefix_map)
-    if ext is not None:
+    if ext is not None:  # backends of the order with a kernel for it, then the extension's own
         b = backends.extension_backend(ext)
-        chain = [] if b is None else [b]
         key = ctx.op_type & 0xFFFF
+        chain = [c for c in (order if order is not None else backends.candidates())
+                 if not isinstance(c, GraphBackend) and c.kernel_for(key, ext) is not None]
+        chain += [] if b is None else [b]
     else:
         chain = list(order) if order is not None else backends.candidates()
         key = ctx.op_type
@@ -172,7 +174,7 @@ def assign_backend(ctx: OperationContext, spec: OperationSpec, model_prefix_map:
                 return backend.member_kernel, None
             declined.append(f"{backend.name}: {why}")
             continue
-        kernel = backend.kernel(key)
+        kernel = backend.kernel_for(key, ext)
         if kernel is None:
             declined.append(f"{backend.name}: no kernel")
             continue

@@ -438,12 +438,12 @@ def _load_plan(model: Model, tree: dict, dec: "_Decoder", by_name: dict[str, Bac
             raise SerializationError(f"operation {k}: type {operation.type} or backend {s['backend']!r} "
                                      f"is not available")
         ext = extension_name(operation.type, prefixes)
-        if (backend.extension or None) != ext:
+        if backend.extension is not None and backend.extension != ext:
             raise SerializationError(f"operation {k}: backend {backend.name!r} cannot run it")
         if isinstance(backend, GraphBackend):  # a partition member: its partition runs it
-            kernel = backend.member_kernel
-        else:
-            kernel = backend.kernel(operation.type & 0xFFFF if ext else operation.type)
+            kernel = None if ext else backend.member_kernel
+        else:  # a builtin backend may run an extension's operation too (Backend.register_extension_kernel)
+            kernel = backend.kernel_for(operation.type & 0xFFFF if ext else operation.type, ext)
         if kernel is None:
             raise SerializationError(f"operation {k}: backend {backend.name!r} has no kernel for it")
         ctx = operation_context(k, operation, sg.operands, infos, model=model)
