@@ -14,6 +14,12 @@ Patterns:
 * ``swish``: LOGISTIC(x) -> y, then MUL(x, y) or MUL(y, x) as the next operation (EfficientNet's
   activation). On 8-bit tensors the pair is a function of x's 256 values: a backend can tabulate
   it from its two member plans (the numba backend: lut.py).
+* ``table_after``: an operation whose one output only feeds the next step, an element-wise unary
+  operation (LOGISTIC, TANH, HARD_SWISH, RELU, RELU1, RELU6) or a fused ``swish``: on 8-bit
+  tensors a 256-entry table the producer can apply to its output while it is still in cache (the
+  numba backend: convolutions, conv.py). Found after ``swish``, so a convolution's swish is one step.
+  Inputs the producer's kernel packed at plan time (filters, biases) are not read again: the
+  fused step lists them as omitted.
 
 A fused step's timing record covers its member operations (``OperationTiming.count``), which are
 consecutive, as a graph backend's partition's are.
@@ -31,7 +37,11 @@ from hal.types import OperationType
 _log = logging.getLogger(__name__)
 
 SWISH = "swish"
-PATTERNS = (SWISH,)
+TABLE_AFTER = "table_after"
+PATTERNS = (SWISH, TABLE_AFTER)
+#: Element-wise operations of one input that a ``table_after`` step may apply.
+UNARY = frozenset(int(t) for t in (OperationType.LOGISTIC, OperationType.TANH, OperationType.HARD_SWISH,
+                                    OperationType.RELU, OperationType.RELU1, OperationType.RELU6))
 
 
 @dataclass
@@ -47,7 +57,7 @@ class FusedContext:
 
     @property
     def operations(self) -> tuple[int, ...]:
-        return tuple(s.index for s in self.members)
+        return tuple(i for s in self.members for i in s.operations)
 
     @property
     def name(self) -> str:
@@ -57,21 +67,23 @@ class FusedContext:
 def fuse(program: list[Step], keep: frozenset[int]) -> list[Step]:
     """``program`` with each pattern some backend fuses replaced by its fused step. ``keep``: the
     model's outputs (never an internal tensor of a fused step)."""
-    readers: dict[int, int] = {}
-    for s in program:
-        for i in s.inputs:
-            readers[i] = readers.get(i, 0) + 1
-    fused: list[Step] = []
-    k = 0
-    while k < len(program):
-        step = _swish(program[k], program[k + 1], readers, keep) if k + 1 < len(program) else None
-        if step is not None:
-            fused.append(step)
-            k += 2
-        else:
-            fused.append(program[k])
-            k += 1
-    return fused
+    for pattern in (_swish, _table_after):
+        readers: dict[int, int] = {}  # of this pass's program (a fused swish reads its x once)
+        for s in program:
+            for i in s.inputs:
+                readers[i] = readers.get(i, 0) + 1
+        fused: list[Step] = []
+        k = 0
+        while k < len(program):
+            step = pattern(program[k], program[k + 1], readers, keep) if k + 1 < len(program) else None
+            if step is not None:
+                fused.append(step)
+                k += 2
+            else:
+                fused.append(program[k])
+                k += 1
+        program = fused
+    return program
 
 
 def _swish(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]) -> Step | None:
@@ -82,6 +94,22 @@ def _swish(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]) -> S
     if x < 0 or x == y or y in keep or readers.get(y) != 1 or sorted(b.inputs[:2]) != sorted((x, y)):
         return None
     return _fused(SWISH, (a, b), (x, *b.inputs[2:]), b.outputs)
+
+
+def _table_after(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]) -> Step | None:
+    if a.spec is None or len(a.outputs) != 1 or a.backend != b.backend or b.operations[0] != a.index + 1:
+        return None
+    if b.spec is not None:
+        if b.ctx.op_type not in UNARY:
+            return None
+    elif not (isinstance(b.ctx, FusedContext) and b.ctx.pattern == SWISH):
+        return None
+    y = a.outputs[0]
+    if y in keep or readers.get(y) != 1 or not b.inputs or b.inputs[0] != y:
+        return None
+    packed = a.kernel.prepacked_inputs
+    inputs = tuple(-1 if k in packed else i for k, i in enumerate(a.inputs)) + tuple(b.inputs[1:])
+    return _fused(TABLE_AFTER, (a, b), inputs, b.outputs)
 
 
 def _fused(pattern: str, members: tuple[Step, ...], inputs: tuple[int, ...], outputs: tuple[int, ...]) -> Step | None:

@@ -94,3 +94,69 @@ def test_timings_name_both_operations_in_one_record():
     execute(compiled, [_every_value(QS8)], timings)
     [t] = timings
     assert (t.index, t.count, t.type, t.backend) == (0, 2, -1, "numba")
+
+
+def _conv_then(t, then: str, *, depthwise=False, also_output=False, k=1, seed=0):
+    """x [1, 9, 11, 24] -> CONV_2D (k x k, SAME) or DEPTHWISE_CONV_2D -> y, then ``then``: "swish"
+    (LOGISTIC, MUL(y, logistic)), "logistic" or "tanh"; ``also_output``: y is a model output too."""
+    rng = np.random.default_rng(seed)
+    mb = ModelBuilder()
+    zp = {QU8: 131, QS8: -3}[t]
+    x = mb.add_operand(t, (1, 9, 11, 24), scale=0.05, zero_point=zp)
+    out_c = 24 if depthwise else 40
+    w_shape = (1, k, k, 24) if depthwise else (out_c, k, k, 24)
+    w = mb.add_constant(t, rng.integers(0 if t == QU8 else -127, 128 if t == QS8 else 256, w_shape).astype(DTYPE[t]),
+                        scale=0.02, zero_point=119 if t == QU8 else 0)
+    b = mb.add_constant(OperandType.TENSOR_INT32, rng.integers(-3000, 3000, out_c).astype(np.int32),
+                        scale=float(np.float32(0.05) * np.float32(0.02)))
+    y = mb.add_operand(t, (1, 9, 11, out_c), scale=0.06, zero_point={QU8: 120, QS8: 5}[t])
+    pad = [mb.add_int32(1)]  # implicit padding: SAME
+    if depthwise:
+        mb.add_operation(OperationType.DEPTHWISE_CONV_2D, [x, w, b, *pad, mb.add_int32(1), mb.add_int32(1),
+                                                           mb.add_int32(1), mb.add_int32(0)], [y])
+    else:
+        mb.add_operation(OperationType.CONV_2D, [x, w, b, *pad, mb.add_int32(1), mb.add_int32(1), mb.add_int32(0)],
+                         [y])
+    shape = (1, 9, 11, out_c)
+    if then == "tanh":
+        s = mb.add_operand(t, shape, scale=1 / 128, zero_point=128 if t == QU8 else 0)
+        mb.add_operation(OperationType.TANH, [y], [s])
+    else:
+        s = mb.add_operand(t, shape, scale=1 / 256, zero_point=0 if t == QU8 else -128)
+        mb.add_operation(OperationType.LOGISTIC, [y], [s])
+    if then == "swish":
+        z = mb.add_operand(t, shape, scale=0.03, zero_point={QU8: 100, QS8: -20}[t])
+        mb.add_operation(OperationType.MUL, [y, s, mb.add_int32(0)], [z])
+        s = z
+    mb.identify_inputs_and_outputs([x], [s, y] if also_output else [s])
+    return mb.finish()
+
+
+@pytest.mark.parametrize("t", [QU8, QS8])
+@pytest.mark.parametrize("then", ["swish", "logistic", "tanh"])
+@pytest.mark.parametrize("depthwise,k", [(False, 1), (False, 3), (True, 3)])
+def test_a_convolution_applies_the_next_table_itself(t, then, depthwise, k):
+    model = _conv_then(t, then, depthwise=depthwise, k=k)
+    fast, ref = compile_model(model, backend_order=ORDER), compile_model(model, backend_order=("reference",))
+    [step] = fast.static_plan.program
+    assert step.ctx.pattern == "table_after" and step.operations == tuple(range(len(model.main.operations)))
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = rng.integers(0, 256, (1, 9, 11, 24)).astype(np.uint8).view(DTYPE[t])
+        got, want = execute(fast, [x])[0], execute(ref, [x])[0]
+        assert np.array_equal(got, want)
+    loaded = load_compiled(*dump_compiled(fast), backend_order=ORDER)
+    assert [s.ctx.pattern for s in loaded.static_plan.program] == ["table_after"]
+    assert np.array_equal(execute(loaded, [x])[0], want)
+    timings = []
+    execute(fast, [x], timings)
+    assert [(r.index, r.count) for r in timings] == [(0, len(model.main.operations))]
+
+
+def test_a_convolution_output_read_elsewhere_keeps_its_step():
+    model = _conv_then(QS8, "swish", also_output=True)
+    fast, ref = compile_model(model, backend_order=ORDER), compile_model(model, backend_order=("reference",))
+    assert [getattr(s.ctx, "pattern", None) for s in fast.static_plan.program] == [None, "swish"]
+    x = np.random.default_rng(4).integers(-128, 128, (1, 9, 11, 24)).astype(np.int8)
+    for got, want in zip(execute(fast, [x]), execute(ref, [x])):
+        assert np.array_equal(got, want)

@@ -33,7 +33,7 @@ from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import add_run, mul_run
 
 if vnni.VBMI:
-    from hal.backends.numba_kernels.vnni import lookup64
+    from hal.backends.numba_kernels.vnni import lookup_run
 from hal.operations.common import QUANT8
 from hal.registry import OperationContext, lookup
 from hal.types import OperationType as Op
@@ -121,9 +121,7 @@ if vnni.VBMI:
     @numba.njit(numba.void(ro(np.uint8, 1), ro(np.uint8, 1), rw(np.uint8, 1)), cache=True, nogil=True)
     def _lookup_bytes(x, table, out):
         """_lookup1 for an 8-bit table (raw bytes), 64 elements per step (vnni.lookup64)."""
-        n = x.shape[0]
-        for i in range(0, n, 64):
-            lookup64(x, i, table, out, i, n - i)
+        lookup_run(x, 0, table, out, 0, x.shape[0])
 
 
 @numba.njit(_BINARY_SIGS, cache=True, nogil=True)
