@@ -120,7 +120,7 @@ def _lookup1(x, table, out):
 if vnni.VBMI:
     @numba.njit(numba.void(ro(np.uint8, 1), ro(np.uint8, 1), rw(np.uint8, 1)), cache=True, nogil=True)
     def _lookup_bytes(x, table, out):
-        """_lookup1 for an 8-bit table (raw bytes), 64 elements per step (vnni.lookup64)."""
+        """_lookup1 for an 8-bit table (raw bytes), 64 elements per step (vnni.lookup_run)."""
         lookup_run(x, 0, table, out, 0, x.shape[0])
 
 

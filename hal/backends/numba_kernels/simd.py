@@ -276,10 +276,10 @@ def copy_bytes(typingctx, dst, dst_off, src, src_off, n):
     def codegen(context, builder, signature, args):
         d_arr, d_off, s_arr, s_off, n_v = args
         i8, i64 = ir.IntType(8), ir.IntType(64)
-        v8, v64 = ir.VectorType(i8, 64), ir.VectorType(i64, 64)
+        v8 = ir.VectorType(i8, 64)
         sa = signature.args
         d_ptr, s_ptr = _data(context, builder, sa[0], d_arr, i8), _data(context, builder, sa[2], s_arr, i8)
-        lanes = ir.Constant(v64, list(range(64)))
+        lanes = ir.Constant(v8, list(range(64)))
         entry = builder.block
         head = builder.append_basic_block("copy.head")
         body = builder.append_basic_block("copy.body")
@@ -290,7 +290,10 @@ def copy_bytes(typingctx, dst, dst_off, src, src_off, n):
         j.add_incoming(ir.Constant(i64, 0), entry)
         builder.cbranch(builder.icmp_signed("<", j, n_v), body, done)
         builder.position_at_end(body)
-        keep = builder.icmp_signed("<", lanes, splat(builder, builder.sub(n_v, j), v64))
+        left = builder.sub(n_v, j)  # bytes still to copy: all 64 lanes unless fewer (compared as bytes)
+        left = builder.trunc(builder.select(builder.icmp_signed("<", left, ir.Constant(i64, 64)), left,
+                                            ir.Constant(i64, 64)), i8)
+        keep = builder.icmp_unsigned("<", lanes, splat(builder, left, v8))
         v = masked_load(builder, builder.gep(s_ptr, [builder.add(s_off, j)]), v8, keep, ir.Constant(v8, [0] * 64))
         masked_store(builder, v, builder.gep(d_ptr, [builder.add(d_off, j)]), keep)
         j_next = builder.add(j, ir.Constant(i64, 64))
