@@ -25,6 +25,7 @@ from hal.backends import Backend, Kernel
 from hal.backends.graph import GraphBackend
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.extension_registry import extension_name, lookup_in_model, model_prefixes
+from hal.fusion import fuse
 from hal.model import Model
 from hal.operands import decode_constant, operand_infos, operation_context, step_inputs  # noqa: F401  (decode_constant: API)
 from hal.operations.control_flow import CONTROL_FLOW
@@ -148,10 +149,12 @@ def assign_backend(ctx: OperationContext, spec: OperationSpec, model_prefix_map:
     A preferred backend that declines (or whose plan refuses) hands over to the next; the
     reference backend's refusal is final and its message is the operation's."""
     ext = extension_name(ctx.op_type, model_prefix_map)
-    if ext is not None:
+    if ext is not None:  # backends of the order with a kernel for it, then the extension's own
         b = backends.extension_backend(ext)
-        chain = [] if b is None else [b]
         key = ctx.op_type & 0xFFFF
+        chain = [c for c in (order if order is not None else backends.candidates())
+                 if not isinstance(c, GraphBackend) and c.kernel_for(key, ext) is not None]
+        chain += [] if b is None else [b]
     else:
         chain = list(order) if order is not None else backends.candidates()
         key = ctx.op_type
@@ -171,7 +174,7 @@ def assign_backend(ctx: OperationContext, spec: OperationSpec, model_prefix_map:
                 return backend.member_kernel, None
             declined.append(f"{backend.name}: {why}")
             continue
-        kernel = backend.kernel(key)
+        kernel = backend.kernel_for(key, ext)
         if kernel is None:
             declined.append(f"{backend.name}: no kernel")
             continue
@@ -304,7 +307,8 @@ def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tu
         if steps[-1].spec.data_dependent_outputs and not outputs_known(steps[-1].ctx):
             raise RuntimeValueNeeded(f"{steps[-1].ctx.name}: its output shapes are known only once it has run")
     keep = frozenset(model.main.output_indexes)
-    return Plan(steps, infos, keep=keep, program=_partition(model, steps, infos, order, keep, subgraphs))
+    program = fuse(_partition(model, steps, infos, order, keep, subgraphs), keep)
+    return Plan(steps, infos, keep=keep, program=program)
 
 
 def outputs_known(ctx: OperationContext) -> bool:

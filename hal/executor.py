@@ -12,7 +12,7 @@ from hal.compiler import CompiledModel
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.model import Request
 from hal.operations.control_flow import CONTROL_FLOW
-from hal.plan import Step
+from hal.plan import Plan, Step
 from hal.registry import OperandInfo
 from hal.types import SCALAR_TYPES, ErrorStatus, type_name
 from hal.validation import validate_request
@@ -112,8 +112,6 @@ def execute(compiled: CompiledModel, inputs: list[np.ndarray],
                 a = np.asarray(a)
                 _check_input(k, compiled.input_info(k), a)
             arrays.append(a)
-    values: dict[int, np.ndarray] = dict(compiled.constants)
-    values.update((i, a) for i, a in zip(compiled.input_indexes, arrays) if a is not None)
     omitted = any(a is None for a in arrays)
     if not compiled.runtime_values and not omitted:
         try:
@@ -121,12 +119,13 @@ def execute(compiled: CompiledModel, inputs: list[np.ndarray],
         except RuntimeValueNeeded:
             compiled.runtime_values = True  # a parameter computed from these inputs: plan as we go
         else:
-            for step, dead in zip(plan.program, plan.release):
-                _run_step(step, values, plan.infos, run)
-                for o in dead:  # the memory plan: this step was the tensor's last reader
-                    del values[o]
-            return [values[o] for o in compiled.output_indexes]
+            bound = plan.bound
+            if bound is None:
+                bound = plan.bound = _Bound.of(compiled, plan)
+            return bound.run(arrays, run)
     # Planned operation by operation from the values (and with omitted inputs as NO_VALUE).
+    values: dict[int, np.ndarray] = dict(compiled.constants)
+    values.update((i, a) for i, a in zip(compiled.input_indexes, arrays) if a is not None)
     infos: list = list(compiled.base_infos)
     for idx, a in zip(compiled.input_indexes, arrays):
         infos[idx] = None if a is None else dataclasses.replace(infos[idx], shape=tuple(a.shape))
@@ -140,6 +139,65 @@ def execute(compiled: CompiledModel, inputs: list[np.ndarray],
         for o in dead:
             values.pop(o, None)
     return [values[o] for o in compiled.output_indexes]
+
+
+class _Bound:
+    """A plan bound for execution: operands are slots of a list (constants filled in, one more
+    slot, index -1, for an omitted input: None), and each step is its kernel's execute, its
+    context, its input and output slots, each output's prepared shape and dtype and the slots the
+    memory plan frees after it. An execution copies the slot list and runs the steps: no
+    dictionary, no operand info or attribute lookups per step."""
+
+    __slots__ = ("template", "inputs", "outputs", "steps", "types")
+
+    def __init__(self, template: list, inputs: tuple[int, ...], outputs: tuple[int, ...], steps: tuple,
+                 types: list[int]) -> None:
+        self.template, self.inputs, self.outputs, self.steps, self.types = template, inputs, outputs, steps, types
+
+    @classmethod
+    def of(cls, compiled: CompiledModel, plan: Plan) -> "_Bound":
+        template: list = [None] * (len(plan.infos) + 1)
+        for i, v in compiled.constants.items():  # a constant the cache did not keep stays None
+            template[i] = v
+        steps = []
+        for step, dead in zip(plan.program, plan.release):
+            flow = step.spec is not None and step.ctx.op_type in CONTROL_FLOW
+            outs = tuple((o, plan.infos[o].shape, plan.infos[o].dtype, j) for j, o in enumerate(step.outputs))
+            steps.append((step, step.kernel.execute, step.ctx, step.inputs, outs, dead, flow))
+        return cls(template, tuple(compiled.input_indexes), tuple(compiled.output_indexes), tuple(steps),
+                   [info.type for info in plan.infos])
+
+    def run(self, arrays: list[np.ndarray], run: _Run) -> list[np.ndarray]:
+        values = self.template.copy()
+        for i, a in zip(self.inputs, arrays):
+            values[i] = a
+        deadline, timings = run.deadline_ns, run.timings
+        for step, kernel, ctx, inputs, outs, dead, flow in self.steps:
+            if deadline is not None and time.monotonic_ns() > deadline:
+                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before {ctx.name}")
+            args = [values[i] for i in inputs]
+            t0 = time.perf_counter_ns() if timings is not None else 0
+            try:
+                results = control_flow.run(step, args, run.control_flow()) if flow else kernel(ctx, args)
+            except HalError:
+                raise
+            except Exception as e:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"{ctx.name}: execution failed: {e!r}") from e
+            if timings is not None:
+                timings.append(OperationTiming(step.index, ctx.op_type, time.perf_counter_ns() - t0,
+                                               step.kernel.backend, len(step.operations)))
+            if len(results) < len(outs):
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"{ctx.name}: {len(results)} outputs came out, "
+                                                            f"{len(outs)} prepared")
+            for (o, shape, dtype, j), out in zip(outs, results):
+                if out.shape != shape or (out.dtype is not dtype and out.dtype != dtype):
+                    raise HalError(ErrorStatus.GENERAL_FAILURE,
+                                   f"{ctx.name}: output {j} came out {out.dtype}{list(out.shape)}, "
+                                   f"prepared as {type_name(self.types[o])}{list(shape)}")
+                values[o] = out
+            for o in dead:  # the memory plan: this step was the tensor's last reader
+                values[o] = None
+        return [values[o] for o in self.outputs]
 
 
 def _zero_sized_output(step: Step, infos: list[OperandInfo]) -> bool:

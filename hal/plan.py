@@ -108,6 +108,8 @@ class Plan:
     keep: frozenset[int] = frozenset()  # operands never released: the model's outputs
     release: list[tuple[int, ...]] = field(default_factory=list)
     program: list[Step] = field(default_factory=list)
+    #: The program bound for execution (``hal.executor``): made on the first execution, then reused.
+    bound: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.program:

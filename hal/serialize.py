@@ -30,6 +30,7 @@ from hal.backends import Backend
 from hal.backends.graph import GraphBackend
 from hal.compiler import CompiledModel, Subgraphs
 from hal.extension_registry import extension_dtype, extension_name, lookup_in_model, model_prefixes
+from hal.fusion import fuse
 from hal.model import (
     ExtensionNameAndPrefix,
     Model,
@@ -338,7 +339,7 @@ def _plan_tree(compiled: CompiledModel, enc: _Encoder) -> dict:
 
 def _program(model: Model, steps: list[Step], infos: list, partitions: list, dec: "_Decoder") -> list[Step]:
     """The plan's program: the steps, with each cached partition's executable loaded from its
-    artifact (graph building and optimisation skipped). The partitions must be exactly the runs
+    artifact (graph building and optimisation skipped), and the fused steps made again. The partitions must be exactly the runs
     of graph-backend members, as ``hal.compiler._partition`` makes them."""
     keep = frozenset(model.main.output_indexes)
     runs: list[tuple[int, int]] = []
@@ -370,7 +371,7 @@ def _program(model: Model, steps: list[Step], infos: list, partitions: list, dec
         program.append(partition_step(backend, part, artifact, executable))
         k = end
     program.extend(steps[k:])
-    return program
+    return fuse(program, keep)  # fused steps are made again from the stored steps (hal.fusion)
 
 
 def load_compiled(payload: bytes, arrays: list[np.ndarray],
@@ -437,12 +438,12 @@ def _load_plan(model: Model, tree: dict, dec: "_Decoder", by_name: dict[str, Bac
             raise SerializationError(f"operation {k}: type {operation.type} or backend {s['backend']!r} "
                                      f"is not available")
         ext = extension_name(operation.type, prefixes)
-        if (backend.extension or None) != ext:
+        if backend.extension is not None and backend.extension != ext:
             raise SerializationError(f"operation {k}: backend {backend.name!r} cannot run it")
         if isinstance(backend, GraphBackend):  # a partition member: its partition runs it
-            kernel = backend.member_kernel
-        else:
-            kernel = backend.kernel(operation.type & 0xFFFF if ext else operation.type)
+            kernel = None if ext else backend.member_kernel
+        else:  # a builtin backend may run an extension's operation too (Backend.register_extension_kernel)
+            kernel = backend.kernel_for(operation.type & 0xFFFF if ext else operation.type, ext)
         if kernel is None:
             raise SerializationError(f"operation {k}: backend {backend.name!r} has no kernel for it")
         ctx = operation_context(k, operation, sg.operands, infos, model=model)

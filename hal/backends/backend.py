@@ -30,6 +30,11 @@ class Backend:
         #: within the extension, since prefixes are assigned per model).
         self.extension = extension
         self.kernels: dict[int, Kernel] = {}
+        #: Kernels for operation patterns this backend runs as one step (``hal.fusion``), by name.
+        self.fusions: dict[str, Kernel] = {}
+        #: Kernels for a vendor extension's operations, by (extension name, type within it): a
+        #: faster way to compute what the extension's own kernel defines (which stays the fallback).
+        self.extension_kernels: dict[tuple[str, int], Kernel] = {}
         self._identity: str | None = None
 
     def register(self, op_types: OperationType | int | Iterable[OperationType | int], *, plan: Plan,
@@ -46,8 +51,32 @@ class Backend:
                                           supports, tuple(prepacked_inputs), native_float16)
         self._identity = None
 
+    def register_fusion(self, pattern: str, *, plan: Plan, execute: Execute) -> None:
+        """Run ``pattern`` (one of ``hal.fusion.PATTERNS``) as one step: ``plan(ctx)`` gets a
+        ``hal.fusion.FusedContext`` whose members are the pattern's steps as this backend planned
+        them, and returns the fused step's data, or None to leave the operations as they are."""
+        if pattern in self.fusions:
+            raise RuntimeError(f"backend {self.name}: fusion {pattern!r} registered twice")
+        self.fusions[pattern] = Kernel(self.name, plan, execute)
+        self._identity = None
+
+    def register_extension_kernel(self, extension: str, op_type: int, *, plan: Plan, execute: Execute,
+                                  supports: Supports | None = None, prepacked_inputs: Iterable[int] = ()) -> None:
+        """Run operation ``op_type`` (its code within ``extension``) of a vendor extension; the
+        extension's own backend stays next in line (and is what the kernel must equal)."""
+        self.extension_kernels[(extension, int(op_type))] = Kernel(self.name, plan, execute, None, supports,
+                                                                   tuple(prepacked_inputs))
+        self._identity = None
+
     def kernel(self, op_type: int) -> Kernel | None:
         return self.kernels.get(int(op_type))
+
+    def kernel_for(self, op_type: int, extension: str | None = None) -> Kernel | None:
+        """The kernel for a builtin operation (``extension`` None), or for operation ``op_type``
+        of ``extension``: this backend's own if it is that extension's, else one it registered."""
+        if extension is None or extension == self.extension:
+            return self.kernels.get(int(op_type))
+        return self.extension_kernels.get((extension, int(op_type)))
 
     def takes(self, op_type: int, operand_type: int) -> bool:
         """Whether it runs this operation code for this input-0 type (parameters aside)."""

@@ -251,3 +251,66 @@ def test_gemm_threads_split_rows_like_one_thread(monkeypatch):
         gemm.run(p, x.reshape(-1).view(np.uint8), 0, 64, 301, out.reshape(-1).view(np.uint8))
         outs.append(out)
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def _lanes_kernel():
+    """A kernel applying simd.requantize_lanes to 16 int32 lanes at a time (zero point 0, no clamp)."""
+    import numba
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    from hal.backends.numba_kernels import simd
+
+    @intrinsic
+    def lanes(typingctx, acc, mult, left, right, out, i):
+        def codegen(context, builder, signature, args):
+            v32 = ir.VectorType(ir.IntType(32), simd.LANES)
+
+            def load(k):
+                ptr = simd._data(context, builder, signature.args[k], args[k], ir.IntType(32))
+                return builder.load(builder.bitcast(builder.gep(ptr, [args[5]]), v32.as_pointer()), align=4)
+            zero = ir.Constant(v32, [0] * simd.LANES)
+            q = simd.requantize_lanes(builder, load(0), load(1), load(2), load(3), zero,
+                                      ir.Constant(v32, [-(1 << 31)] * simd.LANES),
+                                      ir.Constant(v32, [(1 << 31) - 1] * simd.LANES))
+            ptr = simd._data(context, builder, signature.args[4], args[4], ir.IntType(32))
+            builder.store(q, builder.bitcast(builder.gep(ptr, [args[5]]), v32.as_pointer()), align=4)
+            return context.get_dummy_value()
+        return types.void(acc, mult, left, right, out, i), codegen
+
+    @numba.njit
+    def run(acc, mult, left, right, out):
+        for i in range(0, acc.shape[0], simd.LANES):
+            lanes(acc, mult, left, right, out, i)
+    return run
+
+
+def test_requantize_lanes_is_multiply_by_quantized_multiplier():
+    """The vector requantization (one 64-bit rounding of the product) against the scalar steps
+    (SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT) on random and edge values: int32
+    extremes, every shift, exact halves before and after each rounding."""
+    from hal.backends.numba_kernels.fixedpoint import multiply_by_quantized_multiplier
+    rng = np.random.default_rng(7)
+    n = 16 * 40000
+    shift = rng.integers(-31, 8, n)
+    mult = rng.integers(1 << 30, 1 << 31, n)
+    mult[::97] = 0
+    mult[1::89] = (1 << 31) - 1
+    mult[2::83] = 1 << 30
+    acc = rng.integers(-(1 << 31), 1 << 31, n)
+    acc[::5] = rng.integers(-5000, 5000, n // 5)
+    acc[1::13] = -(1 << 31)
+    acc[2::13] = (1 << 31) - 1
+    # ties: x·m = (2k + 1)·2^30 (h's rounding) or h = (2j + 1)·2^(e − 1) (the shift's), both signs
+    ties = np.arange(3, n, 7)
+    acc[ties] = rng.choice([-3, -1, 1, 3, -(1 << 20) - 1, (1 << 20) + 1], ties.size)
+    mult[ties] = 1 << 30
+    shift[ties] = rng.integers(-12, 1, ties.size)
+    want = np.array([multiply_by_quantized_multiplier(np.int64(a), np.int64(m), np.int64(s))
+                     for a, m, s in zip(acc, mult, shift)], dtype=np.int64)
+    assert np.abs(want).max() < 1 << 31
+    out = np.empty(n, np.int32)
+    _lanes_kernel()(acc.astype(np.int32), mult.astype(np.int32), np.maximum(shift, 0).astype(np.int32),
+                    np.maximum(-shift, 0).astype(np.int32), out)
+    np.testing.assert_array_equal(out, want.astype(np.int32))

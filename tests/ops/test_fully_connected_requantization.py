@@ -195,3 +195,36 @@ def test_double_requant_validation_errors(kwargs, message):
     with pytest.raises(HalError) as e:
         compile_model(_nnapi(**kwargs))
     assert "operation 0" in str(e.value) and message in str(e.value), str(e.value)
+
+
+@pytest.mark.skipif(backends.get("numba") is None, reason="numba backend not installed")
+@pytest.mark.parametrize("t, w_type", [(QU8, QU8), (QS8, QS8), (QS8, QPC)])
+def test_double_requant_on_the_numba_backend_equals_the_extension(t, w_type):
+    """The numba backend's kernel for the extension's operation (native int32 sums) gives the
+    extension's own kernel's outputs; a layer whose int32 sums could overflow stays with the
+    extension."""
+    litert_compat.ensure_registered()
+    rng = np.random.default_rng([t, w_type, 1])
+    dtype = np.uint8 if t == QU8 else np.int8
+    info = np.iinfo(dtype)
+    for batch, k, n in ((1, 1280, 1000), (3, 37, 17), (2, 4, 1)):
+        w_scales = rng.uniform(0.002, 0.03, n).astype(np.float32)
+        w_zp = 0 if w_type == QPC else int(rng.integers(info.min, info.max))
+        w_q = w_scales if w_type == QPC else (float(w_scales[0]), w_zp)
+        w = rng.integers(-127 if w_type == QPC else info.min, info.max, (n, k), endpoint=True).astype(dtype)
+        b = rng.integers(-(1 << 31), 1 << 31, n) if k == 4 else rng.integers(-20000, 20000, n)  # k 4: int32 edges
+        x = rng.integers(info.min, info.max, (batch, k), endpoint=True).astype(dtype)
+        model = _model(DOUBLE_FC, t, (0.05, int(rng.integers(info.min, info.max))), w, w_q, b,
+                       (0.5 if k > 4 else 1e-6, int(rng.integers(info.min, info.max))), int(rng.choice([0, 1, 3])),
+                       batch=batch, w_type=w_type)
+        fast = compile_model(model, backend_order=["numba", "reference"])
+        own = compile_model(model, backend_order=["reference"])
+        assert [s.backend for s in fast.static_plan.program] == ["numba"]
+        assert [s.backend for s in own.static_plan.program] == [litert_compat.NAME]
+        np.testing.assert_array_equal(execute(fast, [x])[0], execute(own, [x])[0])
+        np.testing.assert_array_equal(execute(load_compiled(*dump_compiled(fast), backend_order=("numba", "reference")),
+                                              [x])[0], execute(own, [x])[0])
+    k = 40000  # 40000 * 255 * 255 > 2^31: the extension's int64 sums
+    model = _model(DOUBLE_FC, QU8, (0.05, 0), np.full((2, k), 255, np.uint8), (0.01, 0), np.zeros(2), (1.0, 0))
+    assert [s.backend for s in compile_model(model, backend_order=["numba", "reference"]).static_plan.program] \
+        == [litert_compat.NAME]

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from hal import quant
-from hal.backends.numba_kernels import BACKEND, depthwise, gemm, vnni
+from hal.backends.numba_kernels import BACKEND, depthwise, gemm, lut, vnni
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, multiply_right_shift, ro, rw
 from hal.operations.common import QPC, QS8, QU8, QUANT8
 from hal.operations.conv import BIAS, CONV, DW, FILTER, GROUPED, INPUT, ConvParams
@@ -279,37 +279,54 @@ def _finish(d: GemmData, acc: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return out
 
 
-def _run_int(d: IntGemm, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``out`` (int8/uint8, [rows, out_c] in memory) from the contiguous NHWC ``x``."""
+def _run_int(d: IntGemm, x: np.ndarray, out: np.ndarray, table: np.ndarray = gemm._NO_TABLE) -> np.ndarray:
+    """``out`` (int8/uint8, [rows, out_c] in memory) from the contiguous NHWC ``x``; ``table``: 256
+    bytes looked up on each block of output rows as it is computed (or empty)."""
     rows = out.size // d.out_c
     ob = out.reshape(-1).view(np.uint8)
     count = len(d.groups)
     in_g, oc_g = d.in_c // count, d.out_c // count
     for g, p in enumerate(d.groups):
         if d.direct:
-            gemm.run(p, x.reshape(-1).view(np.uint8), g * in_g, d.in_c, rows, ob, g * oc_g, d.out_c)
+            gemm.run(p, x.reshape(-1).view(np.uint8), g * in_g, d.in_c, rows, ob, g * oc_g, d.out_c, table)
             continue
         xs = x if count == 1 else np.ascontiguousarray(x[..., g * in_g:(g + 1) * in_g])
         cols = gemm.gather(p, xs, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w,
                            d.pad_top, d.pad_left, d.out_h, d.out_w)
-        gemm.run(p, cols.reshape(-1), 0, cols.shape[1], rows, ob, g * oc_g, d.out_c)
+        gemm.run(p, cols.reshape(-1), 0, cols.shape[1], rows, ob, g * oc_g, d.out_c, table)
     return out
 
 
-def execute_conv(ctx: OperationContext, inputs: list) -> list:
-    d = ctx.data
-    x = np.ascontiguousarray(inputs[INPUT])
+def convolve(d, x: np.ndarray, table: np.ndarray = gemm._NO_TABLE) -> np.ndarray:
+    """CONV_2D / GROUPED_CONV_2D / DEPTHWISE_CONV_2D of the contiguous NHWC ``x`` with plan ``d``,
+    then ``table`` (256 bytes, or empty) looked up on the output: an 8-bit unary operation that
+    follows it (hal.fusion's ``table_after``), while the output is still in cache where the
+    kernels allow."""
     n = x.shape[0]
-    if isinstance(d, IntGemm):
-        return [_run_int(d, x, np.empty((n, d.out_h, d.out_w, d.out_c), dtype=x.dtype))]
+    if type(d) is IntGemm:
+        out = np.empty((n, d.out_h, d.out_w, d.out_c), dtype=x.dtype)
+        if d.direct and len(d.groups) == 1:  # the common 1x1 layer: straight to the GEMM
+            gemm.run(d.groups[0], x.reshape(-1).view(np.uint8), 0, d.in_c, out.size // d.out_c,
+                     out.reshape(-1).view(np.uint8), 0, d.out_c, table=table)
+            return out
+        return _run_int(d, x, out, table)
+    if isinstance(d, depthwise.DepthwiseData):
+        return depthwise.execute(d, x, table)
     if isinstance(d, GroupedData):
         in_g = d.in_c // len(d.groups)
         parts = [_gemm_conv(g, np.ascontiguousarray(x[..., k * in_g:(k + 1) * in_g]))
                  for k, g in enumerate(d.groups)]
-        return [np.concatenate(parts, axis=3)]
-    if isinstance(d, depthwise.DepthwiseData):
-        return [depthwise.execute(d, x)]
-    return [_gemm_conv(d, x)]
+        out = np.concatenate(parts, axis=3)
+    else:
+        out = _gemm_conv(d, x)
+    if table.size:
+        gemm.lookup_in_place(out.reshape(-1).view(np.uint8), 0, out.size, table)
+    return out
+
+
+def execute_conv(ctx: OperationContext, inputs: list) -> list:
+    x = inputs[INPUT]
+    return [convolve(ctx.data, x if x.flags.c_contiguous else np.ascontiguousarray(x))]
 
 
 def _gemm_conv(d: GemmData, x: np.ndarray) -> np.ndarray:
@@ -338,6 +355,31 @@ def execute_fully_connected(ctx: OperationContext, inputs: list) -> list:
     return [_finish(d, _gemm(d, a), x.dtype)]
 
 
+@dataclass
+class TableAfter:
+    """hal.fusion's ``table_after`` for a convolution: its plan, then a 256-byte table (the
+    following unary operation's, or a fused swish's: lut.TableData, the reference's results)."""
+
+    conv: object
+    table: np.ndarray  # uint8 [256]: raw output byte -> raw byte
+
+
+def plan_table_after(ctx) -> TableAfter | None:
+    producer, consumer = ctx.members
+    d, t = producer.ctx.data, consumer.ctx.data
+    if producer.ctx.op_type not in (CONV, DW, GROUPED) or not isinstance(t, lut.TableData) \
+            or t.table.size != 256 or t.table.dtype != producer.ctx.outputs[0].dtype \
+            or tuple(t.shape) != tuple(producer.ctx.outputs[0].shape):
+        return None
+    return TableAfter(d, np.ascontiguousarray(t.table.view(np.uint8)))
+
+
+def execute_table_after(ctx, inputs: list) -> list:
+    x = inputs[INPUT]
+    return [convolve(ctx.data.conv, x if x.flags.c_contiguous else np.ascontiguousarray(x), ctx.data.table)]
+
+
+BACKEND.register_fusion("table_after", plan=plan_table_after, execute=execute_table_after)
 BACKEND.register([CONV, DW], plan=plan_conv, execute=execute_conv, types=QUANT8, supports=supports,
                  prepacked_inputs=(FILTER, BIAS))
 BACKEND.register(GROUPED, plan=plan_grouped, execute=execute_conv, types=QUANT8, supports=supports,

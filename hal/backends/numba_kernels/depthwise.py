@@ -15,6 +15,7 @@ import numpy as np
 
 from hal.backends.numba_kernels import vnni
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, ro, rw
+from hal.backends.numba_kernels.gemm import lookup_in_place
 from hal.backends.numba_kernels.simd import dw_run_3x3, dw_run_5x5
 from hal.operations.common import QPC
 from hal.operations.conv import BIAS, FILTER, INPUT, ConvParams
@@ -22,6 +23,7 @@ from hal.registry import OperationContext
 
 I64 = numba.int64
 Q8 = (np.int8, np.uint8)
+_NO_TABLE = np.zeros(0, dtype=np.uint8)
 
 
 @dataclass
@@ -90,19 +92,21 @@ def plan(ctx: OperationContext, mult: np.ndarray, shift: np.ndarray, ozp: int, l
                          lanes=_lanes(weights, bias, x_zp, mult, shift) if vector else None)
 
 
-def execute(d: DepthwiseData, x: np.ndarray) -> np.ndarray:
-    """``x``: contiguous NHWC."""
+def execute(d: DepthwiseData, x: np.ndarray, table: np.ndarray = _NO_TABLE) -> np.ndarray:
+    """``x``: contiguous NHWC; ``table``: 256 bytes looked up on the output (or empty)."""
     n = x.shape[0]
     out = np.empty((n, d.out_h, d.out_w, d.weights.shape[2]), dtype=x.dtype)
     if d.lanes is not None:
         fh, fw, _ = d.weights.shape
         _depthwise_pixels(x.reshape(-1), *d.lanes, n, x.shape[1], x.shape[2], x.shape[3], fh, fw, d.input_zp,
                           d.output_zp, d.act_min, d.act_max, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w,
-                          d.pad_top, d.pad_left, d.out_h, d.out_w, out.reshape(-1))
+                          d.pad_top, d.pad_left, d.out_h, d.out_w, out.reshape(-1), table)
     else:
         _depthwise(x, d.weights, d.bias, d.input_zp, d.multiplier, d.multipliers, d.shifts, d.output_zp,
                    d.act_min, d.act_max, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w, d.pad_top,
                    d.pad_left, out)
+        if table.size:
+            lookup_in_place(out.reshape(-1).view(np.uint8), 0, out.size, table)
     return out
 
 
@@ -143,17 +147,18 @@ def _depthwise(x, w, bias, input_zp, depth_mult, mult, shift, out_zp, lo, hi, sh
 
 #: int32 weights: one multiply per tap; int16 weights (VNNI): taps in pairs, one vpdpwssd each.
 _SIGS_DW_PIXELS = [numba.void(ro(t, 1), ro(wt, 1), ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1),
-                              ro(np.int32, 1), *[I64] * 18, rw(t, 1))
+                              ro(np.int32, 1), *[I64] * 18, rw(t, 1), ro(np.uint8, 1))
                    for t in Q8 for wt in ((np.int32, np.int16) if vnni.AVAILABLE else (np.int32,))]
 
 
 @numba.njit(_SIGS_DW_PIXELS, cache=True, nogil=True)
 def _depthwise_pixels(x, w, bias, mult, left, right, n_b, h, width, c, fh, fw, input_zp, out_zp, lo, hi, sh, sw, dh,
-                      dw, top, left_pad, out_h, out_w, out):
+                      dw, top, left_pad, out_h, out_w, out, table):
     """DEPTHWISE_CONV_2D with depth multiplier 1 and a 3x3 or 5x5 filter (flat NHWC ``x`` and
     ``out``; ``_lanes``' padded weights and per-channel arrays): per output row, the columns whose
     taps are all inside the image in one ``simd.dw_run_*`` call per 16 channels, the border
-    columns one by one with their tap masks (the row's bits and the column's)."""
+    columns one by one with their tap masks (the row's bits and the column's). ``table`` (256
+    bytes, or empty): looked up on each output row once it is complete."""
     cp = bias.shape[0]
     col_bits = np.zeros(out_w, dtype=np.int64)
     all_cols = np.int64(0)
@@ -197,3 +202,5 @@ def _depthwise_pixels(x, w, bias, mult, left, right, n_b, h, width, c, fh, fw, i
                         dw_run_5x5(x, x_off, x_step, row_step, col_step, valid, input_zp, w, cp, bias, mult, left,
                                    right, ch, out_zp, lo, hi, out, o_off, c, c - ch, npix)
                 ox += npix
+            if table.shape[0] == 256:
+                lookup_in_place(out.view(np.uint8), o_row * c, out_w * c, table)

@@ -29,6 +29,9 @@ from hal.backends.numba_kernels import vnni
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import copy_bytes
 
+if vnni.VBMI:
+    from hal.backends.numba_kernels.vnni import lookup_run
+VBMI = vnni.VBMI
 PANEL, KSTEP = vnni.PANEL, vnni.KSTEP
 XOR80 = 0x80808080
 
@@ -98,7 +101,23 @@ def make_plan(w2d: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x
 I64 = numba.int64
 _SIG_GEMM = numba.void(ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64, I64, ro(np.int32, 1), I64,
                        ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64, rw(np.uint8, 1), I64, I64,
-                       I64, I64)
+                       I64, I64, ro(np.uint8, 1))
+#: Rows per block when a table follows the GEMM: each block's output is looked up while in cache.
+TABLE_ROWS = 48  # whole 6- and 8-row tiles
+
+
+_SIG_LOOKUP = numba.void(rw(np.uint8, 1), I64, I64, ro(np.uint8, 1))
+if VBMI:
+    @numba.njit(_SIG_LOOKUP, cache=True, nogil=True)
+    def lookup_in_place(buf, start, count, table):
+        """``buf[start:start + count] = table[buf[start:start + count]]`` (a 256-byte table)."""
+        lookup_run(buf, start, table, buf, start, count)
+else:
+    @numba.njit(_SIG_LOOKUP, cache=True, nogil=True)
+    def lookup_in_place(buf, start, count, table):
+        """``buf[start:start + count] = table[buf[start:start + count]]`` (a 256-byte table)."""
+        for i in range(start, start + count):
+            buf[i] = table[buf[i]]
 
 
 if vnni.AVAILABLE:
@@ -113,30 +132,17 @@ if vnni.AVAILABLE:
         tile_8x3,
     )
 
-    @numba.njit(_SIG_GEMM, cache=True, nogil=True)
-    def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right, out_zp, lo, hi, out,
-                   o_off, ldo, r0, r1):
-        """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
-        ``a`` (``4·kq`` bytes at ``a_off + m·lda``). ``rows``: the matrix's row count (a partial
-        tile repeats its last row, never reads past it)."""
-        panels = (n + 15) // 16
-        pstride = kq * 64
-        xb = a_xor & 0xFF
-        corr = np.zeros(r1 - r0 + 8, dtype=np.int32)  # + 8: the rows a partial tile computes and drops
-        if row_coef != 0:
-            for m in range(r0, r1):
-                s = np.int32(0)
-                base = a_off + m * lda
-                for kk in range(4 * kq):
-                    s += np.int32(a[base + kk] ^ xb)
-                corr[m - r0] = np.int32(np.int64(s) * row_coef)  # int32 wrap, as the accumulator
+    @numba.njit(inline="always")
+    def _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
+                    r0, b0, r1, corr, panels, pstride):
+        """Rows [b0, r1) of ``_gemm_rows``' rows [r0, ..) (``corr`` is indexed from r0)."""
         for p0 in range(0, panels, 4):
             nr = min(4, panels - p0)
             mr = 6 if nr == 4 else 8
             c0 = p0 * 16
             nc = n - c0
             w_off = p0 * pstride
-            i = r0
+            i = b0
             while i < r1:
                 left_rows = r1 - i
                 one = left_rows <= mr // 2  # a short tail: single rows waste nothing
@@ -171,6 +177,36 @@ if vnni.AVAILABLE:
                     tile_8x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
                              c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
                 i += rv
+
+    @numba.njit(_SIG_GEMM, cache=True, nogil=True)
+    def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right, out_zp, lo, hi, out,
+                   o_off, ldo, r0, r1, table):
+        """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
+        ``a`` (``4·kq`` bytes at ``a_off + m·lda``). ``rows``: the matrix's row count (a partial
+        tile repeats its last row, never reads past it). ``table`` (256 bytes, or empty): looked up
+        on the output, TABLE_ROWS rows at a time right after they are computed."""
+        panels = (n + 15) // 16
+        pstride = kq * 64
+        xb = a_xor & 0xFF
+        corr = np.zeros(r1 - r0 + 8, dtype=np.int32)  # + 8: the rows a partial tile computes and drops
+        if row_coef != 0:
+            for m in range(r0, r1):
+                s = np.int32(0)
+                base = a_off + m * lda
+                for kk in range(4 * kq):
+                    s += np.int32(a[base + kk] ^ xb)
+                corr[m - r0] = np.int32(np.int64(s) * row_coef)  # int32 wrap, as the accumulator
+        block = TABLE_ROWS if table.shape[0] == 256 else max(r1 - r0, 1)
+        for b0 in range(r0, r1, block):
+            b1 = min(r1, b0 + block)
+            _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off,
+                        ldo, r0, b0, b1, corr, panels, pstride)
+            if table.shape[0] == 256:
+                if ldo == n:
+                    lookup_in_place(out, o_off + b0 * ldo, (b1 - b0) * n, table)
+                else:
+                    for m in range(b0, b1):
+                        lookup_in_place(out, o_off + m * ldo, n, table)
 
 
 _SIG_GATHER = numba.void(ro(np.uint8, 1), *[I64] * 16, rw(np.uint8, 1))
@@ -239,25 +275,28 @@ def _workers(threads: int) -> concurrent.futures.ThreadPoolExecutor:
         return _pool
 
 
+_NO_TABLE = np.zeros(0, dtype=np.uint8)
+
+
 def run(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.ndarray, o_off: int = 0,
-        ldo: int | None = None) -> None:
+        ldo: int | None = None, table: np.ndarray = _NO_TABLE) -> None:
     """Row m of the result (n bytes at ``out[o_off + m·ldo]``, ``out`` a flat uint8 view of the
     int8/uint8 output) from row m of ``a`` (``lda`` apart from ``a_off`` in a flat uint8 view).
     The rows are split over ``hal.backends.compute_threads()`` threads (the kernels release the
     GIL); 1 thread unless ``--threads`` says otherwise."""
     args = (a, a_off, lda, rows, p.a_xor, p.packed, p.kq, p.n, p.bias, p.row_coef, p.multipliers, p.left, p.right,
             p.output_zp, p.act_min, p.act_max, out, o_off, p.n if ldo is None else ldo)
-    threads = backends.compute_threads() or 1
-    if threads > 1 and rows * p.k * p.n >= PARALLEL_MACS:
+    threads = (backends.compute_threads() or 1) if rows * p.k * p.n >= PARALLEL_MACS else 1
+    if threads > 1:
         per_thread = -(-rows // threads)
         step = -(-per_thread // 8) * 8  # a multiple of 8 rows: whole tiles per thread
         parts = [(r, min(rows, r + step)) for r in range(0, rows, step)]
-        futures = [_workers(threads).submit(_gemm_rows, *args, r0, r1) for r0, r1 in parts[1:]]
-        _gemm_rows(*args, *parts[0])
+        futures = [_workers(threads).submit(_gemm_rows, *args, r0, r1, table) for r0, r1 in parts[1:]]
+        _gemm_rows(*args, *parts[0], table)
         for f in futures:
             f.result()
     else:
-        _gemm_rows(*args, 0, rows)
+        _gemm_rows(*args, 0, rows, table)
 
 
 def gather(p: GemmPlan, x: np.ndarray, fh: int, fw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int,

@@ -15,6 +15,9 @@ Unary: LOGISTIC, TANH, HARD_SWISH, RELU, RELU1, RELU6 (8-bit in and out) and DEQ
 float32 out); an 8-bit table is looked up 64 bytes at a time where the CPU has AVX-512 VBMI. Broadcasting: an input
 shaped like a suffix of the output (a per-channel scale, a squeeze-excite gate) is read
 cyclically; any other broadcast is materialised first.
+
+Fused (hal.fusion): ``swish``, LOGISTIC(x) then MUL(x, LOGISTIC(x)), one 256-entry table from the
+two member plans, so one lookup pass instead of a lookup pass and a multiplication pass.
 """
 from __future__ import annotations
 
@@ -30,11 +33,12 @@ from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import add_run, mul_run
 
 if vnni.VBMI:
-    from hal.backends.numba_kernels.vnni import lookup64
+    from hal.backends.numba_kernels.vnni import lookup_run
 from hal.operations.common import QUANT8
 from hal.registry import OperationContext, lookup
 from hal.types import OperationType as Op
 
+_VBMI = vnni.VBMI
 BINARY = (Op.ADD, Op.SUB, Op.MUL)
 UNARY = (Op.LOGISTIC, Op.TANH, Op.HARD_SWISH, Op.RELU, Op.RELU1, Op.RELU6, Op.DEQUANTIZE)
 
@@ -116,10 +120,8 @@ def _lookup1(x, table, out):
 if vnni.VBMI:
     @numba.njit(numba.void(ro(np.uint8, 1), ro(np.uint8, 1), rw(np.uint8, 1)), cache=True, nogil=True)
     def _lookup_bytes(x, table, out):
-        """_lookup1 for an 8-bit table (raw bytes), 64 elements per step (vnni.lookup64)."""
-        n = x.shape[0]
-        for i in range(0, n, 64):
-            lookup64(x, i, table, out, i, n - i)
+        """_lookup1 for an 8-bit table (raw bytes), 64 elements per step (vnni.lookup_run)."""
+        lookup_run(x, 0, table, out, 0, x.shape[0])
 
 
 @numba.njit(_BINARY_SIGS, cache=True, nogil=True)
@@ -162,13 +164,15 @@ def _operand(x: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
 
 def execute(ctx: OperationContext, inputs: list) -> list:
     d: TableData = ctx.data
-    out = np.empty(d.shape, dtype=d.table.dtype)
-    if len(d.table) == 256:
-        x = np.ascontiguousarray(inputs[0]).reshape(-1).view(np.uint8)
-        if vnni.VBMI and d.table.itemsize == 1:
-            _lookup_bytes(x, d.table.view(np.uint8), out.reshape(-1).view(np.uint8))
+    table = d.table
+    out = np.empty(d.shape, dtype=table.dtype)
+    if table.size == 256:
+        x = inputs[0]
+        x = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(-1).view(np.uint8)
+        if _VBMI and table.itemsize == 1:
+            _lookup_bytes(x, table.view(np.uint8), out.reshape(-1).view(np.uint8))
         else:
-            _lookup1(x, d.table, out.reshape(-1))
+            _lookup1(x, table, out.reshape(-1))
     else:
         (a, pa), (b, pb) = _operand(inputs[0], d.shape), _operand(inputs[1], d.shape)
         if d.arith is not None:
@@ -178,5 +182,26 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     return [out]
 
 
+def plan_swish(ctx) -> TableData | None:
+    """hal.fusion's ``swish`` (LOGISTIC(x) -> y; MUL of x and y): as a function of x alone, one
+    256-entry table, MUL's plan applied to (x, logistic table[x]). Both member plans are the
+    reference's results (a tabulated LOGISTIC; a MUL whose arithmetic matched the reference on
+    every input pair, or the reference's table), so the fused table is too."""
+    logistic, mul = ctx.members
+    ld, md = logistic.ctx.data, mul.ctx.data
+    if not isinstance(ld, TableData) or not isinstance(md, TableData) or ld.table.size != 256 \
+            or ld.table.dtype != md.table.dtype or ld.shape != md.shape:
+        return None
+    x, y = _grid(ld.table.dtype, 1)[0], ld.table
+    a, b = (x, y) if mul.inputs[0] == logistic.inputs[0] else (y, x)
+    table = np.empty(256, dtype=md.table.dtype)
+    if md.arith is not None:
+        _arith(md.mul, a, 256, b, 256, md.arith, table)
+    else:
+        _lookup2(a.view(np.uint8), 256, b.view(np.uint8), 256, md.table, table)
+    return TableData(table, md.shape)
+
+
 BACKEND.register(BINARY, plan=plan, execute=execute, types=QUANT8)
 BACKEND.register(UNARY, plan=plan, execute=execute, types=QUANT8)
+BACKEND.register_fusion("swish", plan=plan_swish, execute=execute)

@@ -38,31 +38,39 @@ def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi):
     fixedpoint.multiply_by_quantized_multiplier, as vector instructions."""
     i32, i64 = ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
-    c32 = lambda k: ir.Constant(v32, [k] * LANES)  # noqa: E731
     x = builder.shl(acc, left)  # int32 wrap-around, as TFLite's shift of an int32
-    # SaturatingRoundingDoublingHighMul: (x·m + nudge) / 2^31 truncated toward zero, nudge 2^30 for
-    # a product >= 0 and 1 − 2^30 below, is (x·m + 2^30) >> 31 for every product (for x·m < 0 the
-    # truncating division adds 2^31 − 1 before the shift). Its one saturating case, x = m =
-    # INT32_MIN, cannot occur: QuantizeMultiplier's multipliers are in [0, 2^31) (checked at plan).
-    # Even and odd lanes as two 8 × 64-bit products of sign-extended halves (one pmuldq each, no
-    # widening shuffles); the even lanes' result is the low half of (p + 2^30) >> 31, the odd
-    # lanes' the high half of (p + 2^30) << 1.
+    # SaturatingRoundingDoublingHighMul then RoundingDivideByPOT by e = right, as one rounding of
+    # the 64-bit product p = x·m. The first is h = floor((p + 2^30) / 2^31) for every product (the
+    # truncating division of a negative product with its nudge 1 − 2^30 is the same); its one
+    # saturating case, x = m = INT32_MIN, cannot occur: QuantizeMultiplier's multipliers are in
+    # [0, 2^31) (checked at plan). The second rounds h / 2^e half away from zero:
+    # floor((h + c) / 2^e) with c = 2^(e−1) for h >= 0 and 2^(e−1) − 1 for h < 0 (c = 0 for e = 0).
+    # As floor((floor(y) + c) / 2^e) = floor((y + c) / 2^e) for an integer c, the result is
+    # (p + 2^30 + c·2^31) >> (31 + e), and h < 0 exactly when p < −2^30; |p| < 2^62 and the
+    # offsets < 2^62, so nothing overflows. Even and odd lanes as two 8 × 64-bit products of
+    # sign-extended halves (one pmuldq each); the per-lane offsets and shift counts depend on e
+    # only (loop-invariant: hoisted out of a kernel's loop).
     half = ir.VectorType(i64, LANES // 2)
     c_half = lambda k: ir.Constant(half, [k] * (LANES // 2))  # noqa: E731
-    xq, mq = builder.bitcast(x, half), builder.bitcast(mult, half)
-    even = builder.mul(builder.ashr(builder.shl(xq, c_half(32)), c_half(32)),
-                       builder.ashr(builder.shl(mq, c_half(32)), c_half(32)))
-    odd = builder.mul(builder.ashr(xq, c_half(32)), builder.ashr(mq, c_half(32)))
-    even = builder.bitcast(builder.lshr(builder.add(even, c_half(1 << 30)), c_half(31)), v32)
-    odd = builder.bitcast(builder.shl(builder.add(odd, c_half(1 << 30)), c_half(1)), v32)
-    high = builder.shuffle_vector(even, odd, ir.Constant(v32, [k + LANES * (k % 2) for k in range(LANES)]))
-    # RoundingDivideByPOT (round half away from zero) by e = right: for e >= 1, with h' = h − 1 for
-    # a negative h (h > INT32_MIN here, so no overflow), it is (h' >> e) + bit e−1 of h' (a negative
-    # h's exact half then rounds down, any other remainder as for h >= 0); e = 0 leaves h as is.
-    shifting = builder.icmp_signed(">", right, c32(0))
-    adjusted = builder.add(high, builder.select(shifting, builder.ashr(high, c32(31)), c32(0)))
-    half_bit = builder.and_(builder.ashr(adjusted, builder.sub(right, builder.zext(shifting, v32))), c32(1))
-    rounded = builder.add(builder.ashr(adjusted, right), builder.select(shifting, half_bit, c32(0)))
+    xq, mq, eq = builder.bitcast(x, half), builder.bitcast(mult, half), builder.bitcast(right, half)
+
+    def rounded_shift(p, e):
+        shifting = builder.icmp_signed(">", e, c_half(0))
+        offset = builder.add(c_half(1 << 30), builder.select(shifting, builder.shl(c_half(1), builder.add(e, c_half(30))),
+                                                             c_half(0)))
+        below = builder.select(shifting, c_half(1 << 31), c_half(0))  # c·2^31 is 2^31 less for h < 0
+        t = builder.add(p, offset)
+        t = builder.sub(t, builder.select(builder.icmp_signed("<", p, c_half(-(1 << 30))), below, c_half(0)))
+        return builder.ashr(t, builder.add(e, c_half(31)))
+
+    even = rounded_shift(builder.mul(builder.ashr(builder.shl(xq, c_half(32)), c_half(32)),
+                                     builder.ashr(builder.shl(mq, c_half(32)), c_half(32))),
+                         builder.and_(eq, c_half(0xFFFFFFFF)))
+    odd = rounded_shift(builder.mul(builder.ashr(xq, c_half(32)), builder.ashr(mq, c_half(32))),
+                        builder.lshr(eq, c_half(32)))
+    # each result is the low half of its 64-bit lane: even lanes from ``even``, odd from ``odd``
+    rounded = builder.shuffle_vector(builder.bitcast(even, v32), builder.bitcast(odd, v32),
+                                     ir.Constant(v32, [k + (LANES - 1) * (k % 2) for k in range(LANES)]))
     v = builder.add(rounded, zp)  # RoundingDivideByPOT + the output zero point
     v = builder.select(builder.icmp_signed("<", v, lo), lo, v)
     return builder.select(builder.icmp_signed(">", v, hi), hi, v)
@@ -268,10 +276,10 @@ def copy_bytes(typingctx, dst, dst_off, src, src_off, n):
     def codegen(context, builder, signature, args):
         d_arr, d_off, s_arr, s_off, n_v = args
         i8, i64 = ir.IntType(8), ir.IntType(64)
-        v8, v64 = ir.VectorType(i8, 64), ir.VectorType(i64, 64)
+        v8 = ir.VectorType(i8, 64)
         sa = signature.args
         d_ptr, s_ptr = _data(context, builder, sa[0], d_arr, i8), _data(context, builder, sa[2], s_arr, i8)
-        lanes = ir.Constant(v64, list(range(64)))
+        lanes = ir.Constant(v8, list(range(64)))
         entry = builder.block
         head = builder.append_basic_block("copy.head")
         body = builder.append_basic_block("copy.body")
@@ -282,7 +290,10 @@ def copy_bytes(typingctx, dst, dst_off, src, src_off, n):
         j.add_incoming(ir.Constant(i64, 0), entry)
         builder.cbranch(builder.icmp_signed("<", j, n_v), body, done)
         builder.position_at_end(body)
-        keep = builder.icmp_signed("<", lanes, splat(builder, builder.sub(n_v, j), v64))
+        left = builder.sub(n_v, j)  # bytes still to copy: all 64 lanes unless fewer (compared as bytes)
+        left = builder.trunc(builder.select(builder.icmp_signed("<", left, ir.Constant(i64, 64)), left,
+                                            ir.Constant(i64, 64)), i8)
+        keep = builder.icmp_unsigned("<", lanes, splat(builder, left, v8))
         v = masked_load(builder, builder.gep(s_ptr, [builder.add(s_off, j)]), v8, keep, ir.Constant(v8, [0] * 64))
         masked_store(builder, v, builder.gep(d_ptr, [builder.add(d_off, j)]), keep)
         j_next = builder.add(j, ir.Constant(i64, 64))

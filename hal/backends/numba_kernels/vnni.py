@@ -12,8 +12,9 @@ does, so the result is exact whatever K.
 weights XOR 0x80 → value − 128). The shifts and both zero points fold into a per-column bias and,
 only for a weight zero point other than the shift, a per-row term (``GemmPlan``).
 
-Also here, as the other AVX-512-only kernel: ``lookup64``, a 256-entry byte table applied to 64
-bytes per step with VBMI's ``vpermi2b`` (lut.py's unary operations).
+Also here, as the other AVX-512-only kernel: ``lookup_run``, a 256-entry byte table applied to 64
+bytes per step with VBMI's ``vpermi2b`` (lut.py's unary operations, and a table a convolution
+applies to its own output: hal.fusion's ``table_after``).
 
 Only compiled where the CPU has the features (``AVAILABLE``, ``VBMI``); numba's cache keys every
 compiled kernel on the CPU name and features (its index's ``magic_tuple``), so another machine
@@ -177,10 +178,12 @@ if AVAILABLE:
 
 
 @intrinsic
-def lookup64(typingctx, x, x_off, table, out, o_off, count):
-    """``out[o_off + i] = table[x[x_off + i]]`` for the first ``count`` (<= 64) of 64 bytes: the
-    256-byte table held in four registers, two ``vpermi2b`` (each a lookup in 128 entries by the
-    low 7 bits) and a select on the high bit. Bytes past ``count`` are neither read nor written."""
+def lookup_run(typingctx, x, x_off, table, out, o_off, count):
+    """``out[o_off + i] = table[x[x_off + i]]`` for i < ``count`` (any length; ``out`` may be ``x``):
+    the 256-byte table held in four registers, loaded once before the loop (loaded per 64 bytes,
+    as a call per step would, it costs as much again: the compiler cannot tell that ``out`` does
+    not overlap it); per 64 bytes two ``vpermi2b`` (each a lookup in 128 entries by the low 7
+    bits) and a select on the high bit. Bytes past ``count`` are neither read nor written."""
     sig = types.void(x, x_off, table, out, o_off, count)
 
     def codegen(context, builder, signature, args):
@@ -194,14 +197,33 @@ def lookup64(typingctx, x, x_off, table, out, o_off, count):
         x_ptr, t_ptr, o_ptr = data(0, x_arr), data(2, t_arr), data(3, out_arr)
         quarters = [builder.load(builder.bitcast(builder.gep(t_ptr, [ir.Constant(i64, 64 * q)]), v8.as_pointer()),
                                  align=1) for q in range(4)]
-        lanes = ir.Constant(ir.VectorType(i64, 64), list(range(64)))
-        keep = builder.icmp_signed("<", lanes, _splat(builder, count_v, ir.VectorType(i64, 64)))
-        idx = masked_load(builder, builder.gep(x_ptr, [x_off_v]), v8, keep, ir.Constant(v8, [0] * 64))
+        lanes = ir.Constant(v8, list(range(64)))
         perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v8, [v8, v8, v8]),
                                               "llvm.x86.avx512.vpermi2var.qi.512")
+        zero = ir.Constant(v8, [0] * 64)
+
+        entry = builder.block
+        head = builder.append_basic_block("lut.head")
+        body = builder.append_basic_block("lut.body")
+        done = builder.append_basic_block("lut.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        j = builder.phi(i64)
+        j.add_incoming(ir.Constant(i64, 0), entry)
+        builder.cbranch(builder.icmp_signed("<", j, count_v), body, done)
+        builder.position_at_end(body)
+        left = builder.sub(count_v, j)  # bytes still to do: all 64 lanes unless fewer (compared as bytes)
+        left = builder.trunc(builder.select(builder.icmp_signed("<", left, ir.Constant(i64, 64)), left,
+                                            ir.Constant(i64, 64)), i8)
+        keep = builder.icmp_unsigned("<", lanes, _splat(builder, left, v8))
+        idx = masked_load(builder, builder.gep(x_ptr, [builder.add(x_off_v, j)]), v8, keep, zero)
         low = builder.call(perm, [quarters[0], idx, quarters[1]])
         high = builder.call(perm, [quarters[2], idx, quarters[3]])
-        upper = builder.icmp_signed("<", idx, ir.Constant(v8, [0] * 64))  # index >= 128
-        masked_store(builder, builder.select(upper, high, low), builder.gep(o_ptr, [o_off_v]), keep)
+        upper = builder.icmp_signed("<", idx, zero)  # index >= 128
+        masked_store(builder, builder.select(upper, high, low), builder.gep(o_ptr, [builder.add(o_off_v, j)]), keep)
+        j_next = builder.add(j, ir.Constant(i64, 64))
+        builder.branch(head)
+        j.add_incoming(j_next, body)
+        builder.position_at_end(done)
         return context.get_dummy_value()
     return sig, codegen

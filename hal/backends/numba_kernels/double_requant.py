@@ -1,0 +1,103 @@
+"""com.nnhal.litert's FULLY_CONNECTED_DOUBLE_REQUANT (LiteRT's 8-bit FULLY_CONNECTED, requantized in
+double; extensions/litert_compat.py defines it and is its fallback) with native accumulators.
+
+The extension's kernel gets the int32 sums from float32 BLAS GEMMs over float32 copies of the
+weights (4 bytes a weight, read cold from memory on every invocation: a classifier's 1280 x 1000
+layer is 5 MB). Here the weights are kept as int16 (filter minus its zero point) and one native loop
+per unit sums (x - x_zp)·(w - w_zp) in int32, exact when K·max|x − x_zp|·max|w − w_zp| < 2^31
+(checked at plan; larger layers stay with the extension's kernel). The bias, the double
+requantization, the clamp and their int32 corner cases are the extension's steps, in numpy, on
+the [batch, num_units] sums. hal does not import the extension: the parameters are read from the
+operation's prepared params (``DoubleRequantData``) by name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from hal import quant
+from hal.backends.numba_kernels import BACKEND
+from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.registry import OperationContext
+
+EXTENSION = "com.nnhal.litert"
+FULLY_CONNECTED_DOUBLE_REQUANT = 0
+INPUT, WEIGHTS, BIAS = 0, 1, 2
+_EDGE = float(quant.INT32_MAX - 255)  # as the extension: below it, rounding plus a zero point stays in int32
+
+
+@dataclass
+class DoubleRequantGemv:
+    weights: np.ndarray  # int16 [num_units, input_size]: filter minus its zero point
+    batch: int
+    input_size: int
+    num_units: int
+    input_zero_point: int
+    output_zero_point: int
+    scales: np.ndarray  # float64 [num_units]: the extension's, in LiteRT's evaluation order
+    act_min: int
+    act_max: int
+    signed: bool  # int8 (else uint8) input and output
+
+
+def supports(ctx: OperationContext) -> str | None:
+    w = ctx.input(WEIGHTS)
+    if not w.is_constant:
+        return "weights are not constant"
+    return None
+
+
+def plan(ctx: OperationContext) -> DoubleRequantGemv | None:
+    p = ctx.params  # extensions.litert_compat.DoubleRequantData
+    if not ctx.packing:
+        return None
+    w = ctx.constant(WEIGHTS).astype(np.int64).reshape(p.num_units, p.input_size) - p.weights_zero_point
+    info = np.iinfo(ctx.input(INPUT).dtype)
+    x_max = max(abs(int(info.min) - p.input_zero_point), abs(int(info.max) - p.input_zero_point))  # |x − x_zp|
+    if p.input_size * x_max * max(1, int(np.abs(w).max(initial=0))) >= 1 << 31:
+        raise ctx.fail("the int32 sums could overflow; the extension's kernel sums in int64")
+    return DoubleRequantGemv(np.ascontiguousarray(w, dtype=np.int16), p.batch, p.input_size, p.num_units,
+                             p.input_zero_point, p.output_zero_point, np.asarray(p.scales, np.float64),
+                             p.act_min, p.act_max, ctx.input(INPUT).dtype == np.int8)
+
+
+_SIGS = [numba.void(ro(t, 2), numba.int64, ro(np.int16, 2), rw(np.int64, 2)) for t in (np.int8, np.uint8)]
+
+
+@numba.njit(_SIGS, cache=True, nogil=True)
+def _sums(x, x_zp, w, out):
+    """out[b, c] = Σ_k (x[b, k] − x_zp)·w[c, k], int32 sums (plan bounds them) widened to int64."""
+    batch, k = x.shape
+    xs = np.empty(k, dtype=np.int16)
+    for b in range(batch):
+        for j in range(k):
+            xs[j] = np.int16(np.int32(x[b, j]) - np.int32(x_zp))
+        for c in range(w.shape[0]):
+            s = np.int32(0)
+            for j in range(k):  # int32 arithmetic throughout (numba would widen to int64): pmaddwd
+                s = np.int32(s + np.int32(np.int32(xs[j]) * np.int32(w[c, j])))
+            out[b, c] = s
+
+
+def execute(ctx: OperationContext, inputs: list) -> list:
+    d: DoubleRequantGemv = ctx.data
+    x = np.ascontiguousarray(inputs[INPUT]).reshape(d.batch, d.input_size)
+    acc = np.empty((d.batch, d.num_units), dtype=np.int64)
+    _sums(x, d.input_zero_point, d.weights, acc)
+    bias = inputs[BIAS]
+    if bias is not None and bias.size:
+        acc += bias.astype(np.int64)
+    # the extension's requantize: int32(round(double(acc) * scale)) + zero point, clamped
+    r = quant.round_half_away(acc.astype(np.float64) * d.scales)
+    if r.size and np.abs(r).max() >= _EDGE:  # near int32's limits: the cast's INT32_MIN and the add's wrap
+        r = np.where((r >= quant.INT32_MIN) & (r <= quant.INT32_MAX), r, quant.INT32_MIN).astype(np.int64)
+        y = np.clip(quant.wrap_int32(r + d.output_zero_point), d.act_min, d.act_max)
+    else:
+        y = np.clip(r + d.output_zero_point, d.act_min, d.act_max)
+    return [y.astype(np.int8 if d.signed else np.uint8)]
+
+
+BACKEND.register_extension_kernel(EXTENSION, FULLY_CONNECTED_DOUBLE_REQUANT, plan=plan, execute=execute,
+                                  supports=supports, prepacked_inputs=(WEIGHTS,))

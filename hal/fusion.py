@@ -1,0 +1,129 @@
+"""Operation patterns a backend runs as one step: the program's fused steps.
+
+After the compiler has planned every operation on its backend (and graph backends have compiled
+their partitions), ``fuse`` looks for patterns whose operations one backend planned and that
+backend registered a fused kernel for (``Backend.register_fusion``). A pattern's intermediate
+tensors must have no other reader and not be a model output: the fused step computes exactly
+what the pattern's last operation wrote, and nothing else ever saw the rest. ``Plan.steps`` keep
+one step per operation (what the compilation cache stores); ``Plan.program`` runs the fused step
+instead of its members, so a cache load fuses again from the stored steps. A backend without the
+kernel (the reference backend, the oracle) runs the operations one by one.
+
+Patterns:
+
+* ``swish``: LOGISTIC(x) -> y, then MUL(x, y) or MUL(y, x) as the next operation (EfficientNet's
+  activation). On 8-bit tensors the pair is a function of x's 256 values: a backend can tabulate
+  it from its two member plans (the numba backend: lut.py).
+* ``table_after``: an operation whose one output only feeds the next step, an element-wise unary
+  operation (LOGISTIC, TANH, HARD_SWISH, RELU, RELU1, RELU6) or a fused ``swish``: on 8-bit
+  tensors a 256-entry table the producer can apply to its output while it is still in cache (the
+  numba backend: convolutions, conv.py). Found after ``swish``, so a convolution's swish is one step.
+  Inputs the producer's kernel packed at plan time (filters, biases) are not read again: the
+  fused step lists them as omitted.
+
+A fused step's timing record covers its member operations (``OperationTiming.count``), which are
+consecutive, as a graph backend's partition's are.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from hal import backends
+from hal.plan import Step
+from hal.types import OperationType
+
+_log = logging.getLogger(__name__)
+
+SWISH = "swish"
+TABLE_AFTER = "table_after"
+PATTERNS = (SWISH, TABLE_AFTER)
+#: Element-wise operations of one input that a ``table_after`` step may apply.
+UNARY = frozenset(int(t) for t in (OperationType.LOGISTIC, OperationType.TANH, OperationType.HARD_SWISH,
+                                    OperationType.RELU, OperationType.RELU1, OperationType.RELU6))
+
+
+@dataclass
+class FusedContext:
+    """A fused step's context: the pattern, the member steps as their backend planned them, and the
+    fused kernel's plan (``data``)."""
+
+    pattern: str
+    backend: str
+    members: tuple[Step, ...]
+    data: Any = None
+    op_type: int = -1  # no single operation type: timings name the step by ``operations``
+
+    @property
+    def operations(self) -> tuple[int, ...]:
+        return tuple(i for s in self.members for i in s.operations)
+
+    @property
+    def name(self) -> str:
+        return f"operations {self.operations[0]}-{self.operations[-1]} ({self.pattern}, {self.backend})"
+
+
+def fuse(program: list[Step], keep: frozenset[int]) -> list[Step]:
+    """``program`` with each pattern some backend fuses replaced by its fused step. ``keep``: the
+    model's outputs (never an internal tensor of a fused step)."""
+    for pattern in (_swish, _table_after):
+        readers: dict[int, int] = {}  # of this pass's program (a fused swish reads its x once)
+        for s in program:
+            for i in s.inputs:
+                readers[i] = readers.get(i, 0) + 1
+        fused: list[Step] = []
+        k = 0
+        while k < len(program):
+            step = pattern(program[k], program[k + 1], readers, keep) if k + 1 < len(program) else None
+            if step is not None:
+                fused.append(step)
+                k += 2
+            else:
+                fused.append(program[k])
+                k += 1
+        program = fused
+    return program
+
+
+def _swish(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]) -> Step | None:
+    if a.spec is None or b.spec is None or a.ctx.op_type != OperationType.LOGISTIC \
+            or b.ctx.op_type != OperationType.MUL or a.backend != b.backend or b.index != a.index + 1:
+        return None
+    x, y = a.inputs[0], a.outputs[0]
+    if x < 0 or x == y or y in keep or readers.get(y) != 1 or sorted(b.inputs[:2]) != sorted((x, y)):
+        return None
+    return _fused(SWISH, (a, b), (x, *b.inputs[2:]), b.outputs)
+
+
+def _table_after(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]) -> Step | None:
+    if a.spec is None or len(a.outputs) != 1 or a.backend != b.backend or b.operations[0] != a.index + 1:
+        return None
+    if b.spec is not None:
+        if b.ctx.op_type not in UNARY:
+            return None
+    elif not (isinstance(b.ctx, FusedContext) and b.ctx.pattern == SWISH):
+        return None
+    y = a.outputs[0]
+    if y in keep or readers.get(y) != 1 or not b.inputs or b.inputs[0] != y:
+        return None
+    packed = a.kernel.prepacked_inputs
+    inputs = tuple(-1 if k in packed else i for k, i in enumerate(a.inputs)) + tuple(b.inputs[1:])
+    return _fused(TABLE_AFTER, (a, b), inputs, b.outputs)
+
+
+def _fused(pattern: str, members: tuple[Step, ...], inputs: tuple[int, ...], outputs: tuple[int, ...]) -> Step | None:
+    backend = backends.get(members[0].backend)
+    kernel = None if backend is None else backend.fusions.get(pattern)
+    if kernel is None:
+        return None
+    ctx = FusedContext(pattern, backend.name, members)
+    try:
+        ctx.data = kernel.plan(ctx)
+    except Exception as e:  # noqa: BLE001 - a fusion's bug costs speed, never the model
+        _log.warning("%s: backend %s could not fuse it (%r); the operations run one by one", ctx.name,
+                     backend.name, e)
+        return None
+    if ctx.data is None:
+        return None
+    return Step(members[0].index, None, kernel, ctx, inputs, outputs)  # type: ignore[arg-type]
