@@ -339,8 +339,9 @@ def _plan_tree(compiled: CompiledModel, enc: _Encoder) -> dict:
 
 def _program(model: Model, steps: list[Step], infos: list, partitions: list, dec: "_Decoder") -> list[Step]:
     """The plan's program: the steps, with each cached partition's executable loaded from its
-    artifact (graph building and optimisation skipped), and the fused steps made again. The partitions must be exactly the runs
-    of graph-backend members, as ``hal.compiler._partition`` makes them."""
+    artifact (graph building and optimisation skipped), and the fused steps made again. The
+    partitions must be exactly the runs of graph-backend members, as ``hal.compiler._partition``
+    makes them."""
     keep = frozenset(model.main.output_indexes)
     runs: list[tuple[int, int]] = []
     k = 0

@@ -56,8 +56,8 @@ def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi):
 
     def rounded_shift(p, e):
         shifting = builder.icmp_signed(">", e, c_half(0))
-        offset = builder.add(c_half(1 << 30), builder.select(shifting, builder.shl(c_half(1), builder.add(e, c_half(30))),
-                                                             c_half(0)))
+        offset = builder.add(c_half(1 << 30),
+                             builder.select(shifting, builder.shl(c_half(1), builder.add(e, c_half(30))), c_half(0)))
         below = builder.select(shifting, c_half(1 << 31), c_half(0))  # c·2^31 is 2^31 less for h < 0
         t = builder.add(p, offset)
         t = builder.sub(t, builder.select(builder.icmp_signed("<", p, c_half(-(1 << 30))), below, c_half(0)))
