@@ -31,7 +31,7 @@ def delegated_models(runs: int = 100) -> str:
     from tests.delegate.helpers import random_inputs
     lines = [f"| model | {anchor(1)} p50 µs (mean) | tflite-runtime 1 thread p50 µs (mean) | "
              f"{runtime.label()} + nnhal p50 µs (mean) | nnhal × {anchor(1)} | nnhal × tflite-runtime 1 thread | "
-             f"per-invoke overhead over {anchor(1)} (p50 µs) | delegated nodes |",
+             f"nnhal − {anchor(1)} (p50 µs; the 1-op row: the per-invoke overhead) | delegated nodes |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
     with tempfile.TemporaryDirectory() as d:
         for name, data in (("mobilenet_like float32 (64x64)", mobilenet_like(np.float32, 64, 16)),

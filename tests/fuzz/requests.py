@@ -12,6 +12,7 @@ ranges the request gave it.
 from __future__ import annotations
 
 import math
+import os
 import queue
 import uuid
 from dataclasses import dataclass
@@ -92,6 +93,7 @@ class CasePool:
         self.size = size
         self.shm.buf[:size] = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
         self.before = b""
+        self.decoys: dict[str, bytes] = {}
 
     def snapshot(self) -> None:
         self.before = bytes(self.shm.buf[:self.size])
@@ -99,7 +101,38 @@ class CasePool:
     def ref(self) -> pb.Memory:
         return pb.Memory(shared=pb.SharedMemoryRef(name=self.shm.name, size=self.size))
 
+    def decoy(self, rng) -> str:
+        """A file in /dev/shm a client must never get the service to read or write (issue 34): a
+        same-user 0600 file without nnhal's prefix, an nnhal-named one others may read (0644), or
+        a second link to this very pool. Its bytes are checked unchanged when the case closes."""
+        kind = _pick(rng, ["unprefixed", "wide", "link"])
+        name = f"{'fuzz-victim' if kind == 'unprefixed' else 'nnhal-fuzz-' + kind}-{uuid.uuid4().hex[:12]}"
+        path = os.path.join("/dev/shm", name)
+        if kind == "link":
+            os.link(os.path.join("/dev/shm", self.shm.name), path)
+        else:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600 if kind == "unprefixed" else 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(rng.integers(0, 256, self.size, dtype=np.uint8).tobytes())
+            os.chmod(path, 0o600 if kind == "unprefixed" else 0o644)  # whatever the umask
+        with open(path, "rb") as f:
+            self.decoys[path] = f.read()
+        return name
+
+    def decoys_changed(self) -> str | None:
+        """A decoy whose bytes changed (the service wrote where no client may make it write)."""
+        for path, before in self.decoys.items():
+            with open(path, "rb") as f:
+                if f.read() != before:
+                    return f"decoy {path} was written"
+        return None
+
     def close(self) -> None:
+        for path in self.decoys:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
         self.shm.close()
         self.shm.unlink()
 
@@ -139,7 +172,7 @@ def _arg(rng, req, kind=None, where=None):
     return cands[int(rng.integers(len(cands)))] if cands else (None, -1, None)
 
 
-def mu_location(rng, req, ex, burst):
+def mu_location(rng, req, ex, burst, pool):
     name, k, a = _arg(rng, req, where="location")
     if a is None:
         return None
@@ -150,7 +183,7 @@ def mu_location(rng, req, ex, burst):
     return f"{name[:-1]} {k} location.{f} -> {getattr(a.location, f)}"
 
 
-def mu_pool(rng, req, ex, burst):
+def mu_pool(rng, req, ex, burst, pool):
     r = rng.random()
     if r < 0.15:
         del req.pools[:]
@@ -162,8 +195,10 @@ def mu_pool(rng, req, ex, burst):
     if p.WhichOneof("kind") != "shared":
         p.burst_pool = int(_pick(rng, [0, 2, 2**64 - 1]))
         return f"burst pool id -> {p.burst_pool}"
-    f = _pick(rng, ["name", "size", "size", "kind"])
-    if f == "name":
+    f = _pick(rng, ["name", "size", "size", "kind", "decoy"])
+    if f == "decoy":  # the trust boundary: a segment no client made for the service
+        p.shared.name = pool.decoy(rng)
+    elif f == "name":
         p.shared.name = _pick(rng, ["nnhal-fuzz-missing", "", "/", "../" + p.shared.name, "a" * 255,
                                     p.shared.name + "x", "/dev/zero", "null"])
     elif f == "size":
@@ -173,7 +208,7 @@ def mu_pool(rng, req, ex, burst):
     return f"pool 0 {f} changed"
 
 
-def mu_capacity(rng, req, ex, burst):
+def mu_capacity(rng, req, ex, burst, pool):
     name, k, a = _arg(rng, req, "outputs", "inline_capacity")
     if a is None:
         return None
@@ -182,7 +217,7 @@ def mu_capacity(rng, req, ex, burst):
     return f"output {k} inline capacity -> {a.inline_capacity}"
 
 
-def mu_dimensions(rng, req, ex, burst):
+def mu_dimensions(rng, req, ex, burst, pool):
     name, k, a = _arg(rng, req)
     dims = list(a.dimensions)
     r = rng.random()
@@ -199,7 +234,7 @@ def mu_dimensions(rng, req, ex, burst):
     return f"{name[:-1]} {k} dimensions -> {dims}"
 
 
-def mu_arity(rng, req, ex, burst):
+def mu_arity(rng, req, ex, burst, pool):
     name = _pick(rng, ["inputs", "outputs"])
     field = getattr(req, name)
     if len(field) and rng.random() < 0.5:
@@ -209,13 +244,13 @@ def mu_arity(rng, req, ex, burst):
     return f"an extra argument among the {name}"
 
 
-def mu_no_value(rng, req, ex, burst):
+def mu_no_value(rng, req, ex, burst, pool):
     name, k, a = _arg(rng, req)
     a.has_no_value = not a.has_no_value
     return f"{name[:-1]} {k} has_no_value -> {a.has_no_value}"
 
 
-def mu_where(rng, req, ex, burst):
+def mu_where(rng, req, ex, burst, pool):
     name, k, a = _arg(rng, req)
     r = rng.random()
     if r < 0.3:
@@ -231,7 +266,7 @@ def mu_where(rng, req, ex, burst):
     return f"output {k} given data"
 
 
-def mu_execution(rng, req, ex, burst):
+def mu_execution(rng, req, ex, burst, pool):
     f = _pick(rng, ["prepared_model_id", "timeout_ns", "loop_timeout_ns", "measure_timing"])
     if f == "prepared_model_id":
         ex.prepared_model_id = _pick(rng, ["", "0" * 32, ex.prepared_model_id + "x", "\0", "x" * 10000])
@@ -244,7 +279,7 @@ def mu_execution(rng, req, ex, burst):
     return f"execution {f} changed"
 
 
-def mu_valid_layout(rng, req, ex, burst):
+def mu_valid_layout(rng, req, ex, burst, pool):
     """A change NNAPI allows: the result must not change."""
     r = rng.random()
     name, k, a = _arg(rng, req, "outputs")
@@ -272,7 +307,7 @@ def mu_valid_layout(rng, req, ex, burst):
 BURST_MUTATIONS = ("register_kind", "register_name", "release_first", "unregistered_id", "no_registration")
 
 
-def mu_burst(rng, req, ex, burst):
+def mu_burst(rng, req, ex, burst, pool):
     if burst is None:
         return None
     burst["mutation"] = _pick(rng, BURST_MUTATIONS)
@@ -386,7 +421,7 @@ def run_case(service: Service, prepared: PreparedSeeds, rng, tally: Tally, where
         what = None
         while what is None:
             mutation = _pick(rng, names)
-            what = MUTATORS[mutation](rng, req, ex, burst)
+            what = MUTATORS[mutation](rng, req, ex, burst, pool)
         ex.request.CopyFrom(req)
         pool.snapshot()
         where = f"{where} {p.seed.name} ({'burst' if burst else 'unary'}): {what}"
@@ -414,7 +449,7 @@ def _send_and_judge(service, prepared, p, ex, pool, burst):
     except Refuse as why:
         verdict, want, places = "refuse", None, []
         refusal = str(why)
-    written = _outside_outputs(pool.before, after, ex.request, registered, pool)
+    written = _outside_outputs(pool.before, after, ex.request, registered, pool) or pool.decoys_changed()
     if written:
         return "wrong", written
     if reply is None:
