@@ -13,7 +13,7 @@ import pytest
 
 import hal
 from delegate.mapping import InvalidNnapiOperation, convert_partition
-from delegate.nnhal_delegate import supported_nodes
+from delegate.support_probe import supported_nodes
 from delegate.tfl import TfLiteModelBuilder, read_model
 from delegate.tfl.schema import ActivationFunctionType as Act
 from delegate.tfl.schema import Padding

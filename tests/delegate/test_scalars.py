@@ -15,7 +15,7 @@ from delegate import load_delegate
 from delegate.mapping import MappingError, convert_partition
 from delegate.mapping.core import lookup_mapper
 from delegate.mapping.scalars import SCALAR_AS_ONE
-from delegate.nnhal_delegate import supported_nodes
+from delegate.support_probe import supported_nodes
 from delegate.tfl import read_model
 from delegate.tfl.builder import TfLiteModelBuilder
 from delegate.tfl.schema import builtin_code, builtin_name

@@ -44,6 +44,10 @@ class Prepared:
     loose: bool
 
 
+#: Prepared-model ids of another session of the service under test (set by PreparedSeeds).
+FOREIGN_IDS: list[str] = []
+
+
 class PreparedSeeds:
     """Up to ``limit`` seeds prepared once on the service for every case of the part."""
 
@@ -73,15 +77,20 @@ class PreparedSeeds:
                                        [sg.operands[i] for i in sg.output_indexes], [o.nbytes for o in outs], loose))
         if not self.items:
             raise RuntimeError("no seed model could be prepared for request mutation")
+        # Another client's prepared model (issue 34): its id, named by this client, must be unknown.
+        self.other = Client.connect(service.address)
+        FOREIGN_IDS[:] = [self.other.prepare_model(self.items[0].seed.model).id]
 
     def __enter__(self) -> "PreparedSeeds":
         return self
 
     def __exit__(self, *exc) -> None:
-        try:
-            self.client.close()
-        except Exception:  # noqa: BLE001 - a service that died: counted by the cases
-            pass
+        FOREIGN_IDS.clear()
+        for c in (self.client, self.other):
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - a service that died: counted by the cases
+                pass
 
 
 # ---- the valid request and its pool ------------------------------------------------------------
@@ -269,7 +278,8 @@ def mu_where(rng, req, ex, burst, pool):
 def mu_execution(rng, req, ex, burst, pool):
     f = _pick(rng, ["prepared_model_id", "timeout_ns", "loop_timeout_ns", "measure_timing"])
     if f == "prepared_model_id":
-        ex.prepared_model_id = _pick(rng, ["", "0" * 32, ex.prepared_model_id + "x", "\0", "x" * 10000])
+        ex.prepared_model_id = _pick(rng, ["", "0" * 32, ex.prepared_model_id + "x", "\0", "x" * 10000,
+                                           *FOREIGN_IDS])  # another session's: never this client's to run
     elif f == "timeout_ns":
         ex.timeout_ns = int(_pick(rng, [1, -1, 1000, 2**63 - 1]))
     elif f == "loop_timeout_ns":
