@@ -94,6 +94,34 @@ def masked_store(builder, value, ptr, keep):
     builder.call(fn, [value, builder.bitcast(ptr, vec_type.as_pointer()), ir.Constant(ir.IntType(32), 1), keep])
 
 
+def byte_blocks(builder, n, name: str, step) -> None:
+    """Emit ``for j in range(0, n, 64): step(j, keep)``, ``keep`` the <64 x i1> mask of the bytes
+    j .. min(j + 64, n) - 1 (every lane but in the last block; the count is compared as bytes).
+    The builder is left after the loop."""
+    i8, i64 = ir.IntType(8), ir.IntType(64)
+    v8 = ir.VectorType(i8, 64)
+    lanes = ir.Constant(v8, list(range(64)))
+    entry = builder.block
+    head = builder.append_basic_block(f"{name}.head")
+    body = builder.append_basic_block(f"{name}.body")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.branch(head)
+    builder.position_at_end(head)
+    j = builder.phi(i64)
+    j.add_incoming(ir.Constant(i64, 0), entry)
+    builder.cbranch(builder.icmp_signed("<", j, n), body, done)
+    builder.position_at_end(body)
+    left = builder.sub(n, j)
+    left = builder.trunc(builder.select(builder.icmp_signed("<", left, ir.Constant(i64, 64)), left,
+                                        ir.Constant(i64, 64)), i8)
+    step(j, builder.icmp_unsigned("<", lanes, splat(builder, left, v8)))
+    j_next = builder.add(j, ir.Constant(i64, 64))
+    body_end = builder.block  # step may have added blocks
+    builder.branch(head)
+    j.add_incoming(j_next, body_end)
+    builder.position_at_end(done)
+
+
 def _data(context, builder, array_type, value, element):
     return builder.bitcast(context.make_array(array_type)(context, builder, value).data, element.as_pointer())
 
@@ -275,30 +303,15 @@ def copy_bytes(typingctx, dst, dst_off, src, src_off, n):
 
     def codegen(context, builder, signature, args):
         d_arr, d_off, s_arr, s_off, n_v = args
-        i8, i64 = ir.IntType(8), ir.IntType(64)
+        i8 = ir.IntType(8)
         v8 = ir.VectorType(i8, 64)
         sa = signature.args
         d_ptr, s_ptr = _data(context, builder, sa[0], d_arr, i8), _data(context, builder, sa[2], s_arr, i8)
-        lanes = ir.Constant(v8, list(range(64)))
-        entry = builder.block
-        head = builder.append_basic_block("copy.head")
-        body = builder.append_basic_block("copy.body")
-        done = builder.append_basic_block("copy.done")
-        builder.branch(head)
-        builder.position_at_end(head)
-        j = builder.phi(i64)
-        j.add_incoming(ir.Constant(i64, 0), entry)
-        builder.cbranch(builder.icmp_signed("<", j, n_v), body, done)
-        builder.position_at_end(body)
-        left = builder.sub(n_v, j)  # bytes still to copy: all 64 lanes unless fewer (compared as bytes)
-        left = builder.trunc(builder.select(builder.icmp_signed("<", left, ir.Constant(i64, 64)), left,
-                                            ir.Constant(i64, 64)), i8)
-        keep = builder.icmp_unsigned("<", lanes, splat(builder, left, v8))
-        v = masked_load(builder, builder.gep(s_ptr, [builder.add(s_off, j)]), v8, keep, ir.Constant(v8, [0] * 64))
-        masked_store(builder, v, builder.gep(d_ptr, [builder.add(d_off, j)]), keep)
-        j_next = builder.add(j, ir.Constant(i64, 64))
-        builder.branch(head)
-        j.add_incoming(j_next, body)
-        builder.position_at_end(done)
+        zero = ir.Constant(v8, [0] * 64)
+
+        def step(j, keep):
+            v = masked_load(builder, builder.gep(s_ptr, [builder.add(s_off, j)]), v8, keep, zero)
+            masked_store(builder, v, builder.gep(d_ptr, [builder.add(d_off, j)]), keep)
+        byte_blocks(builder, n_v, "copy", step)
         return context.get_dummy_value()
     return sig, codegen

@@ -30,7 +30,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from hal.backends.numba_kernels.simd import masked_load, masked_store
+from hal.backends.numba_kernels.simd import byte_blocks, masked_load, masked_store
 from hal.backends.numba_kernels.simd import requantize_lanes as _requantize
 from hal.backends.numba_kernels.simd import splat as _splat
 
@@ -197,33 +197,17 @@ def lookup_run(typingctx, x, x_off, table, out, o_off, count):
         x_ptr, t_ptr, o_ptr = data(0, x_arr), data(2, t_arr), data(3, out_arr)
         quarters = [builder.load(builder.bitcast(builder.gep(t_ptr, [ir.Constant(i64, 64 * q)]), v8.as_pointer()),
                                  align=1) for q in range(4)]
-        lanes = ir.Constant(v8, list(range(64)))
         perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v8, [v8, v8, v8]),
                                               "llvm.x86.avx512.vpermi2var.qi.512")
         zero = ir.Constant(v8, [0] * 64)
 
-        entry = builder.block
-        head = builder.append_basic_block("lut.head")
-        body = builder.append_basic_block("lut.body")
-        done = builder.append_basic_block("lut.done")
-        builder.branch(head)
-        builder.position_at_end(head)
-        j = builder.phi(i64)
-        j.add_incoming(ir.Constant(i64, 0), entry)
-        builder.cbranch(builder.icmp_signed("<", j, count_v), body, done)
-        builder.position_at_end(body)
-        left = builder.sub(count_v, j)  # bytes still to do: all 64 lanes unless fewer (compared as bytes)
-        left = builder.trunc(builder.select(builder.icmp_signed("<", left, ir.Constant(i64, 64)), left,
-                                            ir.Constant(i64, 64)), i8)
-        keep = builder.icmp_unsigned("<", lanes, _splat(builder, left, v8))
-        idx = masked_load(builder, builder.gep(x_ptr, [builder.add(x_off_v, j)]), v8, keep, zero)
-        low = builder.call(perm, [quarters[0], idx, quarters[1]])
-        high = builder.call(perm, [quarters[2], idx, quarters[3]])
-        upper = builder.icmp_signed("<", idx, zero)  # index >= 128
-        masked_store(builder, builder.select(upper, high, low), builder.gep(o_ptr, [builder.add(o_off_v, j)]), keep)
-        j_next = builder.add(j, ir.Constant(i64, 64))
-        builder.branch(head)
-        j.add_incoming(j_next, body)
-        builder.position_at_end(done)
+        def step(j, keep):
+            idx = masked_load(builder, builder.gep(x_ptr, [builder.add(x_off_v, j)]), v8, keep, zero)
+            low = builder.call(perm, [quarters[0], idx, quarters[1]])
+            high = builder.call(perm, [quarters[2], idx, quarters[3]])
+            upper = builder.icmp_signed("<", idx, zero)  # index >= 128
+            masked_store(builder, builder.select(upper, high, low), builder.gep(o_ptr, [builder.add(o_off_v, j)]),
+                         keep)
+        byte_blocks(builder, count_v, "lut", step)
         return context.get_dummy_value()
     return sig, codegen
