@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -108,3 +109,28 @@ def returns(fn, *args, **kw):
     if "error" in done:
         raise done["error"]
     return done["value"]
+
+
+class TcpServer:
+    """`nnhal serve --listen 127.0.0.1:0` (--insecure, or TLS with ``tls`` args); the port is read
+    from the line serve prints."""
+
+    def __init__(self, tmp_path, *args: str):
+        self.log_path = tmp_path / "tcp-server.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "--listen", "127.0.0.1:0",
+                                      "--no-cache", "--log-level", "warning", *args],
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        first: list[str] = []
+        reader = threading.Thread(target=lambda: first.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(HANG_LIMIT_S)
+        m = re.match(r"nnhal service listening on (127\.0\.0\.1:\d+)$", (first or [""])[0].strip())
+        if m is None:
+            self.stop()
+            raise RuntimeError(f"server did not start: {first}\n{self.log_path.read_text()}")
+        self.address = m.group(1)
+
+    def stop(self) -> None:
+        terminate(self.proc)
+        self.log.close()

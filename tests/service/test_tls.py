@@ -7,7 +7,6 @@ import logging
 import re
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from nnhal.examples import mobilenet_like
 from service.client import Client, ServiceUnavailableError
 from tests.delegate.helpers import assert_outputs_equal, interpreter, random_inputs, run
 from tests.service.certs import CertificateAuthority
-from tests.service.conftest import HANG_LIMIT_S, terminate
+from tests.service.conftest import HANG_LIMIT_S, TcpServer
 
 MODEL = mobilenet_like(np.int8, input_size=16, width=4)
 
@@ -31,29 +30,9 @@ def pki(tmp_path_factory):
             "stranger": b.issue("client", server=False), "other_ca": b.cert}
 
 
-class TlsServer:
+def TlsServer(tmp_path, pki, *extra: str) -> TcpServer:
     """`nnhal serve --listen 127.0.0.1:0` with TLS; the port is read from what serve prints."""
-
-    def __init__(self, tmp_path, pki, *extra: str):
-        self.log_path = tmp_path / "tls-server.log"
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nnhal.cli", "serve", "--listen", "127.0.0.1:0", "--tls-cert",
-             str(pki["server"].cert), "--tls-key", str(pki["server"].key), "--no-cache", "--log-level", "warning",
-             *extra], stdout=subprocess.PIPE, stderr=self.log, text=True)
-        first: list[str] = []
-        reader = threading.Thread(target=lambda: first.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(HANG_LIMIT_S)
-        m = re.match(r"nnhal service listening on (127\.0\.0\.1:\d+)$", (first or [""])[0].strip())
-        if m is None:
-            self.stop()
-            raise RuntimeError(f"TLS server did not start: {first}\n{self.log_path.read_text()}")
-        self.address = m.group(1)
-
-    def stop(self) -> None:
-        terminate(self.proc)
-        self.log.close()
+    return TcpServer(tmp_path, "--tls-cert", str(pki["server"].cert), "--tls-key", str(pki["server"].key), *extra)
 
 
 @pytest.fixture

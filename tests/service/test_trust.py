@@ -8,10 +8,6 @@ an nnhal client of the service's user made. Every attack here runs against a rea
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
-import threading
 import uuid
 
 import numpy as np
@@ -22,35 +18,10 @@ from service import convert
 from service.client import SHM_THRESHOLD, Client, ServiceError
 from service.proto import nnhal_pb2 as pb
 from tests.service.certs import CertificateAuthority
-from tests.service.conftest import HANG_LIMIT_S, terminate
+from tests.service.conftest import TcpServer
 from tests.service.models import add_model
 
 SECRET = np.arange(6, dtype=np.float32) + 1000.0  # what the victim segment holds
-
-
-class TcpServer:
-    """`nnhal serve --listen 127.0.0.1:0` (--insecure, or TLS with ``tls`` args); the port is read
-    from the line serve prints."""
-
-    def __init__(self, tmp_path, *args: str):
-        self.log_path = tmp_path / "tcp-server.log"
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "--listen", "127.0.0.1:0",
-                                      "--no-cache", "--log-level", "warning", *args],
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
-        first: list[str] = []
-        reader = threading.Thread(target=lambda: first.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(HANG_LIMIT_S)
-        m = re.match(r"nnhal service listening on (127\.0\.0\.1:\d+)$", (first or [""])[0].strip())
-        if m is None:
-            self.stop()
-            raise RuntimeError(f"server did not start: {first}\n{self.log_path.read_text()}")
-        self.address = m.group(1)
-
-    def stop(self) -> None:
-        terminate(self.proc)
-        self.log.close()
 
 
 @pytest.fixture(scope="module")
