@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 
-from service.client import Client, ServiceUnavailableError, UntrustedServiceError
+from service.client import Client, ClientRefusedError, ServiceUnavailableError, UntrustedServiceError
 from service.server import MAX_SOCKET_PATH_BYTES, default_address
 
 log = logging.getLogger("nnhal.delegate")
@@ -37,7 +37,7 @@ def connect(address: str | None, timeout_s: float = 2.0, **tls) -> Client:
         return Client.connect(address, timeout_s=timeout_s, **tls)
     try:
         return Client.connect(default_address(), timeout_s=min(timeout_s, 0.3))
-    except UntrustedServiceError as e:  # someone else's socket where ours belongs: say so, never use it
+    except (UntrustedServiceError, ClientRefusedError) as e:  # not ours, or it will not serve us: say so
         log.warning("%s; starting a private service instead", e.message)
     except ServiceUnavailableError:
         pass

@@ -137,7 +137,7 @@ class NnhalDelegate(SimpleDelegateInterface):
             except ServiceError as e:
                 log.info("capabilities unavailable: %s", e)
                 return None
-            local = self.options.local_burst and client.address.startswith("unix:")  # TCP: no local burst
+            local = self.options.local_burst and client.shared_memory  # TCP, another user's service: none
             self._cost = (client, CostModel.from_capabilities(caps, local_burst=local,
                                                               allow_fp16=self.options.allow_fp16))
         return self._cost[1]
@@ -306,7 +306,7 @@ class NnhalKernel(SimpleDelegateKernel):
             self.prepare_s = time.perf_counter() - t0
             self.remote.observe(self.slowest_s)  # in-process runs measured this model too
             self.burst = None
-            if o.local_burst:
+            if o.local_burst and client.shared_memory:  # a memfd and a socket only the service's user reaches
                 self._open_local_burst()
         except ServiceUnavailableError as e:
             log.warning("nnhal service lost while preparing a partition: %s", e)

@@ -49,6 +49,19 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
+def _allow_uids(specs: list[str] | None) -> set[int] | None:
+    """--allow-uid UID[,UID...] (repeatable); None when not given (the service's own uid)."""
+    if not specs:
+        return None
+    uids = set()
+    for spec in specs:
+        for part in spec.split(","):
+            if not part.strip().isdigit():
+                raise ValueError(f"--allow-uid takes user ids, UID[,UID...] (e.g. $(id -u alice)), not {spec!r}")
+            uids.add(int(part))
+    return uids
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import faulthandler
     import signal
@@ -98,7 +111,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return serve(args.socket, args.listen, args.workers, tls, args.insecure, cache_dir, args.cache_max_bytes,
                      backends=args.backend, parent_pid=args.parent_pid, max_clients=args.max_clients,
                      client_max_bytes=args.client_max_bytes, relative_speed=args.relative_speed,
-                     performance_file=args.performance)
+                     performance_file=args.performance, allow_uids=_allow_uids(args.allow_uid))
     except ValueError as e:
         print(f"nnhal serve: {e}", file=sys.stderr)
         return 2
@@ -286,7 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
     from service.server import default_socket_path
     serve = sub.add_parser("serve", help="run the driver service (gRPC)")
     serve.add_argument("--socket", metavar="PATH", default=None,
-                       help=f"unix socket to listen on (default {default_socket_path()}, mode 0600)")
+                       help=f"unix socket to listen on (default {default_socket_path()}, mode 0600); its "
+                            f"handshake socket PATH.peer goes next to it")
+    serve.add_argument("--allow-uid", action="append", metavar="UID[,UID...]", default=None,
+                       help="on the unix socket, the users who may use the service, checked by the kernel's "
+                            "peer credentials (default: the service's own uid only; the list replaces it, so "
+                            "name your own uid too to keep using it); naming others makes the socket directory "
+                            "0711 and the sockets 0666")
     serve.add_argument("--listen", metavar="HOST:PORT", default=None,
                        help="listen on TCP instead; needs --tls-cert/--tls-key, or --insecure on loopback")
     serve.add_argument("--tls-cert", metavar="PEM", default=None)

@@ -72,8 +72,11 @@ def untrusted_socket(path: str) -> str | None:
     the client's side, plus the listener's credentials: whoever owns or can write the directory can
     put their own socket there, and the delegate would send it the model's weights and inputs.
 
-    - the directory: owned by this user or root, not writable by group or others;
-    - the socket: a socket, owned by this user or root, not writable by group or others;
+    - the directory: owned by this user or root, not writable by group or others (who could
+      replace the socket);
+    - the socket: a socket, owned by this user or root. Its mode may let others connect (a
+      socket's write bit is connect permission: `nnhal serve --allow-uid` makes it 0666 and checks
+      each client's uid itself); who can replace it is the directory's matter;
     - the process listening on it (SO_PEERCRED): running as this user or root."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
@@ -83,9 +86,9 @@ def untrusted_socket(path: str) -> str | None:
     for what, name, s in (("directory", directory, st_dir), ("socket", path, st)):
         if not _trusted_owner(s.st_uid):
             return f"its {what} {name} is owned by uid {s.st_uid}, not by this user (uid {os.geteuid()}) or root"
-        if s.st_mode & 0o022:
-            return (f"its {what} {name} is writable by group or others (mode {s.st_mode & 0o7777:o}): anyone "
-                    f"could have put that socket there")
+    if st_dir.st_mode & 0o022:
+        return (f"its directory {directory} is writable by group or others (mode {st_dir.st_mode & 0o7777:o}): "
+                f"anyone could have put that socket there")
     if not stat.S_ISSOCK(st.st_mode):
         return f"{path} is not a socket"
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -23,12 +23,14 @@ import numpy as np
 
 from hal.model import Model
 from hal.types import DeviceType, ErrorStatus, ExecutionPreference, OperandType, Priority
+from service.access import SESSION_KEY
 from service.address import client_address, is_unix, unix_socket_path, untrusted_socket
 from service.local_burst_client import LocalBurstChannel
+from service.peer_gate import PEER_SUFFIX, TICKET_KEY, request_ticket
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.server import default_address
-from service.servicer import MAX_MESSAGE_BYTES, SESSION_KEY, grpc_options
+from service.servicer import MAX_MESSAGE_BYTES, grpc_options
 from service.session_calls import SessionStub
 from service.slots import SlotLayout
 from service.tls import connect_failure
@@ -84,6 +86,13 @@ class UntrustedServiceError(ServiceUnavailableError):
 
     def __init__(self, path: str, why: str):
         super().__init__(f"refusing the nnhal service socket {path}: {why}")
+
+
+class ClientRefusedError(ServiceUnavailableError):
+    """The service refused this client's uid (`nnhal serve --allow-uid`, service.peer_gate)."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"the nnhal service on {path} refused this client: {why}")
 
 
 @dataclass
@@ -368,7 +377,8 @@ class Client:
     def __init__(self, channel: grpc.Channel, address: str):
         self.channel = channel
         self.address = address
-        #: Shared-memory pools only on a unix socket: the service refuses them over TCP (SECURITY.md).
+        #: Shared-memory pools only on a unix socket, to a service of this user: the service refuses
+        #: them over TCP and from other users (SECURITY.md; _open_session learns the service's uid).
         self.shared_memory = is_unix(address)
         #: Metadata naming this client's session (see _open_session): every call carries it (the
         #: service lets a session reach only what it owns), filled in place once the session opens.
@@ -379,9 +389,23 @@ class Client:
 
     def _open_session(self, timeout_s: float) -> None:
         """Open the session every prepared model and buffer of this client belongs to: the service
-        releases them all when the stream ends (close(), garbage collection, or this process dying)."""
+        releases them all when the stream ends (close(), garbage collection, or this process dying).
+        On a unix socket, with a ticket from the service's handshake socket (service.peer_gate)."""
+        metadata = None
+        path = unix_socket_path(self.address)
+        if path:
+            try:
+                handshake = request_ticket(path, timeout_s)
+            except OSError as e:
+                raise ServiceUnavailableError(f"no session ticket from {path}{PEER_SUFFIX}: {e}") from None
+            if handshake.refused:
+                raise ClientRefusedError(path, handshake.refused)
+            if handshake.service_uid is not None:  # its segments must be the service's own user's
+                self.shared_memory = handshake.service_uid == os.geteuid()
+            if handshake.ticket:
+                metadata = [(TICKET_KEY, handshake.ticket)]
         send: queue.Queue = queue.Queue()
-        call = self.device.OpenSession(iter(send.get, None))
+        call = self.device.OpenSession(iter(send.get, None), metadata=metadata)
         first: queue.Queue = queue.Queue()
         # The reader holds only the call and a queue (not self): an unused Client is still collected.
         threading.Thread(target=_read_stream, args=(call, first), daemon=True, name="nnhal-session").start()
@@ -425,6 +449,9 @@ class Client:
             # A ready channel only means the socket accepted: a stopped service must answer too.
             client.get_version_string(max(deadline - time.monotonic(), 0.05))
             client._open_session(max(deadline - time.monotonic(), 0.05))
+        except ClientRefusedError:
+            channel.close()
+            raise
         except (grpc.FutureTimeoutError, ServiceUnavailableError):
             why = connect_failure(address, timeout_s, tls, channel)
             channel.close()

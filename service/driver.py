@@ -211,8 +211,8 @@ class Driver:
                 hook(pid)
         return_memory()
 
-    def open_session(self, peer: str) -> Session:
-        return self.sessions.open(peer)
+    def open_session(self, peer: str, uid: int | None = None) -> Session:
+        return self.sessions.open(peer, uid)
 
     def close_session(self, session_id: str) -> None:
         """The client is gone (or said goodbye): drop everything it owned. Not while the service

@@ -11,6 +11,7 @@ import stat
 import threading
 from concurrent import futures
 from dataclasses import dataclass
+from typing import Iterable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -19,7 +20,9 @@ from cache.files import locked_directory
 from cache.store import CacheError, CacheStore
 from hal import performance
 from hal.errors import HalError
+from service.access import Access
 from service.driver import Driver, capabilities_fingerprint
+from service.peer_gate import PEER_SUFFIX, PeerGate, Tickets, peer_socket_path
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.scheduler import Scheduler
 from service.servicer import DeviceServicer, PreparedModelServicer, grpc_options
@@ -61,29 +64,40 @@ class RunningServer:
     prepared_servicer: PreparedModelServicer
     socket_path: str | None = None
     socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
+    peer_gate: PeerGate | None = None  # the unix socket's handshake (service.peer_gate)
+    peer_socket_id: tuple[int, int] | None = None
 
     def stop(self, grace: float | None = 10.0) -> None:
-        """Graceful stop: refuse new RPCs, let in-flight ones finish, remove the socket."""
+        """Graceful stop: refuse new RPCs, let in-flight ones finish, remove the sockets."""
         for name in ("",) + SERVICE_NAMES:
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         self.driver.sessions_closing.set()  # session streams end now instead of holding the grace period
+        if self.peer_gate is not None:
+            self.peer_gate.stop()
         self.server.stop(grace).wait()
         self.prepared_servicer.close_local_bursts()
         self.scheduler.shutdown()
-        if self.socket_path:
-            try:  # grpcio (1.85) already unlinked it, by path; if not, remove it only if still ours
-                st = os.lstat(self.socket_path)
-                if (st.st_dev, st.st_ino) == self.socket_id:
-                    os.unlink(self.socket_path)
-            except FileNotFoundError:
-                pass
+        if self.socket_path:  # grpcio (1.85) already unlinked its socket, by path
+            _unlink_if_ours(self.socket_path, self.socket_id)
+            _unlink_if_ours(peer_socket_path(self.socket_path), self.peer_socket_id)
+
+
+def _unlink_if_ours(path: str, ours: tuple[int, int] | None) -> None:
+    """Remove the socket we bound at ``path``, not one another server put there since."""
+    try:
+        st = os.lstat(path)
+        if (st.st_dev, st.st_ino) == ours:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 #: How often the main thread looks for a SIGTERM/SIGINT its (lock-free) handler recorded.
 SIGNAL_POLL_S = 0.1
 
-#: sockaddr_un's sun_path is 108 bytes on Linux, with the terminating NUL.
-MAX_SOCKET_PATH_BYTES = 107
+#: sockaddr_un's sun_path is 108 bytes on Linux, with the terminating NUL; the handshake socket
+#: next to the service's (PATH.peer, service.peer_gate) must fit too.
+MAX_SOCKET_PATH_BYTES = 107 - len(PEER_SUFFIX)
 
 
 def check_socket_path(path: str) -> None:
@@ -112,10 +126,12 @@ class _MalformedMessageLog(logging.Filter):
 _MALFORMED_MESSAGE_LOG = _MalformedMessageLog()
 
 
-def _check_socket_dir(d: str) -> None:
+def _check_socket_dir(d: str, others: bool = False) -> None:
     """Refuse a socket directory others can write or own (as ssh and X11 do): they could replace
     our socket with theirs, and clients (and local bursts, whose sockets live there too) would
-    trust it. Root may own it: root can do anything anyway."""
+    trust it. Root may own it: root can do anything anyway. With ``others`` (--allow-uid names
+    other users) it is made traversable by them (0711: they can reach the socket, not list or
+    write the directory)."""
     try:
         os.makedirs(d, mode=0o700, exist_ok=True)
         st = os.stat(d)
@@ -130,6 +146,50 @@ def _check_socket_dir(d: str) -> None:
     if st.st_mode & 0o022:
         raise ValueError(f"socket directory {d} is writable by group or others (mode {st.st_mode & 0o7777:o}): "
                          "they could replace the socket; use a private directory (mode 0700)")
+    if others and st.st_mode & 0o011 != 0o011:
+        try:
+            os.chmod(d, st.st_mode & 0o7777 | 0o011)
+        except OSError as e:
+            raise ValueError(f"socket directory {d}: the users --allow-uid names must be able to reach the socket "
+                             f"(mode 0711), and it cannot be made so: {e.strerror}") from None
+    if others:
+        blocked = _closed_ancestor(d)
+        if blocked:
+            log.warning("--allow-uid: other users cannot reach %s (mode %o, not searchable by others): "
+                        "the uids it names cannot connect", blocked, os.stat(blocked).st_mode & 0o7777)
+
+
+def _closed_ancestor(d: str) -> str | None:
+    """The first directory above ``d`` that others cannot search, if any."""
+    path = os.path.abspath(d)
+    while os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+        if not os.stat(path).st_mode & 0o001:
+            return path
+    return None
+
+
+def _allow_list(allow_uids: Iterable[int] | None) -> frozenset[int]:
+    """--allow-uid's uids (default: the service's own); ValueError for one that is not a uid."""
+    if allow_uids is None:
+        return frozenset({os.geteuid()})
+    uids = frozenset(allow_uids)
+    bad = [u for u in uids if not isinstance(u, int) or isinstance(u, bool) or not 0 <= u < 2**32 - 1]
+    if bad or not uids:
+        raise ValueError(f"--allow-uid takes user ids (integers >= 0), not {sorted(map(str, bad)) or 'nothing'}")
+    return uids
+
+
+def _listen_peer_socket(path: str) -> socket.socket:
+    """Bind and listen on the handshake socket (the caller holds the directory's lock and umask)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        listener.listen(64)
+    except OSError as e:
+        listener.close()
+        raise ValueError(f"cannot listen on {path}: {e.strerror}") from None
+    return listener
 
 
 def _claim_socket_path(path: str) -> None:
@@ -183,8 +243,13 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
                   cache_dir: str | None = None, cache_max_bytes: int | None = None,
                   backends: str | None = None, max_clients: int = DEFAULT_MAX_CLIENTS,
                   client_max_bytes: int = DEFAULT_CLIENT_MAX_BYTES,
-                  relative_speed: float | None = None, performance_file: str | None = None) -> RunningServer:
+                  relative_speed: float | None = None, performance_file: str | None = None,
+                  allow_uids: Iterable[int] | None = None) -> RunningServer:
     """Start a server on a unix socket (default) or on HOST:PORT (TLS, or insecure loopback only).
+
+    ``allow_uids``: on the unix socket, the users who may open a session (checked by their
+    SO_PEERCRED, service.peer_gate; default: the service's own uid). Naming others makes the socket
+    directory 0711 and the sockets 0666: the uid check is then the gate.
 
     ``cache_dir=None`` disables compilation caching. ``backends`` is the compute backend
     preference ("numba,reference"; default $NNHAL_BACKENDS, else every available backend by
@@ -197,13 +262,19 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
     if relative_speed is not None and performance_file is not None:
         raise ValueError("give --relative-speed or --performance, not both")
     measured = None if performance_file is None else performance.read_measured(performance_file)
+    if listen is not None and allow_uids is not None:
+        raise ValueError("--allow-uid applies to the unix socket; over TCP, TLS client certificates decide "
+                         "who connects (--tls-client-ca)")
+    allowed = _allow_list(allow_uids)
+    others = bool(allowed - {os.geteuid()})
     if listen is None and socket_path is None:
         socket_path = default_socket_path()
     if listen is None:  # refuse early, before the backends load; checked again under the lock
         check_socket_path(socket_path)
         socket_dir = os.path.dirname(os.path.abspath(socket_path))
-        _check_socket_dir(socket_dir)
+        _check_socket_dir(socket_dir, others)
         _claim_socket_path(socket_path)
+        _claim_socket_path(peer_socket_path(socket_path))
     else:
         _refuse_live_tcp_port(listen)
     try:
@@ -224,10 +295,11 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2 * max_clients + max(8, 4 * workers),
                                                     thread_name_prefix="nnhal-rpc"),
                          options=grpc_options() + KEEPALIVE + NO_REUSEPORT)
-    unix_server = listen is None  # shared memory only there (service.servicer.shared_memory_allowed)
-    pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver, relative_speed, measured, unix_server), server)
-    prepared_servicer = PreparedModelServicer(
-        driver, os.path.dirname(socket_path) if listen is None else None, unix_server)
+    unix_server = listen is None  # sessions by ticket, shared memory only there (service.access)
+    tickets = Tickets() if unix_server else None
+    access = Access(driver, unix_server, tickets)
+    pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver, access, relative_speed, measured), server)
+    prepared_servicer = PreparedModelServicer(driver, access, os.path.dirname(socket_path) if unix_server else None)
     pb_grpc.add_PreparedModelServicer_to_server(prepared_servicer, server)
     hs = health.HealthServicer()
     logging.getLogger("grpc._common").addFilter(_MALFORMED_MESSAGE_LOG)  # once: a filter is added only once
@@ -250,27 +322,37 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
             raise ValueError(f"cannot listen on {listen}: {why}") from None
         address = f"{listen.rsplit(':', 1)[0]}:{port}"
         server.start()
-        socket_id = None
+        socket_id = peer_socket_id = gate = None
     else:
+        peer_path = peer_socket_path(socket_path)
         with locked_directory(socket_dir):  # servers starting on one directory: check-bind-listen in turn
-            _check_socket_dir(socket_dir)
+            _check_socket_dir(socket_dir, others)
             _claim_socket_path(socket_path)
-            old = os.umask(0o077)  # the socket file is created 0600
+            _claim_socket_path(peer_path)
+            old = os.umask(0o077)  # the socket files are created 0600
             try:
-                server.add_insecure_port("unix:" + socket_path)
-            except RuntimeError as e:
-                raise ValueError(f"cannot listen on {socket_path}: {e}") from None
+                # The handshake socket first: once the gRPC socket answers, clients can get tickets.
+                peer_listener = _listen_peer_socket(peer_path)
+                try:
+                    server.add_insecure_port("unix:" + socket_path)
+                except RuntimeError as e:
+                    peer_listener.close()
+                    os.unlink(peer_path)
+                    raise ValueError(f"cannot listen on {socket_path}: {e}") from None
             finally:
                 os.umask(old)
+            gate = PeerGate(peer_listener, allowed, tickets)
             server.start()  # listening before the lock is released: the next server sees it live
-        os.chmod(socket_path, 0o600)
-        st = os.lstat(socket_path)
-        socket_id = (st.st_dev, st.st_ino)
+        mode = 0o666 if others else 0o600  # others connect, and their uid is checked (service.peer_gate)
+        os.chmod(socket_path, mode)
+        os.chmod(peer_path, mode)
+        st, st_peer = os.lstat(socket_path), os.lstat(peer_path)
+        socket_id, peer_socket_id = (st.st_dev, st.st_ino), (st_peer.st_dev, st_peer.st_ino)
         address = "unix:" + socket_path
     for name in ("",) + SERVICE_NAMES:
         hs.set(name, health_pb2.HealthCheckResponse.SERVING)
     return RunningServer(server, address, driver, scheduler, hs, prepared_servicer,
-                         socket_path if listen is None else None, socket_id)
+                         socket_path if listen is None else None, socket_id, gate, peer_socket_id)
 
 
 def _stop_with_parent(pid: int, stop: threading.Event) -> None:
@@ -313,8 +395,8 @@ def serve(socket_path: str | None, listen: str | None, workers: int, tls: Server
           parent_pid: int | None = None, **limits) -> int:
     """Run until SIGTERM/SIGINT (or, with ``parent_pid``, until that process exits: an embedded
     service must not outlive the program that started it); then stop gracefully (in-flight
-    executions finish). ``limits``: max_clients, client_max_bytes, relative_speed, performance_file
-    (create_server)."""
+    executions finish). ``limits``: max_clients, client_max_bytes, relative_speed, performance_file,
+    allow_uids (create_server)."""
     running = create_server(socket_path, listen, workers=workers, tls=tls, insecure=insecure,
                             cache_dir=cache_dir, cache_max_bytes=cache_max_bytes, backends=backends, **limits)
     stop = threading.Event()

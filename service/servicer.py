@@ -18,6 +18,7 @@ from hal.errors import HalError
 from hal.model import DataLocation, Request, RequestArgument
 from hal.types import ErrorStatus, OperandType
 from service import convert
+from service.access import SESSION_KEY, Access, check_shared_allowed
 from service.driver import Driver, perf_name
 from service.execution import ExecutionResult, PreparedModel, deadline_from_timeout
 from service.local_burst_server import LocalBurstServer
@@ -46,25 +47,6 @@ def _guard(reply_cls, fn: Callable[[], object]):
         return reply_cls(status=convert.status(ErrorStatus.GENERAL_FAILURE, f"internal error: {e!r}"))
 
 
-#: Why a TCP client's shared-memory pool is refused (the client library sends inline over TCP).
-SHARED_OVER_TCP = ("shared-memory pools are accepted only on the service's unix socket (a client of the same "
-                   "user on the same machine); over TCP, tensors and weights travel inline")
-
-
-def shared_memory_allowed(unix_server: bool, context) -> bool:
-    """May this caller name shared-memory segments? Only on a server listening on its unix socket
-    (its 0700 directory admits only the service's user) and only for a caller that came in on it
-    (gRPC reports a unix-socket peer as "unix:..."). A TCP client, even one with a TLS client
-    certificate, is another machine or another user: a segment name would let it read and write
-    whatever /dev/shm file the service can open."""
-    return unix_server and (context.peer() or "").startswith("unix:")
-
-
-def check_shared_allowed(allowed: bool) -> None:
-    if not allowed:
-        raise HalError(ErrorStatus.INVALID_ARGUMENT, SHARED_OVER_TCP)
-
-
 class PoolResolver:
     """Maps proto Memory descriptors to pools for one request or model; owns what it opened.
 
@@ -77,7 +59,7 @@ class PoolResolver:
                  allow_shared: bool = False, caller: str = ""):
         self.driver = driver
         self.caller = caller  # the session whose driver buffers the request may name
-        self.allow_shared = allow_shared  # a same-user client on the unix socket (shared_memory_allowed)
+        self.allow_shared = allow_shared  # a same-user client on the unix socket (service.access)
         self.allow_zeros = allow_zeros  # a support query's withheld constants (service.transfer)
         self.stack = stack
         self.burst_pools = burst_pools
@@ -180,32 +162,13 @@ def request_from_proto(req: pb.Request, resolve: PoolResolver) -> tuple[Request,
 
 #: How often a session's thread checks that its client is still there.
 SESSION_POLL_S = 1.0
-#: The metadata key carrying the caller's session id (see OpenSession).
-SESSION_KEY = "nnhal-session"
-
-
-def _caller(context) -> str:
-    """The session id the caller names ("" for none): what it may reach (Driver.get's ``caller``).
-    A session id is a 128-bit secret the service gave that client alone."""
-    for key, value in context.invocation_metadata() or ():
-        if key == SESSION_KEY:
-            return value
-    return ""
-
-
-def _session(driver: Driver, context):
-    """The caller's session, from its metadata; INVALID_ARGUMENT without one."""
-    for key, value in context.invocation_metadata() or ():
-        if key == SESSION_KEY:
-            return driver.sessions.get(value)
-    return driver.sessions.get(None)
 
 
 class DeviceServicer(pb_grpc.DeviceServicer):
-    def __init__(self, driver: Driver, relative_speed: float | None = None,
-                 measured: dict[str, dict[int, float]] | None = None, unix_server: bool = False):
+    def __init__(self, driver: Driver, access: Access, relative_speed: float | None = None,
+                 measured: dict[str, dict[int, float]] | None = None):
         self.driver = driver
-        self.unix_server = unix_server  # shared-memory pools are accepted (shared_memory_allowed)
+        self.access = access  # who may call what (sessions, tickets, shared memory)
         #: NNAPI operand type -> the exec_time getCapabilities reports (the device's time relative
         #: to LiteRT 2.3's CPU, 1 thread; the delegate's cost partitioning reads them, delegate.cost): what the
         #: driver's backends measured (hal.performance; `nnhal serve --performance FILE`: this
@@ -217,7 +180,7 @@ class DeviceServicer(pb_grpc.DeviceServicer):
         """Held open by each client; its end (client close, disconnect, death) releases what the
         client owned. Costs one server thread per connected client while it lasts."""
         try:
-            session = self.driver.open_session(context.peer())
+            session = self.access.open_session(context)
         except HalError as e:
             yield pb.SessionReply(status=convert.hal_error_status(e))
             return
@@ -233,7 +196,7 @@ class DeviceServicer(pb_grpc.DeviceServicer):
 
     def ReleaseBuffer(self, request, context):
         def body():
-            self.driver.release_buffer(request.buffer_token, _caller(context))
+            self.driver.release_buffer(request.buffer_token, self.access.caller(context).session_id)
             return pb.ReleaseReply(status=convert.status())
         return _guard(pb.ReleaseReply, body)
 
@@ -268,10 +231,10 @@ class DeviceServicer(pb_grpc.DeviceServicer):
 
     def GetSupportedOperations(self, request, context):
         def body():
+            caller = self.access.caller(context)
             with ExitStack() as stack:
                 model = convert.model_from_proto(request.model, PoolResolver(
-                    self.driver, stack, allow_zeros=True,
-                    allow_shared=shared_memory_allowed(self.unix_server, context)))
+                    self.driver, stack, allow_zeros=True, allow_shared=caller.shared))
                 reasons = self.driver.support_reasons(model)
             return pb.SupportedOperationsReply(status=convert.status(), supported=[r is None for r in reasons],
                                                reasons=[r or "" for r in reasons])
@@ -283,17 +246,18 @@ class DeviceServicer(pb_grpc.DeviceServicer):
 
     def PrepareModel(self, request, context):
         def body():
+            caller = self.access.caller(context, session=True)
             deadline = deadline_from_timeout(request.timeout_ns)
             if request.token and len(request.token) != 32:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                f"cache token must be 32 bytes, got {len(request.token)}")
             with ExitStack() as stack:
                 model = convert.model_from_proto(request.model, PoolResolver(
-                    self.driver, stack, allow_shared=shared_memory_allowed(self.unix_server, context)))
+                    self.driver, stack, allow_shared=caller.shared))
                 # One private copy of each pool: the client may reuse or unmap its memory.
                 model.pools = [p if isinstance(p, bytes) else bytes(p) for p in model.pools]
             entry = self.driver.prepare(model, request.preference, request.priority, deadline, request.token,
-                                        session=_session(self.driver, context))
+                                        session=caller.session)
             return pb.PrepareModelReply(status=convert.status(), prepared_model_id=entry.id)
         return _guard(pb.PrepareModelReply, body)
 
@@ -301,7 +265,7 @@ class DeviceServicer(pb_grpc.DeviceServicer):
         def body():
             entry = self.driver.prepare_from_cache(request.token, request.preference, request.priority,
                                                    deadline_from_timeout(request.timeout_ns),
-                                                   session=_session(self.driver, context))
+                                                   session=self.access.caller(context, session=True).session)
             return pb.PrepareModelReply(status=convert.status(), prepared_model_id=entry.id, from_cache=True)
         return _guard(pb.PrepareModelReply, body)
 
@@ -310,15 +274,15 @@ class DeviceServicer(pb_grpc.DeviceServicer):
             roles = [(r.prepared_model_id, r.io_index, True) for r in request.input_roles] + \
                     [(r.prepared_model_id, r.io_index, False) for r in request.output_roles]
             token = self.driver.allocate(request.operand_type, tuple(request.dimensions), roles,
-                                         session=_session(self.driver, context))
+                                         session=self.access.caller(context, session=True).session)
             return pb.AllocateReply(status=convert.status(), buffer_token=token)
         return _guard(pb.AllocateReply, body)
 
 
 class PreparedModelServicer(pb_grpc.PreparedModelServicer):
-    def __init__(self, driver: Driver, runtime_dir: str | None = None, unix_server: bool = False):
+    def __init__(self, driver: Driver, access: Access, runtime_dir: str | None = None):
         self.driver = driver
-        self.unix_server = unix_server  # shared-memory pools are accepted (shared_memory_allowed)
+        self.access = access  # who may call what (sessions, shared memory)
         self.runtime_dir = runtime_dir  # where local-burst sockets go (the service socket's private dir)
         self.local_bursts: list[LocalBurstServer] = []
         self.max_local_bursts = 4 * driver.sessions.max_clients
@@ -334,10 +298,11 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
 
     def OpenLocalBurst(self, request, context):
         def body():
-            if not shared_memory_allowed(self.unix_server, context):  # its socket and memfd are this machine's
-                raise HalError(ErrorStatus.INVALID_ARGUMENT, "local bursts are only for clients on the service's "
-                                                             "unix socket; over TCP use ExecuteBurst")
-            entry = self.driver.get(request.prepared_model_id, _caller(context))
+            caller = self.access.caller(context)
+            if not caller.shared:  # its socket and memfd are this machine's, reachable by the service's user
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, "local bursts are only for clients of the service's "
+                                                             "own user on its unix socket; others use ExecuteBurst")
+            entry = self.driver.get(request.prepared_model_id, caller.session_id)
             with self._lock:
                 self.local_bursts = [b for b in self.local_bursts if not b.closed.is_set()]
                 if len(self.local_bursts) >= self.max_local_bursts:  # each is a thread and a memfd
@@ -386,10 +351,18 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
         return _guard(pb.ExecuteReply, body)
 
     def Execute(self, request, context):
-        return self.run(request, allow_shared=shared_memory_allowed(self.unix_server, context),
-                        caller=_caller(context))
+        try:
+            caller = self.access.caller(context)
+        except HalError as e:
+            return pb.ExecuteReply(status=convert.hal_error_status(e))
+        return self.run(request, allow_shared=caller.shared, caller=caller.session_id)
 
     def ExecuteBurst(self, request_iterator: Iterator[pb.BurstRequest], context):
+        try:
+            caller = self.access.caller(context)
+        except HalError as e:
+            yield pb.BurstReply(result=pb.ExecuteReply(status=convert.hal_error_status(e)))
+            return
         with self._lock:
             full = self._grpc_bursts >= self.driver.sessions.max_clients  # each holds a server thread
             self._grpc_bursts += not full
@@ -398,10 +371,10 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
                 ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, "too many bursts are open on the service")))
             return
         pools: dict[int, ClientPool] = {}
-        allow_shared, caller = shared_memory_allowed(self.unix_server, context), _caller(context)
         try:
             for msg in request_iterator:
-                reply = _guard(pb.ExecuteReply, lambda msg=msg: self._burst_step(msg, pools, allow_shared, caller))
+                reply = _guard(pb.ExecuteReply, lambda msg=msg: self._burst_step(msg, pools, caller.shared,
+                                                                                   caller.session_id))
                 if msg.HasField("execute") or reply.status.code:
                     yield pb.BurstReply(serial=msg.serial, result=reply)
         finally:
@@ -433,13 +406,13 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
 
     def Release(self, request, context):
         def body():
-            self.driver.release(request.prepared_model_id, _caller(context))
+            self.driver.release(request.prepared_model_id, self.access.caller(context).session_id)
             return pb.ReleaseReply(status=convert.status())
         return _guard(pb.ReleaseReply, body)
 
     def GetPerfInfo(self, request, context):
         def body():
-            entry = self.driver.get(request.prepared_model_id, _caller(context))
+            entry = self.driver.get(request.prepared_model_id, self.access.caller(context).session_id)
             executions, ops = entry.perf.snapshot()
             return pb.PerfInfoReply(status=convert.status(), executions=executions, operations=[
                 pb.OperationPerf(index=r.index, type=r.type, name=perf_name(r.type, r.count), executions=r.executions,
@@ -448,7 +421,7 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
 
     def ResetPerfInfo(self, request, context):
         def body():
-            self.driver.get(request.prepared_model_id, _caller(context)).perf.reset()
+            self.driver.get(request.prepared_model_id, self.access.caller(context).session_id).perf.reset()
             return pb.ReleaseReply(status=convert.status())
         return _guard(pb.ReleaseReply, body)
 

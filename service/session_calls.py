@@ -9,7 +9,7 @@ prepared models) made one on a channel already torn down: a segfault. The stub's
 made once with the stub, fail such a late call with a ValueError instead."""
 from __future__ import annotations
 
-from service.servicer import SESSION_KEY
+from service.access import SESSION_KEY
 
 
 class _SessionCall:

@@ -29,6 +29,7 @@ DEFAULT_CLIENT_MAX_BYTES = 4 << 30
 class Session:
     id: str
     peer: str
+    uid: int | None = None  # the client's uid on the unix socket (service.peer_gate); None over TCP
     prepared: dict[str, int] = field(default_factory=dict)  # prepared model id -> bytes charged
     buffers: dict[int, int] = field(default_factory=dict)   # buffer token -> bytes charged
 
@@ -47,15 +48,15 @@ class Sessions:
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
 
-    def open(self, peer: str) -> Session:
+    def open(self, peer: str, uid: int | None = None) -> Session:
         with self._lock:
             if len(self._sessions) >= self.max_clients:
                 raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
                                f"the service has {self.max_clients} clients connected, its limit "
                                f"(nnhal serve --max-clients)")
-            s = Session(secrets.token_hex(16), peer)
+            s = Session(secrets.token_hex(16), peer, uid)
             self._sessions[s.id] = s
-        log.debug("session %s opened by %s", s.id[:8], peer)
+        log.debug("session %s opened by %s%s", s.id[:8], peer, "" if uid is None else f" (uid {uid})")
         return s
 
     def get(self, session_id: str | None) -> Session:

@@ -1,7 +1,7 @@
 """How the client lays out requests and models for the service: tensors above ``SHM_THRESHOLD``
 bytes in a shared-memory scratch pool, large constants in a shared-memory CONSTANT_POOL; over TCP
-(``shared=False``) everything inline, since the service accepts shared memory only from a client
-on its unix socket (service.servicer.shared_memory_allowed, SECURITY.md)."""
+or to a service of another user (``shared=False``) everything inline, since the service accepts
+shared memory only from a client of its own user on its unix socket (service.access, SECURITY.md)."""
 from __future__ import annotations
 
 import dataclasses
