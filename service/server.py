@@ -126,12 +126,12 @@ class _MalformedMessageLog(logging.Filter):
 _MALFORMED_MESSAGE_LOG = _MalformedMessageLog()
 
 
-def _check_socket_dir(d: str, others: bool = False) -> None:
+def _check_socket_dir(d: str, others: bool = False, warn: bool = False) -> None:
     """Refuse a socket directory others can write or own (as ssh and X11 do): they could replace
     our socket with theirs, and clients (and local bursts, whose sockets live there too) would
     trust it. Root may own it: root can do anything anyway. With ``others`` (--allow-uid names
     other users) it is made traversable by them (0711: they can reach the socket, not list or
-    write the directory)."""
+    write the directory); ``warn``: say so when a directory above it keeps them out."""
     try:
         os.makedirs(d, mode=0o700, exist_ok=True)
         st = os.stat(d)
@@ -152,7 +152,7 @@ def _check_socket_dir(d: str, others: bool = False) -> None:
         except OSError as e:
             raise ValueError(f"socket directory {d}: the users --allow-uid names must be able to reach the socket "
                              f"(mode 0711), and it cannot be made so: {e.strerror}") from None
-    if others:
+    if others and warn:
         blocked = _closed_ancestor(d)
         if blocked:
             log.warning("--allow-uid: other users cannot reach %s (mode %o, not searchable by others): "
@@ -272,7 +272,7 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
     if listen is None:  # refuse early, before the backends load; checked again under the lock
         check_socket_path(socket_path)
         socket_dir = os.path.dirname(os.path.abspath(socket_path))
-        _check_socket_dir(socket_dir, others)
+        _check_socket_dir(socket_dir, others, warn=True)
         _claim_socket_path(socket_path)
         _claim_socket_path(peer_socket_path(socket_path))
     else:
