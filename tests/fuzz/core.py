@@ -51,10 +51,11 @@ class Death(Exception):
     """The service is gone (or its transport broke)."""
 
 
-def call(fn, request, timeout_s: float = CALL_BOUND_S, client=None):
-    """A unary RPC with a bound (and ``client``'s session, for calls that create resources);
-    transport faults become Hang / Death (grpc's own errors only)."""
-    metadata = list(getattr(client, "session", None) or []) or None
+def call(fn, request, timeout_s: float = CALL_BOUND_S, client=None, metadata=None):
+    """A unary RPC with a bound (and ``client``'s session, for calls that create resources, unless
+    ``metadata`` is given); transport faults become Hang / Death (grpc's own errors only)."""
+    if metadata is None:
+        metadata = list(getattr(client, "session", None) or []) or None
     try:
         return fn(request, timeout=timeout_s, metadata=metadata)
     except grpc.RpcError as e:

@@ -24,6 +24,7 @@ import numpy as np
 from hal.errors import HalError
 from hal.types import SCALAR_TYPES, OperandType
 from service.proto import nnhal_pb2 as pb
+from service.proto import nnhal_pb2_grpc as pb_grpc
 from tests.fuzz.core import CALL_BOUND_S, Death, Hang, Service, Tally, call, compare, status_outcome
 from tests.fuzz.models import U32, U64, _pick, make_inputs
 from tests.fuzz.seeds import Seed
@@ -103,6 +104,7 @@ class CasePool:
         self.shm.buf[:size] = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
         self.before = b""
         self.decoys: dict[str, bytes] = {}
+        self.metadata: list | None = None  # the call's metadata when a mutation replaces the session
 
     def snapshot(self) -> None:
         self.before = bytes(self.shm.buf[:self.size])
@@ -276,8 +278,10 @@ def mu_where(rng, req, ex, burst, pool):
 
 
 def mu_execution(rng, req, ex, burst, pool):
-    f = _pick(rng, ["prepared_model_id", "timeout_ns", "loop_timeout_ns", "measure_timing"])
-    if f == "prepared_model_id":
+    f = _pick(rng, ["prepared_model_id", "timeout_ns", "loop_timeout_ns", "measure_timing", "session"])
+    if f == "session":  # no session, or one the service never gave: refused (service.access)
+        pool.metadata = _pick(rng, [[], [("nnhal-session", "")], [("nnhal-session", uuid.uuid4().hex)]])
+    elif f == "prepared_model_id":
         ex.prepared_model_id = _pick(rng, ["", "0" * 32, ex.prepared_model_id + "x", "\0", "x" * 10000,
                                            *FOREIGN_IDS])  # another session's: never this client's to run
     elif f == "timeout_ns":
@@ -339,6 +343,8 @@ def expect(p: Prepared, ex: pb.ExecuteRequest, pool: CasePool, burst_pools: dict
     Raises Refuse when the service must refuse it."""
     from hal.executor import execute
     req = ex.request
+    if pool.metadata is not None:
+        raise Refuse("no valid session")
     if ex.prepared_model_id != real_id:
         raise Refuse("unknown prepared model")
     sizes = []
@@ -445,7 +451,7 @@ def _send_and_judge(service, prepared, p, ex, pool, burst):
     try:
         if burst is None:
             # the seeds' own client: only the session that prepared a model may execute it
-            reply = call(prepared.client.prepared.Execute, ex, client=prepared.client)
+            reply = call(_stub(prepared.client, pool).Execute, ex, client=prepared.client, metadata=pool.metadata)
             registered = {}
         else:
             reply, registered = _burst(prepared.client, ex, pool, burst["mutation"])
@@ -484,6 +490,11 @@ def _send_and_judge(service, prepared, p, ex, pool, burst):
         if msg:
             return "wrong", f"output {k}: {msg}"
     return "ok", ""
+
+
+def _stub(client, pool: CasePool):
+    """The client's stub, or with a mutated session (pool.metadata) the bare channel's: nothing added."""
+    return client.prepared if pool.metadata is None else pb_grpc.PreparedModelStub(client.channel)
 
 
 def _outside_outputs(before: bytes, after: bytes, req: pb.Request, registered, pool) -> str | None:
@@ -527,15 +538,18 @@ def _burst(client, ex: pb.ExecuteRequest, pool: CasePool, mutation: str | None):
         second.release_pools.append(BURST_POOL)
         registered = {}
     send: queue.Queue = queue.Queue()
-    stream = client.prepared.ExecuteBurst(iter(send.get, None), timeout=CALL_BOUND_S)
+    stream = _stub(client, pool).ExecuteBurst(iter(send.get, None), timeout=CALL_BOUND_S, metadata=pool.metadata)
     try:
         send.put(first)
         send.put(second)
+        refused = None
         for reply in stream:  # a reply to the registration only when it failed
             if reply.serial == 1:
                 return reply.result, registered
             if reply.result.status.code:
-                registered = {}
+                registered, refused = {}, reply.result
+        if refused is not None and pool.metadata is not None:  # the whole stream refused: no valid session
+            return refused, registered
         raise Death("the service ended the burst stream without a reply")
     except grpc.RpcError as e:
         if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
