@@ -39,6 +39,8 @@ TICKET_TTL_S = 5.0
 MAX_TICKETS = 1024
 #: The longest the handshake thread spends on one connection (its answer is one short line).
 ANSWER_TIMEOUT_S = 1.0
+#: How long the handshake thread waits before accepting again after a failed accept.
+ACCEPT_RETRY_MS = 100
 #: The longest answer line a client reads.
 MAX_ANSWER_BYTES = 512
 
@@ -115,13 +117,20 @@ class PeerGate:
         poller = select.poll()  # not select.select: the service's descriptors may number above 1024
         poller.register(self.listener, select.POLLIN)
         poller.register(self._wake_r, select.POLLIN)
+        stopping = select.poll()
+        stopping.register(self._wake_r, select.POLLIN)
         try:
             while True:
                 if any(fd == self._wake_r for fd, _ in poller.poll()):
                     return
                 try:
                     conn, _ = self.listener.accept()
-                except OSError:  # the client gave up before we accepted
+                except (BlockingIOError, ConnectionAbortedError):  # the client gave up before we accepted
+                    continue
+                except OSError as e:  # e.g. out of descriptors: the connection waits; do not spin on it
+                    log.warning("peer handshake: cannot accept (%s)", e.strerror)
+                    if stopping.poll(ACCEPT_RETRY_MS):
+                        return
                     continue
                 with conn:
                     self._answer(conn)
