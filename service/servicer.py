@@ -18,7 +18,7 @@ from hal.errors import HalError
 from hal.model import DataLocation, Request, RequestArgument
 from hal.types import ErrorStatus, OperandType
 from service import convert
-from service.access import SESSION_KEY, Access, check_shared_allowed
+from service.access import Access, check_shared_allowed
 from service.driver import Driver, perf_name
 from service.execution import ExecutionResult, PreparedModel, deadline_from_timeout
 from service.local_burst_server import LocalBurstServer
