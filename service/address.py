@@ -101,3 +101,33 @@ def untrusted_socket(path: str) -> str | None:
     if not _trusted_owner(uid):
         return f"the process listening on it (pid {pid}) runs as uid {uid}, not as this user or root"
     return None
+
+
+# ---- several services (service.fleet) ------------------------------------------------------------
+def is_fleet(address: str | None) -> bool:
+    """Several services: a comma-separated list of addresses, or a ``dns:`` name (every address it
+    resolves to is a replica). gRPC's own ``ipv4:a,b`` / ``ipv6:a,b`` / ``unix:a,b`` lists count too."""
+    return bool(address) and ("," in address or address.startswith("dns:"))
+
+
+def fleet_addresses(address: str) -> list[str]:
+    """The normalized replicas of a list (each as client_address makes it: ``unix:/a.sock,
+    unix:/b.sock``, ``h1:50051,h2:50051``; gRPC's ``unix:/a,/b`` and ``ipv4:a:1,b:2`` lists read the
+    same, their later elements being a bare path or a HOST:PORT); ValueError for an empty element,
+    a duplicate, or a list mixing unix sockets and TCP (shared memory and TLS apply to all replicas
+    or none). A ``dns:`` name stays one element: it is
+    resolved by service.fleet, again and again."""
+    if address.startswith("dns:"):
+        if "," in address:
+            raise ValueError(f"service address {address!r}: a dns: name names one host, not a list")
+        return [address]
+    out: list[str] = []
+    for part in address.split(","):
+        if not part.strip():
+            raise ValueError(f"service address list {address!r} has an empty element")
+        out.append(client_address(part.strip()))  # "/b" of unix:/a,/b is a bare path: unix:/b
+    if len(set(out)) != len(out):
+        raise ValueError(f"service address list {address!r} names a replica twice")
+    if len({is_unix(a) for a in out}) > 1:
+        raise ValueError(f"service address list {address!r} mixes unix sockets and TCP: give one kind")
+    return out
