@@ -9,8 +9,8 @@ buffers live in one service's session, so a call about them must reach that serv
 
 - Stateless calls (capabilities, support queries, version) go through one channel over every
   replica with gRPC's own ``round_robin`` policy and health checking (service config), when the
-  replicas fit one gRPC target (a ``dns:`` name, unix sockets, IP literals of one family);
-  otherwise to a healthy replica's probe channel.
+  replicas fit one gRPC target (a ``dns:`` name, unix sockets, IP literals of one family without
+  TLS); otherwise to a healthy replica's probe channel.
 - Each replica has a probe channel that a thread health-checks (``grpc.health.v1``) every
   HEALTH_INTERVAL_S; a ``dns:`` name is resolved again every RESOLVE_INTERVAL_S and whenever no
   replica is healthy, so replicas started later are reached (a listed one too, once it answers).
@@ -101,14 +101,17 @@ def resolve(address: str) -> list[tuple[str, str | None]]:
     return out
 
 
-def stateless_target(address: str, replicas: list[str]) -> str | None:
+def stateless_target(address: str, replicas: list[str], tls: bool = False) -> str | None:
     """One gRPC target covering every replica, for round_robin: the ``dns:`` name itself, the unix
     sockets as gRPC's ``unix:a,b`` list, IP literals as an ``ipv4:``/``ipv6:`` list; None when the
-    replicas have host names (gRPC resolves one name per target)."""
+    replicas have host names (gRPC resolves one name per target), and for a TLS list (one channel
+    checks every certificate against one name: each replica's own probe channel checks its own)."""
     if address.startswith("dns:"):
         return address
     if all(is_unix(a) and unix_socket_path(a) for a in replicas):
         return "unix:" + ",".join(unix_socket_path(a) for a in replicas)
+    if tls:
+        return None
     for family, scheme in ((socket.AF_INET, "ipv4:"), (socket.AF_INET6, "ipv6:")):
         hosts = []
         for a in replicas:
@@ -162,12 +165,13 @@ class FleetClient:
         self._resolved_at = 0.0
         self._last_miss: tuple[bytes, Replica] | None = None  # prepare_model follows a cache miss there
         self._refresh(force=True)
-        target = stateless_target(address, list(self.replicas))
-        self._stateless = None
+        target = stateless_target(address, list(self.replicas), tls=bool(self._tls))
+        self._stateless = self._stateless_channel = None
         if target is not None:
             self._stateless_channel = self._channel(target, None, [("grpc.service_config", ROUND_ROBIN_CONFIG)])
             self._stateless = pb_grpc.DeviceStub(self._stateless_channel)
         self.failovers = 0  # executions retried on another replica
+        weakref.finalize(self, _close_channels, self._closed, self.replicas, self._stateless_channel)
         threading.Thread(target=_health_loop, args=(weakref.ref(self), self._closed), daemon=True,
                          name="nnhal-fleet-health").start()
 
@@ -246,11 +250,12 @@ class FleetClient:
         with self._lock:
             return [r for r in self.replicas.values() if r.healthy and r.listed]
 
-    def place(self, exclude: tuple[Replica, ...] = ()) -> list[Replica]:
+    def place(self, exclude: tuple[Replica, ...] = (), rotate: bool = True) -> list[Replica]:
         """The replicas a model may be placed on, in the order to try them: the healthy ones
-        round-robin (shared placement counter), then those whose last check failed (it may be stale)."""
+        round-robin (shared placement counter; ``rotate`` False: as listed, the counter untouched),
+        then those whose last check failed (it may be stale)."""
         healthy = [r for r in self.healthy() if r not in exclude]
-        if healthy:
+        if healthy and rotate:
             k = next(_placement) % len(healthy)
             healthy = healthy[k:] + healthy[:k]
         with self._lock:
@@ -282,7 +287,7 @@ class FleetClient:
         for r in replicas:
             r.drop_session()
             r.probe.close()
-        if self._stateless is not None:
+        if self._stateless_channel is not None:
             self._stateless_channel.close()
 
     def __enter__(self) -> "FleetClient":
@@ -373,7 +378,7 @@ class FleetPreparedModel:
         from_cache: prepareModelFromCache only (a miss is the caller's ServiceError); otherwise by
         token from the cache when there, else compiled (and stored under the token)."""
         tried: list[str] = []
-        for r in first + tuple(c for c in self.client.place(exclude + first)):
+        for r in first + tuple(self.client.place(exclude + first, rotate=not first)):
             session = None
             try:
                 session = self.client.session(r)
@@ -533,6 +538,16 @@ class FleetBurst:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _close_channels(closed: threading.Event, replicas: dict, stateless: grpc.Channel | None) -> None:
+    """A FleetClient collected without close(): its health thread stops, its channels close (each
+    replica's session closes with its own Client's finalizer)."""
+    closed.set()
+    for r in list(replicas.values()):
+        r.probe.close()
+    if stateless is not None:
+        stateless.close()
 
 
 def _health_loop(ref: "weakref.ref[FleetClient]", closed: threading.Event) -> None:
