@@ -564,6 +564,27 @@ def _health_loop(ref: "weakref.ref[FleetClient]", closed: threading.Event) -> No
         del client
 
 
+def probe_health(address: str, timeout_s: float = 2.0, server_name: str | None = None, **tls) -> str | None:
+    """None when the service at ``address`` says SERVING on gRPC health, else why not (`nnhal health`:
+    a Kubernetes exec probe, since kubelet's own gRPC probe speaks no TLS). ``server_name``: the
+    name its TLS certificate is checked against (a pod probed on 127.0.0.1 holds the Service's name)."""
+    opts = grpc_options() + ([("grpc.ssl_target_name_override", server_name)] if server_name else [])
+    if any(v is not None for v in tls.values()):
+        channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(
+            tls.get("root_certificates"), tls.get("private_key"), tls.get("certificate_chain")), options=opts)
+    else:
+        channel = grpc.insecure_channel(address, options=opts)
+    try:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)
+    except grpc.RpcError as e:
+        return f"{e.code().name}: {e.details()}"
+    finally:
+        channel.close()
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        return f"its health service says {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}"
+    return None
+
+
 def connect(address: str, timeout_s: float = 5.0, **tls) -> Client | FleetClient:
     """Client for one address (service.client.Client, unchanged), FleetClient for a list or a dns: name."""
     if is_fleet(address):
@@ -571,4 +592,5 @@ def connect(address: str, timeout_s: float = 5.0, **tls) -> Client | FleetClient
     return Client.connect(address, timeout_s=timeout_s, **tls)
 
 
-__all__ = ["FleetClient", "FleetPreparedModel", "FleetBurst", "Replica", "connect", "resolve", "stateless_target"]
+__all__ = ["FleetClient", "FleetPreparedModel", "FleetBurst", "Replica", "connect", "probe_health", "resolve",
+           "stateless_target"]
