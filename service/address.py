@@ -131,3 +131,51 @@ def fleet_addresses(address: str) -> list[str]:
     if len({is_unix(a) for a in out}) > 1:
         raise ValueError(f"service address list {address!r} mixes unix sockets and TCP: give one kind")
     return out
+
+
+def resolve(address: str) -> list[tuple[str, str | None]]:
+    """The replicas ``address`` names: (address as gRPC takes it, TLS host name or None). A
+    ``dns:`` name becomes one ``ipv4:``/``ipv6:`` address per IP it resolves to (socket.getaddrinfo,
+    as gRPC's native resolver does), each checked against the name's certificate."""
+    if not address.startswith("dns:"):
+        return [(a, None) for a in fleet_addresses(address)]
+    target = address[len("dns:"):].lstrip("/")
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        raise ValueError(f"service address {address!r}: a dns: name needs a port (dns:///HOST:PORT)")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return []  # nothing resolves now: the caller resolves again later
+    out = []
+    for family, _, _, _, sockaddr in infos:
+        a = f"ipv4:{sockaddr[0]}:{port}" if family == socket.AF_INET else f"ipv6:[{sockaddr[0]}]:{port}"
+        if (a, host) not in out:
+            out.append((a, host))
+    return out
+
+
+def stateless_target(address: str, replicas: list[str], tls: bool = False) -> str | None:
+    """One gRPC target covering every replica, for round_robin: the ``dns:`` name itself, the unix
+    sockets as gRPC's ``unix:a,b`` list, IP literals as an ``ipv4:``/``ipv6:`` list; None when the
+    replicas have host names (gRPC resolves one name per target), and for a TLS list (one channel
+    checks every certificate against one name: each replica's own probe channel checks its own)."""
+    if address.startswith("dns:"):
+        return address
+    if all(is_unix(a) and unix_socket_path(a) for a in replicas):
+        return "unix:" + ",".join(unix_socket_path(a) for a in replicas)
+    if tls:
+        return None
+    for family, scheme in ((socket.AF_INET, "ipv4:"), (socket.AF_INET6, "ipv6:")):
+        hosts = []
+        for a in replicas:
+            host, _, port = a.removeprefix(scheme).rpartition(":")
+            try:
+                socket.inet_pton(family, host.strip("[]"))
+            except OSError:
+                break
+            hosts.append(f"{host}:{port}")
+        else:
+            return scheme + ",".join(hosts)
+    return None

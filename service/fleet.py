@@ -31,7 +31,6 @@ import itertools
 import json
 import logging
 import random
-import socket
 import threading
 import time
 import weakref
@@ -43,7 +42,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hal.model import Model
 from hal.types import DeviceType, ExecutionPreference, Priority
-from service.address import fleet_addresses, is_fleet, is_unix, unix_socket_path
+from service.address import is_fleet, resolve, stateless_target
 from service.client import (
     Client,
     ExecutionOutput,
@@ -53,6 +52,7 @@ from service.client import (
     _check,
     _rpc,
 )
+from service.fleet_burst import FleetBurst
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.servicer import grpc_options
@@ -75,55 +75,6 @@ ROUND_ROBIN_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}],
 #: Where the next prepared model goes, shared by every FleetClient of this process and started at
 #: random: processes (and delegates) that each place one model spread over the replicas.
 _placement = itertools.count(random.randrange(1 << 16))
-
-
-def resolve(address: str) -> list[tuple[str, str | None]]:
-    """The replicas ``address`` names: (address as gRPC takes it, TLS host name or None). A
-    ``dns:`` name becomes one ``ipv4:``/``ipv6:`` address per IP it resolves to (socket.getaddrinfo,
-    as gRPC's native resolver does), each checked against the name's certificate."""
-    if not address.startswith("dns:"):
-        return [(a, None) for a in fleet_addresses(address)]
-    target = address[len("dns:"):].lstrip("/")
-    host, _, port = target.rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit():
-        raise ValueError(f"service address {address!r}: a dns: name needs a port (dns:///HOST:PORT)")
-    try:
-        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
-    except socket.gaierror as e:
-        log.info("cannot resolve %s: %s", host, e)
-        return []
-    out = []
-    for family, _, _, _, sockaddr in infos:
-        a = f"ipv4:{sockaddr[0]}:{port}" if family == socket.AF_INET else f"ipv6:[{sockaddr[0]}]:{port}"
-        if (a, host) not in out:
-            out.append((a, host))
-    return out
-
-
-def stateless_target(address: str, replicas: list[str], tls: bool = False) -> str | None:
-    """One gRPC target covering every replica, for round_robin: the ``dns:`` name itself, the unix
-    sockets as gRPC's ``unix:a,b`` list, IP literals as an ``ipv4:``/``ipv6:`` list; None when the
-    replicas have host names (gRPC resolves one name per target), and for a TLS list (one channel
-    checks every certificate against one name: each replica's own probe channel checks its own)."""
-    if address.startswith("dns:"):
-        return address
-    if all(is_unix(a) and unix_socket_path(a) for a in replicas):
-        return "unix:" + ",".join(unix_socket_path(a) for a in replicas)
-    if tls:
-        return None
-    for family, scheme in ((socket.AF_INET, "ipv4:"), (socket.AF_INET6, "ipv6:")):
-        hosts = []
-        for a in replicas:
-            host, _, port = a.removeprefix(scheme).rpartition(":")
-            try:
-                socket.inet_pton(family, host.strip("[]"))
-            except OSError:
-                break
-            hosts.append(f"{host}:{port}")
-        else:
-            return scheme + ",".join(hosts)
-    return None
 
 
 @dataclass(eq=False)
@@ -468,78 +419,6 @@ class FleetPreparedModel:
             remote.release(timeout_s)
 
 
-class FleetBurst:
-    """A burst on the prepared model's current replica, opened again on the replica it moves to.
-    ``local``: the shared-memory burst (unix sockets), else the gRPC stream; where a local burst
-    cannot be opened (TCP) the model's own execute is used."""
-
-    def __init__(self, pm: FleetPreparedModel, local: bool, extra_slot_bytes: int = 0):
-        self.pm, self._local, self._extra = pm, local, extra_slot_bytes
-        self._remote: RemotePreparedModel | None = None
-        self._inner = None
-        self._open(pm.current(), first=True)
-
-    def _open(self, remote: RemotePreparedModel, first: bool = False) -> None:
-        self._remote = remote
-        replica = self.pm.replica
-        if replica is not None:
-            replica.bursts.add(self)
-        try:
-            self._inner = remote.local_burst(self._extra) if self._local else remote.burst()
-        except ServiceUnavailableError:
-            raise
-        except ServiceError:
-            if first:  # the first open says why (the delegate then uses execute)
-                raise
-            self._inner = None
-
-    def _close_inner(self) -> None:
-        inner, self._inner = self._inner, None
-        if inner is not None:
-            try:
-                inner.close()
-            except (OSError, BufferError):
-                pass
-
-    def execute(self, inputs: list[np.ndarray], outputs: list[np.ndarray] | None = None, **kw) -> ExecutionOutput:
-        """The inner burst's execute; when its replica is unavailable, once more on the replica the
-        prepared model moves to, through a burst opened there."""
-        remote = self.pm.current()
-        if remote is not self._remote:  # moved meanwhile (another path failed over)
-            self._close_inner()
-            self._open(remote)
-        try:
-            return (self._inner or remote).execute(inputs, outputs, **kw)
-        except ServiceUnavailableError as e:
-            self._close_inner()
-            with self.pm._lock:
-                if self.pm.remote is remote:
-                    self.pm._move(str(e), failed=remote)
-            remote = self.pm.current()
-            self._open(remote)
-            return (self._inner or remote).execute(inputs, outputs, **kw)
-
-    def abort(self) -> None:
-        """Wake an execution waiting on a local burst whose replica was lost: its socket is shut
-        down, the wait ends as a broken connection, the slots are never read again (it moves)."""
-        inner = self._inner
-        channel = getattr(inner, "channel", None)  # a LocalBurst's service.local_burst_client channel
-        if channel is not None:
-            try:
-                channel.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # closed meanwhile
-                pass
-
-    def close(self) -> None:
-        self._close_inner()
-
-    def __enter__(self) -> "FleetBurst":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
 def _close_channels(closed: threading.Event, replicas: dict, stateless: grpc.Channel | None) -> None:
     """A FleetClient collected without close(): its health thread stops, its channels close (each
     replica's session closes with its own Client's finalizer)."""
@@ -592,5 +471,4 @@ def connect(address: str, timeout_s: float = 5.0, **tls) -> Client | FleetClient
     return Client.connect(address, timeout_s=timeout_s, **tls)
 
 
-__all__ = ["FleetClient", "FleetPreparedModel", "FleetBurst", "Replica", "connect", "probe_health", "resolve",
-           "stateless_target"]
+__all__ = ["FleetClient", "FleetPreparedModel", "FleetBurst", "Replica", "connect", "probe_health"]

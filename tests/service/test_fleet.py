@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from delegate.options import NnhalOptions
-from service.address import fleet_addresses, is_fleet
+from service.address import fleet_addresses, is_fleet, resolve, stateless_target
 from service.client import Client, ServiceError, ServiceUnavailableError
-from service.fleet import FleetClient, resolve, stateless_target
+from service.fleet import FleetClient
 from tests.service.conftest import HANG_LIMIT_S, ServerProcess, TcpServer, returns, stopped
 from tests.service.models import add_model
 from tests.service.test_tls import TlsServer, _delegated_run, pki  # noqa: F401, F811 - pki is a fixture
