@@ -97,8 +97,18 @@ class Replica:
         and move instead of waiting out their bound."""
         with self.lock:
             client, self.client = self.client, None
+        self._end(client)
+
+    def drop_session_of(self, client: Client | None) -> None:
+        """As drop_session, when ``client`` is still the session (a call on it failed)."""
+        with self.lock:
+            if self.client is client:
+                self.client = None
+        self._end(client)
+
+    def _end(self, client: Client | None) -> None:
         for burst in list(self.bursts):
-            burst.abort()
+            burst.abort(self)
         if client is not None:
             client.close()
 
@@ -225,11 +235,7 @@ class FleetClient:
     def lost(self, replica: Replica, client: Client | None) -> None:
         """A call on ``replica`` failed as unavailable: no new models there until it answers a check."""
         replica.healthy, replica.why = False, "a call failed as unavailable"
-        with replica.lock:
-            if replica.client is client:
-                replica.client = None
-        if client is not None:
-            client.close()
+        replica.drop_session_of(client)  # the other models' bursts waiting there fail now too
 
     def close(self) -> None:
         self._closed.set()

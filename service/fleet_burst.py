@@ -18,14 +18,17 @@ class FleetBurst:
         """``pm``: service.fleet.FleetPreparedModel (not imported: that module imports this one)."""
         self.pm, self._local, self._extra = pm, local, extra_slot_bytes
         self._remote: RemotePreparedModel | None = None
+        self._replica = None  # the service.fleet.Replica the inner burst is open on
         self._inner = None
         self._open(pm.current(), first=True)
 
     def _open(self, remote: RemotePreparedModel, first: bool = False) -> None:
         self._remote = remote
-        replica = self.pm.replica
-        if replica is not None:
-            replica.bursts.add(self)
+        if self._replica is not None:
+            self._replica.bursts.discard(self)
+        self._replica = self.pm.replica
+        if self._replica is not None:
+            self._replica.bursts.add(self)  # service.fleet.Replica: aborts it when the replica is lost
         try:
             self._inner = remote.local_burst(self._extra) if self._local else remote.burst()
         except ServiceUnavailableError:
@@ -61,10 +64,12 @@ class FleetBurst:
             self._open(remote)
             return (self._inner or remote).execute(inputs, outputs, **kw)
 
-    def abort(self) -> None:
-        """Wake an execution waiting on a local burst whose replica was lost: its socket is shut
-        down, the wait ends as a broken connection, the slots are never read again (it moves)."""
+    def abort(self, replica) -> None:
+        """Wake an execution waiting on a local burst on ``replica``, which was lost: its socket is
+        shut down, the wait ends as a broken connection, the slots are never read again (it moves)."""
         inner = self._inner
+        if self._replica is not replica:  # moved meanwhile: its burst elsewhere is fine
+            return
         channel = getattr(inner, "channel", None)  # a LocalBurst's service.local_burst_client channel
         if channel is not None:
             try:
