@@ -71,6 +71,12 @@ def test_address_lists_are_parsed_checked_and_normalized(tmp_path):
         NnhalOptions.from_kwargs(service_address=f"/a.sock,/{'x' * 200}.sock")
 
 
+def test_cts_checks_one_service_and_says_so(tmp_path, capsys):
+    from nnhal.cli import main
+    assert main(["cts", "--service", f"{tmp_path}/a.sock,{tmp_path}/b.sock"]) == 2
+    assert "CTS checks one service" in capsys.readouterr().err
+
+
 def test_nothing_answering_is_a_clear_error(tmp_path):
     with pytest.raises(ServiceUnavailableError, match=r"no nnhal service of .* answers \(.*a\.sock: .*b\.sock: "):
         FleetClient.connect(f"unix:{tmp_path}/a.sock,unix:{tmp_path}/b.sock", timeout_s=0.5)
