@@ -127,6 +127,36 @@ def test_models_spread_over_replicas_and_move_when_one_dies_or_stops(fleet, monk
         burst.close()
 
 
+def test_over_tcp_executions_and_grpc_bursts_move_off_a_stopped_or_killed_replica(tmp_path, monkeypatch):
+    """TCP replicas (plaintext on loopback): no shared memory, so unary executions and gRPC bursts;
+    a stopped replica's calls in flight are cancelled when its health check fails, then retried."""
+    monkeypatch.setenv("NNHAL_EXECUTE_WAIT_MIN_S", "30")  # the health check, not this bound, ends the wait
+    servers = []
+    for d in ("a", "b", "c"):
+        (tmp_path / d).mkdir()
+        servers.append(TcpServer(tmp_path / d, "--insecure"))
+    try:
+        with FleetClient.connect(",".join(s.address for s in servers)) as client:
+            pm = client.prepare_model(add_model())
+            burst = pm.burst()
+            np.testing.assert_array_equal(burst.execute([X, Y]).outputs[0], X + Y)
+            first = next(s for s in servers if s.address == pm.replica.address)
+            with stopped(first):
+                np.testing.assert_array_equal(returns(burst.execute, [X, 3 * Y]).outputs[0], X + 3 * Y)
+                moved_to = pm.replica.address
+                assert moved_to != first.address
+                second = next(s for s in servers if s.address == moved_to)
+                second.proc.kill()
+                second.proc.wait()
+                np.testing.assert_array_equal(returns(pm.execute, [2 * X, Y]).outputs[0], 2 * X + Y)
+                assert pm.replica.address not in (first.address, moved_to)
+            burst.close()
+    finally:
+        for s in servers:
+            if s.proc.poll() is None:
+                s.stop()
+
+
 def test_a_listed_replica_started_later_is_reached(tmp_path):
     cache = tmp_path / "cache"
     first = replica(tmp_path, 0, cache)
