@@ -1,6 +1,7 @@
 """`make fleet`: client processes run TFLite with the nnhal delegate on a list of 3 `nnhal serve`
 replicas (one shared compilation cache) while, in turn, one replica is killed (SIGKILL, restarted
---down-seconds later) and another stopped (SIGSTOP, resumed --stop-seconds later).
+--down-seconds later) and another stopped (SIGSTOP, resumed --stop-seconds later); once with the
+replicas on unix sockets, once on TCP loopback ports (--transports).
 
     .venv/bin/python -m bench.fleet --seconds 120
 
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -90,8 +92,9 @@ class Client:
 
 
 class Fleet:
-    def __init__(self, args, run_dir: Path):
+    def __init__(self, args, run_dir: Path, transport: str):
         self.args = args
+        self.transport = transport
         self.run_dir = run_dir
         self.origin = time.monotonic()
         serve_args = ["--cache-max-bytes", str(args.cache_max_bytes)]
@@ -101,6 +104,9 @@ class Fleet:
             d.mkdir()
             r = SoakService(d, serve_args, self.clock)
             r.cache_dir = run_dir / "cache"  # one compilation cache for every replica
+            if transport == "tcp":  # plaintext on loopback, the same port at every restart
+                r.address = f"127.0.0.1:{free_port()}"
+                r.listen_args = ["--listen", r.address, "--insecure"]
             self.replicas.append(r)
         self.events: list[tuple[float, str, int]] = []  # (monotonic time, action, replica)
         self.env = dict(os.environ, NNHAL_EXECUTE_WAIT_MIN_S=str(args.wait_min))
@@ -129,7 +135,8 @@ class Fleet:
         finally:
             for r in self.replicas:
                 r.shutdown()
-        return {"date": time.strftime("%Y-%m-%d %H:%M"), "args": vars(a), "throughput": throughput,
+        return {"date": time.strftime("%Y-%m-%d %H:%M"), "args": vars(a), "transport": self.transport,
+                "throughput": throughput,
                 "faults": faults, "replica_failures": [f for r in self.replicas for f in r.failures]}
 
     def _phase(self, tag: str, n: int, seconds: float, faults: bool) -> dict:
@@ -191,6 +198,12 @@ class Fleet:
         return done
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _percentiles(lat: np.ndarray) -> dict:
     if not lat.size:
         return {"n": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
@@ -241,18 +254,29 @@ def _ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1f}"
 
 
-def to_markdown(r: dict) -> str:
-    a, f = r["args"], r["faults"]
-    c = f["counts"]
+TRANSPORTS = {"unix": "unix sockets (shared-memory local bursts)",
+              "tcp": "TCP on loopback (`--insecure`; unary gRPC executions)"}
+
+
+def to_markdown(runs: list[dict]) -> str:
+    a = runs[0]["args"]
     lines = [f"{SECTION_TITLE} (`make fleet`)", "",
-             f"Measured {r['date']}: {a['replicas']} `nnhal serve` replicas on unix sockets sharing one compilation "
+             f"Measured {runs[0]['date']}: {a['replicas']} `nnhal serve` replicas sharing one compilation "
              f"cache (--cache-max-bytes {a['cache_max_bytes']}), {a['clients']} client processes each running "
              f"mobilenet_like {a['models'].replace(',', ' and ')} through the delegate with the replicas' list as "
              f"service_address, Interpreters re-created every {a['recreate_every']} invokes (a new prepared model, "
              f"placed round-robin); $NNHAL_EXECUTE_WAIT_MIN_S={a['wait_min']:g}. Every output checked against "
              f"TFLite. On a shared {os.cpu_count()}-core machine: throughput is bounded by the cores, not by the "
-             f"replicas.", "",
-             "| criterion | measured | ok |", "|---|---|---|"]
+             f"replicas.", ""]
+    for r in runs:
+        lines += [f"### {TRANSPORTS[r['transport']]}", ""] + run_markdown(r)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def run_markdown(r: dict) -> list[str]:
+    a, f = r["args"], r["faults"]
+    c = f["counts"]
+    lines = ["| criterion | measured | ok |", "|---|---|---|"]
     lines += [f"| {name} | {measured} | {'yes' if ok else '**NO**'} |" for name, measured, ok in criteria(r)]
     ratio = (f["failover"]["p99_ms"] / f["steady"]["p99_ms"]
              if f["failover"]["p99_ms"] is not None and f["steady"]["p99_ms"] else None)
@@ -275,8 +299,8 @@ def to_markdown(r: dict) -> str:
                   "client):", "", "| replicas | invokes/s on the services | p50 (ms) | p99 (ms) |",
                   "|---|---|---|---|"]
         lines += [f"| {p['replicas']} | {p['throughput_per_s']:.1f} | {_ms(p['steady']['p50_ms'])} | "
-                  f"{_ms(p['steady']['p99_ms'])} |" for p in r["throughput"]]
-    return "\n".join(lines) + "\n"
+                  f"{_ms(p['steady']['p99_ms'])} |" for p in r["throughput"]] + [""]
+    return lines
 
 
 def parse_args(argv=None):
@@ -285,6 +309,9 @@ def parse_args(argv=None):
     p.add_argument("--throughput-seconds", type=float, default=20.0,
                    help="each no-fault run on 1, 2, 3 replicas (default 20; 0: none)")
     p.add_argument("--replicas", type=int, default=3)
+    p.add_argument("--transports", default="unix,tcp",
+                   help="one run per transport: unix sockets (shared-memory bursts) and/or tcp on loopback "
+                        "(--insecure; gRPC) (default unix,tcp)")
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--models", default="float32,int8")
     p.add_argument("--faults", type=int, default=6, help="kills and stops, alternating (default 6)")
@@ -303,6 +330,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.replicas < 2 or args.clients < 1 or args.seconds <= 0 or args.faults < 0:
         p.error("--replicas >= 2, --clients >= 1, --seconds > 0, --faults >= 0")
+    args.transports = args.transports.split(",")
+    if not args.transports or any(t not in TRANSPORTS for t in args.transports):
+        p.error(f"--transports: a comma-separated list of {', '.join(TRANSPORTS)}")
     return args
 
 
@@ -310,19 +340,23 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     run_dir = Path(tempfile.mkdtemp(prefix="nnhal-fleet-"))
     try:
-        r = Fleet(args, run_dir).run()
+        runs = []
+        for transport in args.transports:
+            (run_dir / transport).mkdir()
+            runs.append(Fleet(args, run_dir / transport, transport).run())
     except KeyboardInterrupt:
         print(f"fleet: interrupted; logs in {run_dir}", file=sys.stderr)
         return 130
-    text = to_markdown(r)
+    text = to_markdown(runs)
     print(text)
-    passed = all(ok for _, _, ok in criteria(r))
+    passed = all(ok for r in runs for _, _, ok in criteria(r))
     if not args.no_results:
         replace_section(args.results, text, SECTION_TITLE)
         print(f"fleet: wrote the Fleet section of {args.results}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"passed": passed, "criteria": criteria(r), "faults": r["faults"],
-                          "throughput": r["throughput"]}))
+        print(json.dumps({"passed": passed, "runs": [{"transport": r["transport"], "criteria": criteria(r),
+                                                       "faults": r["faults"], "throughput": r["throughput"]}
+                                                      for r in runs]}))
     if passed and not args.keep:
         shutil.rmtree(run_dir, ignore_errors=True)
     else:

@@ -38,6 +38,14 @@ class FleetClient(SoakClient):
         fleet_log.setLevel(logging.INFO)  # its INFO records are counted here, not printed (no handler)
         fleet_log.addFilter(self._count_move)
 
+    def create(self, case) -> None:
+        """SoakClient.create, saying in this client's log why an Interpreter delegated nothing."""
+        super().create(case)
+        live = self.live[-1] if self.live else None
+        if live is not None and not live.kernels:
+            print(f"fleet client: nothing delegated ({case.name}): {live.delegate.report.error}", file=sys.stderr,
+                  flush=True)
+
     def _count_move(self, record: logging.LogRecord) -> bool:
         if record.getMessage().startswith("moving a prepared model"):
             self.stats["moved"] += 1

@@ -68,9 +68,14 @@ HEALTH_TIMEOUT_S = 1.0
 RESOLVE_INTERVAL_S = 5.0
 #: Opening a session on a replica that passed its last health check.
 SESSION_TIMEOUT_S = 2.0
-#: gRPC's own balancing for the stateless calls: round_robin over the healthy addresses.
-ROUND_ROBIN_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}],
-                                 "healthCheckConfig": {"serviceName": ""}})
+#: gRPC's own balancing for the stateless calls: round_robin over the healthy addresses, and gRPC's
+#: retry of a call whose replica went away under it (UNAVAILABLE: those calls only read).
+ROUND_ROBIN_CONFIG = json.dumps({
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "healthCheckConfig": {"serviceName": ""},
+    "methodConfig": [{"name": [{"service": "nnhal.v1.Device"}],
+                      "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.05s", "maxBackoff": "0.5s",
+                                      "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})
 
 #: Where the next prepared model goes, shared by every FleetClient of this process and started at
 #: random: processes (and delegates) that each place one model spread over the replicas.
@@ -262,7 +267,10 @@ class FleetClient:
         raise ServiceUnavailableError(f"no nnhal service of {self.address} is known")
 
     def _call(self, name: str, request):
-        reply = _rpc(getattr(self._device(), name), request)
+        try:
+            reply = _rpc(getattr(self._device(), name), request)
+        except ServiceUnavailableError:  # its replica went away under it: once more, elsewhere
+            reply = _rpc(getattr(self._device(), name), request)
         _check(reply)
         return reply
 
