@@ -14,8 +14,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_fleet_loses_no_invoke_through_a_kill_and_a_stop(tmp_path):
     cmd = [sys.executable, "-m", "bench.fleet", "--transports", "unix", "--seconds", "20", "--throughput-seconds", "0",
-           "--faults", "2", "--stop-seconds", "3", "--down-seconds", "2", "--recreate-every", "100", "--fresh-token-every", "3",
-           "--results", str(tmp_path / "results.md"), "--json"]
+           "--faults", "2", "--stop-seconds", "3", "--down-seconds", "2", "--recreate-every", "100",
+           "--fresh-token-every", "3", "--results", str(tmp_path / "results.md"), "--json"]
     # Bounds the test, not the fleet's speed: a hung client is killed after bench.fleet's own limit.
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
     assert r.returncode in (0, 1), r.stderr[-3000:]  # 1: a criterion failed, judged below
