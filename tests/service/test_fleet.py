@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 
 import numpy as np
@@ -69,6 +70,18 @@ def test_address_lists_are_parsed_checked_and_normalized(tmp_path):
     assert o.service_address == f"unix:{tmp_path}/a.sock,unix:{tmp_path}/b.sock"
     with pytest.raises(ValueError, match="at most 107"):
         NnhalOptions.from_kwargs(service_address=f"/a.sock,/{'x' * 200}.sock")
+
+
+def test_one_address_stays_the_one_service_client(server):
+    """No fleet machinery on the one-service path (its shared-memory burst is the hot path)."""
+    from delegate.embedded import connect
+    health_threads = sum(t.name == "nnhal-fleet-health" for t in threading.enumerate())
+    c = connect(server.address)
+    try:
+        assert type(c) is Client
+        assert sum(t.name == "nnhal-fleet-health" for t in threading.enumerate()) == health_threads
+    finally:
+        c.close()
 
 
 def test_cts_checks_one_service_and_says_so(tmp_path, capsys):
