@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-tflite-runtime test test-tflite-runtime run bench lint clean ops cts soak fuzz wheel
+.PHONY: help setup setup-tflite-runtime test test-tflite-runtime run bench lint clean ops cts soak fleet fuzz wheel
 
 help:  ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-21s %s\n", $$1, $$2}'
@@ -47,6 +47,11 @@ SOAK_SECONDS ?= 300
 
 soak: setup  ## Soak (SOAK_SECONDS=300): 4 delegate clients while the service is killed, stopped, its cache read-only; outputs vs TFLite, RSS growth -> bench/results.md
 	$(BIN)/python -m bench.soak --seconds $(SOAK_SECONDS)
+
+FLEET_SECONDS ?= 120
+
+fleet: setup  ## Fleet (FLEET_SECONDS=120): 3 replicas, 4 delegate clients on their list while replicas are killed and stopped in turn; throughput on 1-3 replicas -> bench/results.md
+	$(BIN)/python -m bench.fleet --seconds $(FLEET_SECONDS)
 
 FUZZ_CASES ?= 10000
 FUZZ_SECONDS ?= 1200

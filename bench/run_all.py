@@ -141,8 +141,8 @@ def cpu_estimates(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-#: Sections of results.md other targets write (`make soak`, `make fuzz`): `make bench` keeps them.
-OTHER_TARGETS = ("## Soak", "## Fuzz")
+#: Sections of results.md other targets write (`make soak`, `make fleet`, `make fuzz`): `make bench` keeps them.
+OTHER_TARGETS = ("## Soak", "## Fleet", "## Fuzz")
 
 
 def kept_sections(path: str) -> list[str]:

@@ -105,11 +105,12 @@ def to_markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replace_section(path: Path, section: str) -> None:
-    """Write ``section`` (starting with its "## Soak" heading) into ``path``: in place of an earlier
-    Soak section (up to the next "## " heading), else appended; everything else is kept."""
+def replace_section(path: Path, section: str, title: str = SECTION_TITLE) -> None:
+    """Write ``section`` (starting with its ``title`` heading, "## Soak") into ``path``: in place of
+    an earlier section of that title (up to the next "## " heading), else appended; everything else
+    is kept (bench.fleet writes its "## Fleet" section so too)."""
     text = path.read_text() if path.exists() else ""
-    pattern = re.compile(rf"^{re.escape(SECTION_TITLE)}\b.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^{re.escape(title)}\b.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
         text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text, count=1).rstrip("\n") + "\n"
     else:

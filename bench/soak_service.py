@@ -50,6 +50,8 @@ class SoakService:
         sock_dir.mkdir(mode=0o700, exist_ok=True)
         self.socket = sock_dir / "nnhal.sock"
         self.address = f"unix:{self.socket}"
+        #: Where `nnhal serve` listens (bench.fleet's TCP replicas listen on a loopback port instead).
+        self.listen_args = ["--socket", str(self.socket)]
         self.cache_dir = run_dir / "cache"
         self.serve_args = serve_args
         self.clock = clock
@@ -71,7 +73,7 @@ class SoakService:
         n = len(self.lifetimes)
         log = open(self.run_dir / f"service-{n}.log", "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.soak_service", "--socket", str(self.socket), "--cache-dir",
+            [sys.executable, "-m", "bench.soak_service", *self.listen_args, "--cache-dir",
              str(self.cache_dir), "--log-level", "warning", *self.serve_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
             cwd=Path(__file__).resolve().parent.parent)

@@ -37,6 +37,7 @@ from cache.files import (
     file_digest,
     is_ours,
     load_or_create_key,
+    locked_directory,
     open_regular,
     read_file,
     touch,
@@ -121,22 +122,26 @@ class CacheStore:
                 log.warning("cache entry %s not stored: %d bytes, larger than the cache (max %d bytes)",
                             token.hex()[:16], size, self.max_bytes)
                 return False
-        with AtomicFile(data_path) as f:
-            pos = 0
-            for a, entry in zip(arrays, layout):
-                pad = entry["offset"] - pos
-                if pad:
-                    f.write(b"\0" * pad)
-                f.write(memoryview(np.asarray(a, order="C").reshape(-1)).cast("B"))  # 1-D: empty arrays too
-                pos = entry["offset"] + entry["nbytes"]
-            data_len = pos
-            f.flush()
-            data_digest = file_digest(f.fileno(), data_len)
-        body = self._model_body(token, payload, data_len, data_digest, layout)
-        with AtomicFile(model_path) as f:
-            f.write(body)
-            f.write(hmac.new(self.key, body, hashlib.sha256).digest())
-        self.evict(keep=token.hex())
+        # The pair is published under the directory's lock, which eviction takes too: another process
+        # sharing the directory never removes one file of the pair between the two renames (that
+        # would leave a model file without its data file). Loads take no lock.
+        with locked_directory(self.dir):
+            with AtomicFile(data_path) as f:
+                pos = 0
+                for a, entry in zip(arrays, layout):
+                    pad = entry["offset"] - pos
+                    if pad:
+                        f.write(b"\0" * pad)
+                    f.write(memoryview(np.asarray(a, order="C").reshape(-1)).cast("B"))  # 1-D: empty arrays too
+                    pos = entry["offset"] + entry["nbytes"]
+                data_len = pos
+                f.flush()
+                data_digest = file_digest(f.fileno(), data_len)
+            body = self._model_body(token, payload, data_len, data_digest, layout)
+            with AtomicFile(model_path) as f:
+                f.write(body)
+                f.write(hmac.new(self.key, body, hashlib.sha256).digest())
+        self.evict(keep=token.hex())  # takes the lock itself (a second flock in one process would wait on the first)
         return True
 
     def _model_body(self, token: bytes, payload: bytes, data_len: int, data_digest: str, layout: list) -> bytes:
@@ -176,6 +181,10 @@ class CacheStore:
         except FileNotFoundError:
             raise CacheError("no cache entry for this token (removed meanwhile)") from None
         except CacheError as e:
+            if isinstance(e, _DataFileMissing) and not os.path.exists(model_path):
+                # Evicted by another process (one that shares the directory) between the two
+                # files: a miss. Not a rejection: removing now could delete an entry just rewritten.
+                raise CacheError("no cache entry for this token (removed meanwhile)") from None
             log.warning("cache entry %s rejected: %s", token.hex()[:16], e)
             self.remove(token)
             raise
@@ -256,7 +265,7 @@ class CacheStore:
         if self.max_bytes is None:
             return []
         removed = []
-        with self._lock:
+        with self._lock, locked_directory(self.dir):  # not between another process's two renames (put)
             entries = self.entries()
             total = sum(e.model_bytes + e.data_bytes for e in entries)
             for e in entries:
@@ -359,6 +368,10 @@ def _clear_wrong_type(path: str) -> None:
         log.warning("cache: cannot remove %s: %s", path, e.strerror or e)
 
 
+class _DataFileMissing(CacheError):
+    """The model file named a data file that is not there."""
+
+
 def _map_data(path: str, header: dict):
     """Open, check and map the data file; verify its digest on the mapping."""
     length, want = header["data_length"], header["data_blake3"]
@@ -367,7 +380,7 @@ def _map_data(path: str, header: dict):
     try:
         fd, st = open_regular(path, "data file")
     except FileNotFoundError:
-        raise CacheError("data file missing (wrong number of cache files)") from None
+        raise _DataFileMissing("data file missing (wrong number of cache files)") from None
     try:
         if st.st_uid != os.geteuid() or st.st_mode & 0o222:
             raise CacheError(f"data file must be read-only and ours to be mapped (mode {st.st_mode & 0o777:o}, "

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 
+from service import fleet
 from service.client import Client, ClientRefusedError, ServiceUnavailableError, UntrustedServiceError
 from service.server import MAX_SOCKET_PATH_BYTES, default_address
 
@@ -30,11 +31,11 @@ _reference: subprocess.Popen | None = None  # the tools' reference service (refe
 _reference_address: str | None = None
 
 
-def connect(address: str | None, timeout_s: float = 2.0, **tls) -> Client:
+def connect(address: str | None, timeout_s: float = 2.0, **tls) -> Client | fleet.FleetClient:
     """Client for ``address``; with None, the default socket or an embedded child service.
     ``tls``: Client.connect's TLS arguments, for an address given (the local ones are unix sockets)."""
-    if address is not None:
-        return Client.connect(address, timeout_s=timeout_s, **tls)
+    if address is not None:  # one service, or several (service.fleet: a list or a dns: name)
+        return fleet.connect(address, timeout_s=timeout_s, **tls)
     try:
         return Client.connect(default_address(), timeout_s=min(timeout_s, 0.3))
     except (UntrustedServiceError, ClientRefusedError) as e:  # not ours, or it will not serve us: say so

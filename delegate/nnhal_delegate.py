@@ -14,6 +14,8 @@ partition runs in-process on hal (same kernels, same results) and reconnection
 is tried later; with allow_in_process_fallback=False (TFLite's disallow_nnapi_cpu)
 that invoke fails instead, with one clear error (logged once, then counted while it
 repeats). A Ctrl-C is the caller's KeyboardInterrupt, never a fallback (delegate.interrupts).
+With several services (a list or a ``dns:`` service_address: service.fleet) an invoke whose replica
+fails is first retried once on another replica; the fallback is for when none can take it.
 """
 from __future__ import annotations
 

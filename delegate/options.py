@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from delegate.partition import PARTITIONING, parse_node_ranges
 from hal.types import ExecutionPreference, Priority
 from service import DEVICE_NAME
-from service.address import client_address
+from service.address import client_address, fleet_addresses, is_fleet
 from service.server import check_socket_path
 from service.tls import ClientTls, check_tls_address, client_tls
 
@@ -44,8 +44,9 @@ def _from_alias(name: str, value):
 
 @dataclass
 class NnhalOptions:
-    #: unix:PATH, a bare socket path (taken as unix:PATH) or HOST:PORT; None: the per-user socket,
-    #: else an embedded service (delegate.embedded).
+    #: unix:PATH, a bare socket path (taken as unix:PATH) or HOST:PORT; several services as a
+    #: comma-separated list of those or a dns:///HOST:PORT name (service.fleet); None: the per-user
+    #: socket, else an embedded service (delegate.embedded).
     service_address: str | None = None
     max_delegated_partitions: int = 3  # 0 = unlimited
     min_nodes_per_partition: int = 1
@@ -116,10 +117,13 @@ class NnhalOptions:
         parse_node_ranges(o.partitions)  # validate early
         if o.partitioning not in PARTITIONING:
             raise ValueError(f"unknown partitioning {o.partitioning!r} (one of: {', '.join(PARTITIONING)})")
-        if o.service_address:  # a bare socket path becomes unix:PATH (service.address)
-            o.service_address = client_address(o.service_address)
-            if o.service_address.startswith("unix:"):
-                check_socket_path(o.service_address.removeprefix("unix:").removeprefix("//"))
+        if o.service_address:  # a bare socket path becomes unix:PATH (service.address); a list each
+            replicas = fleet_addresses(o.service_address) if is_fleet(o.service_address) \
+                else [client_address(o.service_address)]
+            o.service_address = ",".join(replicas)
+            for replica in replicas:
+                if replica.startswith("unix:"):
+                    check_socket_path(replica.removeprefix("unix:").removeprefix("//"))
         o.tls = client_tls(o.tls_ca_file, o.tls_cert_file, o.tls_key_file)  # a bad file: ValueError now
         if o.tls is not None:
             check_tls_address(o.service_address, "tls_ca_file/tls_cert_file/tls_key_file")

@@ -210,6 +210,25 @@ def _load_report(args: argparse.Namespace, prog: str):
         return 2
 
 
+def _cmd_health(args: argparse.Namespace) -> int:
+    """Exit 0 when the service answers SERVING on gRPC health (a Kubernetes exec probe), 1 otherwise."""
+    from service.address import client_address
+    from service.fleet import probe_health
+    from service.tls import client_tls
+    try:
+        tls = client_tls(args.tls_ca_file, args.tls_cert_file, args.tls_key_file,
+                         ("--tls-ca-file", "--tls-cert-file", "--tls-key-file"))
+        address = client_address(args.address)
+    except ValueError as e:
+        print(f"nnhal health: {e}", file=sys.stderr)
+        return 2
+    why = probe_health(address, args.timeout, args.tls_server_name, **(tls.connect_kwargs() if tls else {}))
+    if why is not None:
+        print(f"nnhal health: {address}: {why}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from delegate.report import format_report, report_json
     r = _load_report(args, "nnhal report")
@@ -349,6 +368,16 @@ def build_parser() -> argparse.ArgumentParser:
                             "bench/performance.json); default: the figures built in (`nnhal backends`)")
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # embedded: die with it
     serve.set_defaults(func=_cmd_serve)
+
+    hp = sub.add_parser("health", help="exit 0 when a service answers SERVING on gRPC health (Kubernetes exec probes)")
+    hp.add_argument("address", help="HOST:PORT, unix:PATH or a socket path")
+    hp.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for the answer (default 2)")
+    hp.add_argument("--tls-ca-file", metavar="PEM", default=None, help="TLS: the CA to trust")
+    hp.add_argument("--tls-cert-file", metavar="PEM", default=None, help="client certificate (mTLS)")
+    hp.add_argument("--tls-key-file", metavar="PEM", default=None, help="the client certificate's private key")
+    hp.add_argument("--tls-server-name", metavar="NAME", default=None,
+                    help="the name the service's certificate is checked against (default: the address's host)")
+    hp.set_defaults(func=_cmd_health)
 
     bk = sub.add_parser("backends", help="list the compute backends, their identity and what each runs")
     bk.add_argument("--json", action="store_true")

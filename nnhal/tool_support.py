@@ -115,7 +115,8 @@ def add_delegate_arguments(p: argparse.ArgumentParser) -> None:
     from delegate.partition import PARTITIONING
     p.add_argument("--service-address", metavar="ADDRESS", default=None,
                    help="the service: HOST:PORT (TCP; TLS with --tls-ca-file), or unix:PATH or a path with a / "
-                        "(its unix socket); default: the per-user socket, else an embedded service")
+                        "(its unix socket); several services: a comma-separated list of those, or "
+                        "dns:///HOST:PORT (docs/deploy.md); default: the per-user socket, else an embedded service")
     p.add_argument("--tls-ca-file", metavar="PEM", default=None, help="TLS to a HOST:PORT service: the CA to trust")
     p.add_argument("--tls-cert-file", metavar="PEM", default=None,
                    help="client certificate, for a service that requires one (nnhal serve --tls-client-ca)")

@@ -104,3 +104,81 @@ def untrusted_socket(path: str) -> str | None:
     if not _trusted_owner(uid):
         return f"the process listening on it (pid {pid}) runs as uid {uid}, not as this user or root"
     return None
+
+
+# ---- several services (service.fleet) ------------------------------------------------------------
+def is_fleet(address: str | None) -> bool:
+    """Several services: a comma-separated list of addresses, or a ``dns:`` name (every address it
+    resolves to is a replica). gRPC's own ``ipv4:a,b`` / ``ipv6:a,b`` / ``unix:a,b`` lists count too."""
+    return bool(address) and ("," in address or address.startswith("dns:"))
+
+
+def fleet_addresses(address: str) -> list[str]:
+    """The normalized replicas of a list (each as client_address makes it: ``unix:/a.sock,
+    unix:/b.sock``, ``h1:50051,h2:50051``; gRPC's ``unix:/a,/b`` and ``ipv4:a:1,b:2`` lists read the
+    same, their later elements being a bare path or a HOST:PORT); ValueError for an empty element,
+    a duplicate, or a list mixing unix sockets and TCP (shared memory and TLS apply to all replicas
+    or none). A ``dns:`` name stays one element: it is
+    resolved by service.fleet, again and again."""
+    if address.startswith("dns:"):
+        if "," in address:
+            raise ValueError(f"service address {address!r}: a dns: name names one host, not a list")
+        return [address]
+    out: list[str] = []
+    for part in address.split(","):
+        if not part.strip():
+            raise ValueError(f"service address list {address!r} has an empty element")
+        out.append(client_address(part.strip()))  # "/b" of unix:/a,/b is a bare path: unix:/b
+    if len(set(out)) != len(out):
+        raise ValueError(f"service address list {address!r} names a replica twice")
+    if len({is_unix(a) for a in out}) > 1:
+        raise ValueError(f"service address list {address!r} mixes unix sockets and TCP: give one kind")
+    return out
+
+
+def resolve(address: str) -> list[tuple[str, str | None]]:
+    """The replicas ``address`` names: (address as gRPC takes it, TLS host name or None). A
+    ``dns:`` name becomes one ``ipv4:``/``ipv6:`` address per IP it resolves to (socket.getaddrinfo,
+    as gRPC's native resolver does), each checked against the name's certificate."""
+    if not address.startswith("dns:"):
+        return [(a, None) for a in fleet_addresses(address)]
+    target = address[len("dns:"):].lstrip("/")
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        raise ValueError(f"service address {address!r}: a dns: name needs a port (dns:///HOST:PORT)")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return []  # nothing resolves now: the caller resolves again later
+    out = []
+    for family, _, _, _, sockaddr in infos:
+        a = f"ipv4:{sockaddr[0]}:{port}" if family == socket.AF_INET else f"ipv6:[{sockaddr[0]}]:{port}"
+        if (a, host) not in out:
+            out.append((a, host))
+    return out
+
+
+def stateless_target(address: str, replicas: list[str], tls: bool = False) -> str | None:
+    """One gRPC target covering every replica, for round_robin: the ``dns:`` name itself, the unix
+    sockets as gRPC's ``unix:a,b`` list, IP literals as an ``ipv4:``/``ipv6:`` list; None when the
+    replicas have host names (gRPC resolves one name per target), and for a TLS list (one channel
+    checks every certificate against one name: each replica's own probe channel checks its own)."""
+    if address.startswith("dns:"):
+        return address
+    if all(is_unix(a) and unix_socket_path(a) for a in replicas):
+        return "unix:" + ",".join(unix_socket_path(a) for a in replicas)
+    if tls:
+        return None
+    for family, scheme in ((socket.AF_INET, "ipv4:"), (socket.AF_INET6, "ipv6:")):
+        hosts = []
+        for a in replicas:
+            host, _, port = a.removeprefix(scheme).rpartition(":")
+            try:
+                socket.inet_pton(family, host.strip("[]"))
+            except OSError:
+                break
+            hosts.append(f"{host}:{port}")
+        else:
+            return scheme + ",".join(hosts)
+    return None

@@ -425,12 +425,14 @@ class Client:
     @classmethod
     def connect(cls, address: str | None = None, timeout_s: float = 5.0,
                 root_certificates: bytes | None = None, private_key: bytes | None = None,
-                certificate_chain: bytes | None = None) -> "Client":
+                certificate_chain: bytes | None = None, channel_options: tuple = ()) -> "Client":
         """Connect and wait until the service answers; ServiceUnavailableError otherwise. TLS when
         root_certificates (PEM of the CA to trust) or a client certificate (mTLS: private_key and
         certificate_chain, PEM) is given; service.tls.client_tls reads them from files.
         ``address``: unix:PATH, a bare socket path (taken as unix:PATH) or HOST:PORT
-        (service.address; ValueError for a name that could be either); None: the per-user socket."""
+        (service.address; ValueError for a name that could be either); None: the per-user socket.
+        ``channel_options``: more gRPC channel arguments (service.fleet names the TLS host of a
+        replica it resolved to an IP address)."""
         address = client_address(address) if address else default_address()
         path = unix_socket_path(address)
         why = untrusted_socket(path) if path else None
@@ -439,9 +441,9 @@ class Client:
         tls = root_certificates is not None or certificate_chain is not None
         if tls:
             channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(
-                root_certificates, private_key, certificate_chain), options=grpc_options())
+                root_certificates, private_key, certificate_chain), options=grpc_options() + list(channel_options))
         else:
-            channel = grpc.insecure_channel(address, options=grpc_options())
+            channel = grpc.insecure_channel(address, options=grpc_options() + list(channel_options))
         deadline = time.monotonic() + timeout_s
         client = cls(channel, address)
         try:

@@ -13,6 +13,7 @@ FAILING = (Outcome.WRONG, Outcome.REJECTED, Outcome.CRASH)
 
 
 def main(args: argparse.Namespace) -> int:
+    from service.address import is_fleet
     from service.client import ServiceUnavailableError
     from service.tls import check_tls_address, client_tls
     corpus = args.corpus or DEFAULT_CORPUS
@@ -29,6 +30,8 @@ def main(args: argparse.Namespace) -> int:
                          ("--tls-ca-file", "--tls-cert-file", "--tls-key-file"))
         if tls is not None:
             check_tls_address(args.service or None, "--tls-ca-file/--tls-cert-file/--tls-key-file")
+        if args.service and is_fleet(args.service):  # each case's result must come from the one service named
+            raise ValueError(f"--service {args.service}: CTS checks one service; give one of its addresses")
         target = InProcessTarget() if args.service is None else ServiceTarget(args.service or None, tls=tls)
     except (ValueError, ServiceUnavailableError) as e:
         print(f"nnhal cts: {e}", file=sys.stderr)
