@@ -56,7 +56,6 @@ from service.fleet_burst import FleetBurst
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.servicer import grpc_options
-from service.transfer import support_query_proto
 
 log = logging.getLogger("nnhal.fleet")
 
@@ -212,6 +211,13 @@ class FleetClient:
                 r.drop_session()
             r.healthy, r.why = serving, why
 
+    @property
+    def shared_memory(self) -> bool:
+        """Whether executions may use shared memory (local bursts): a fleet of unix sockets. Each
+        replica's session still decides for itself (Client.shared_memory: a service of another user
+        gets tensors inline)."""
+        return self.address.startswith("unix:")
+
     def healthy(self) -> list[Replica]:
         with self._lock:
             return [r for r in self.replicas.values() if r.healthy and r.listed]
@@ -294,11 +300,21 @@ class FleetClient:
         return [r is None for r in self.get_support_reasons(model)]
 
     def get_support_reasons(self, model: Model) -> list[str | None]:
-        """As Client.get_support_reasons (every replica runs the same build: one answers)."""
-        reply = self._call("GetSupportedOperations", pb.SupportedOperationsRequest(model=support_query_proto(model)))
-        reasons = list(reply.reasons) if len(reply.reasons) == len(reply.supported) else [""] * len(reply.supported)
-        return [None if ok else (why or "the service does not support this operation variant")
-                for ok, why in zip(reply.supported, reasons)]
+        """As Client.get_support_reasons (every replica runs the same build: one answers). Through a
+        replica's session, not the round_robin channel: a unix-socket service answers the support
+        query only within a session (service.access)."""
+        tried: list[Replica] = []
+        for replica in self.place(rotate=False):
+            if len(tried) == 2:
+                break
+            tried.append(replica)
+            client = None
+            try:
+                client = self.session(replica)
+                return client.get_support_reasons(model)
+            except ServiceUnavailableError:  # its replica went away under it: once more, elsewhere
+                self.lost(replica, client)
+        raise ServiceUnavailableError(f"no nnhal service of {self.address} answered the support query")
 
     # ---- prepared models -----------------------------------------------------------
     def prepare_model(self, model: Model, *, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,

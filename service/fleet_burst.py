@@ -30,7 +30,8 @@ class FleetBurst:
         if self._replica is not None:
             self._replica.bursts.add(self)  # service.fleet.Replica: aborts it when the replica is lost
         try:
-            self._inner = remote.local_burst(self._extra) if self._local else remote.burst()
+            local = self._local and remote.client.shared_memory  # another user's replica: the gRPC stream
+            self._inner = remote.local_burst(self._extra) if local else remote.burst()
         except ServiceUnavailableError:
             raise
         except ServiceError:

@@ -15,6 +15,7 @@ from delegate.options import NnhalOptions
 from service.address import fleet_addresses, is_fleet, resolve, stateless_target
 from service.client import Client, ServiceError, ServiceUnavailableError
 from service.fleet import FleetClient
+from service.server import MAX_SOCKET_PATH_BYTES
 from tests.service.conftest import HANG_LIMIT_S, ServerProcess, TcpServer, returns, stopped
 from tests.service.models import add_model
 from tests.service.test_tls import TlsServer, _delegated_run, pki  # noqa: F401, F811 - pki is a fixture
@@ -68,7 +69,7 @@ def test_address_lists_are_parsed_checked_and_normalized(tmp_path):
     # The delegate's option: each element normalized (a bare path becomes unix:ABS), socket paths checked.
     o = NnhalOptions.from_kwargs(service_address=f"{tmp_path}/a.sock,{tmp_path}/b.sock")
     assert o.service_address == f"unix:{tmp_path}/a.sock,unix:{tmp_path}/b.sock"
-    with pytest.raises(ValueError, match="at most 107"):
+    with pytest.raises(ValueError, match=f"at most {MAX_SOCKET_PATH_BYTES}"):
         NnhalOptions.from_kwargs(service_address=f"/a.sock,/{'x' * 200}.sock")
 
 
