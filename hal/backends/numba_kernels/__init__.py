@@ -19,7 +19,10 @@ How it stays exact and fast:
   kernel's result for every possible input, then one lookup pass (64 bytes per step with VBMI).
 The vector kernels are LLVM IR written out as numba intrinsics (simd.py, vnni.py): numba's own
 loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
-Operations or forms it does not take (float, NCHW, non-constant filters, ...) fall back to the
+- Float UNIDIRECTIONAL_SEQUENCE_LSTM / BIDIRECTIONAL_SEQUENCE_LSTM (lstm.py): each cell's whole
+  sequence in one compiled loop (the reference cell's float64 arithmetic, within CTS's float
+  tolerance of it), instead of numpy calls per gate and time step.
+Operations or forms it does not take (other float operations, NCHW, non-constant filters, ...) fall back to the
 next backend of the preference order, ultimately the reference backend.
 
 Kernels are compiled for their exact signatures when this package is imported (service start,
@@ -94,7 +97,8 @@ VERSION = "2-vnni" if _vnni.AVAILABLE else "2"
 #: The reference backend is part of what this one is: its table-driven kernels are tabulated by
 #: the reference kernels (lut.py), so an edit there changes this backend's identity too.
 BACKEND = Backend("numba", VERSION, modules=("hal.backends.numba_kernels", "hal.backends.reference"), priority=10,
-                  description=f"numba {numba.__version__}: quantized kernels, bit-exact with reference")
+                  description=f"numba {numba.__version__}: quantized kernels, bit-exact with reference; "
+                              "float sequence LSTMs")
 
 
 def _load() -> None:

@@ -1,0 +1,302 @@
+"""Float UNIDIRECTIONAL_SEQUENCE_LSTM and BIDIRECTIONAL_SEQUENCE_LSTM: each cell's whole sequence
+in one compiled loop, instead of the reference backend's numpy calls per gate and time step.
+
+The arithmetic is the reference cell's (hal/backends/reference/lstm.py), in the same order where
+it matters: float64 throughout, the input contributions of every step first (one matrix product
+for all steps and gates), then per step the recurrent products, peepholes, layer normalisation,
+biases, the gates (sigmoid as 0.5·(1 + tanh(x/2))), the cell clip, the cell state rounded to
+float32, the output gate on the new state, the projection and its clip, and the output state
+rounded to float32 before the next step reads it. Results differ from the reference backend's
+only by float64 summation order, far inside NNAPI's float32 tolerance (tests/backends compare).
+The operations' wiring (time order, auxiliary linking, merged and state outputs) is the
+reference backend's (``reference.sequence_lstm.unidirectional`` / ``bidirectional``).
+Weights given as constants are packed once at plan time; weights that are model inputs each run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from hal.backends.numba_kernels import BACKEND
+from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.reference.lstm import LAYER_NORM_EPSILON, check_runnable
+from hal.backends.reference.sequence_lstm import bidirectional, unidirectional
+from hal.operations.common import F16, F32
+from hal.operations.lstm import CellConfig, LstmActivation, LstmParams
+from hal.operations.sequence_lstm import BIDIRECTIONAL_SEQUENCE_LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM
+from hal.registry import OperationContext
+
+
+@dataclass
+class PackedCell:
+    """One cell's weights, float64, gates stacked in NNAPI's order (input, forget, cell, output);
+    an absent gate, peephole or layer norm is zeros and its flag off."""
+
+    input_weights: np.ndarray      # [4·units, input_size]
+    aux_weights: np.ndarray | None  # [4·units, aux_size]
+    recurrent: np.ndarray          # [output_size, 4·units]
+    bias: np.ndarray               # [4, units]
+    peephole: np.ndarray           # [3, units]: input, forget, output
+    layer_norm: np.ndarray         # [4, units]
+    projection: np.ndarray         # [output_size, units] (empty without a projection)
+    projection_bias: np.ndarray    # [output_size]
+
+
+@dataclass
+class LstmData:
+    params: LstmParams
+    cells: tuple  # PackedCell per cell, or None where a weight is a model input (packed each run)
+
+
+def _pack(cell: CellConfig, get) -> PackedCell:
+    """``get(i, used)``: operand i as float64, or None when absent or unused."""
+    t, u = cell.tensors, cell.num_units
+
+    def stacked(indices, cols: int) -> np.ndarray:
+        out = np.zeros((4 * u, cols))
+        for g, i in enumerate(indices):
+            w = get(i, not (g == 0 and cell.use_cifg))
+            if w is not None:
+                out[g * u:(g + 1) * u] = w
+        return out
+
+    def rows(indices, used: bool, n: int) -> np.ndarray:
+        out = np.zeros((n, u))
+        for g, i in enumerate(indices):
+            v = get(i, used and not (g == 0 and cell.use_cifg))
+            if v is not None:
+                out[g] = v
+        return out
+
+    recurrent = stacked(t.recurrent_weights, cell.output_size).T.copy()
+    aux = stacked(t.aux_weights, get(t.aux_input_to_forget, True).shape[1]) if cell.use_aux else None
+    proj = get(t.projection_weights, cell.use_projection)
+    proj_bias = get(t.projection_bias, cell.use_projection_bias)
+    return PackedCell(stacked(t.input_weights, cell.input_size), aux, recurrent, rows(t.biases, True, 4),
+                      rows(t.peepholes, cell.use_peephole, 3),
+                      rows(t.layer_norms, cell.use_layer_norm, 4),
+                      np.zeros((0, u)) if proj is None else np.ascontiguousarray(proj),
+                      np.zeros(cell.output_size) if proj_bias is None else np.ascontiguousarray(proj_bias))
+
+
+def _getter(values):
+    def get(i: int, used: bool = True):
+        v = values(i) if used and i >= 0 else None
+        return None if v is None else np.asarray(v, np.float64)
+    return get
+
+
+def _constant_getter(ctx: OperationContext):
+    def value(i: int):
+        if not ctx.has_input(i):
+            return None
+        v = ctx.input(i).value
+        if v is None:
+            raise LookupError(i)  # a model input: packed at execution
+        return v
+    return _getter(value)
+
+
+def plan(ctx: OperationContext) -> LstmData:
+    p: LstmParams = ctx.params
+    cells = []
+    for cell in p.cells:
+        try:
+            cells.append(None if cell.deferred else _pack(cell, _constant_getter(ctx)))
+        except LookupError:
+            cells.append(None)
+    return LstmData(p, tuple(cells))
+
+
+F64, I64 = numba.float64, numba.int64
+SIGMOID = int(LstmActivation.SIGMOID)
+_SIG = numba.void(ro(np.float64, 3), ro(np.float64, 2), ro(np.float64, 2), ro(np.float64, 2), ro(np.float64, 2),
+                  ro(np.float64, 2), ro(np.float64, 1), I64, I64, I64, I64, I64, I64, F64, F64,
+                  ro(np.float32, 2), ro(np.float32, 2), rw(np.float32, 3), rw(np.float32, 2), rw(np.float32, 2))
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HI, _LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def _exp_into(src, scale, dst, lo, hi, bits):
+    """dst[lo:hi] = exp(scale · src[lo:hi]) within a few float64 ulps (Cody-Waite reduction to
+    |r| <= ln2/2, degree-11 Taylor polynomial, 2^n from the exponent bits): a loop LLVM vectorises,
+    where libm's exp and tanh are a call per element."""
+    for k in range(lo, hi):
+        x = min(max(scale * src[k], -700.0), 700.0)
+        m = np.floor(x * _LOG2E + 0.5)
+        r = x - m * _LN2_HI - m * _LN2_LO
+        dst[k] = 1.0 + r * (1.0 + r * (1 / 2 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (
+            1 / 720 + r * (1 / 5040 + r * (1 / 40320 + r * (1 / 362880 + r * (1 / 3628800 + r / 39916800))))))))))
+        bits[k] = (np.int64(m) + 1023) << 52
+    powers = bits.view(np.float64)
+    for k in range(lo, hi):
+        dst[k] *= powers[k]
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def _activate(a, lo, hi, act, tmp, bits):
+    """a[lo:hi] = the LSTM activation ``act`` of a[lo:hi] (TFLite's codes, LstmActivation):
+    sigmoid as 1 / (1 + e^-x), tanh as 1 - 2 / (e^2x + 1), equal to the reference backend's forms
+    within float64 rounding."""
+    if act == 0:
+        return
+    if act == 1:
+        for k in range(lo, hi):
+            a[k] = max(a[k], 0.0)
+    elif act == 2:
+        for k in range(lo, hi):
+            a[k] = min(max(a[k], -1.0), 1.0)
+    elif act == 3:
+        for k in range(lo, hi):
+            a[k] = min(max(a[k], 0.0), 6.0)
+    elif act == 4:
+        _exp_into(a, 2.0, tmp, lo, hi, bits)
+        for k in range(lo, hi):
+            a[k] = 1.0 - 2.0 / (tmp[k] + 1.0)
+    else:
+        _exp_into(a, -1.0, tmp, lo, hi, bits)
+        for k in range(lo, hi):
+            a[k] = 1.0 / (1.0 + tmp[k])
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def _normalize(acc, base, units, weights, g):
+    mean = 0.0
+    for u in range(units):
+        mean += acc[base + u]
+    mean /= units
+    var = 0.0
+    for u in range(units):
+        d = acc[base + u] - mean
+        var += d * d
+    inv = 1.0 / np.sqrt(var / units + LAYER_NORM_EPSILON)
+    for u in range(units):
+        acc[base + u] = (acc[base + u] - mean) * inv * weights[g, u]
+
+
+@numba.njit(_SIG, cache=True, nogil=True, fastmath=True, error_model="numpy")
+def _sequence(xc, recurrent, bias, peep, layer_norm, proj, proj_bias, cifg, peephole, use_ln, act, reverse,
+              projection, cell_clip, proj_clip, h0, c0, out, h_out, c_out):
+    steps, batch, gates = xc.shape
+    units = gates // 4
+    size = recurrent.shape[0]
+    acc = np.empty(gates)
+    rec = np.empty(gates)
+    tmp = np.empty(gates)
+    bits = np.empty(gates, np.int64)
+    h = np.empty(units)
+    hp = np.empty(size)
+    cp = np.empty(units)
+    for b in range(batch):
+        for k in range(size):
+            hp[k] = h0[b, k]
+        for u in range(units):
+            cp[u] = c0[b, u]
+        for n in range(steps):
+            t = steps - 1 - n if reverse else n
+            rec[:] = 0.0
+            for k in range(size):
+                hk = hp[k]
+                for j in range(gates):
+                    rec[j] += hk * recurrent[k, j]
+            for g in range(3):  # input, forget, cell: they read the previous cell state
+                if g == 0 and cifg:
+                    continue
+                base = g * units
+                for u in range(units):
+                    v = xc[t, b, base + u] + rec[base + u]
+                    if peephole and g < 2:
+                        v += peep[g, u] * cp[u]
+                    acc[base + u] = v
+                if use_ln:
+                    _normalize(acc, base, units, layer_norm, g)
+                for u in range(units):
+                    acc[base + u] += bias[g, u]
+            if not cifg:
+                _activate(acc, 0, units, SIGMOID, tmp, bits)
+            _activate(acc, units, 2 * units, SIGMOID, tmp, bits)
+            _activate(acc, 2 * units, 3 * units, act, tmp, bits)
+            for u in range(units):
+                f = acc[units + u]
+                i = 1.0 - f if cifg else acc[u]
+                c = f * cp[u] + i * acc[2 * units + u]
+                if cell_clip > 0:
+                    c = min(max(c, -cell_clip), cell_clip)
+                cp[u] = np.float64(np.float32(c))  # the state is float32
+            base = 3 * units
+            for u in range(units):
+                v = xc[t, b, base + u] + rec[base + u]
+                if peephole:
+                    v += peep[2, u] * cp[u]
+                acc[base + u] = v
+            if use_ln:
+                _normalize(acc, base, units, layer_norm, 3)
+            for u in range(units):
+                acc[base + u] += bias[3, u]
+                h[u] = cp[u]
+            _activate(acc, base, gates, SIGMOID, tmp, bits)
+            _activate(h, 0, units, act, tmp, bits)
+            for u in range(units):
+                h[u] *= acc[base + u]
+            if projection:
+                for k in range(size):
+                    s = 0.0
+                    for u in range(units):
+                        s += h[u] * proj[k, u]
+                    s += proj_bias[k]
+                    if proj_clip > 0:
+                        s = min(max(s, -proj_clip), proj_clip)
+                    hp[k] = np.float64(np.float32(s))
+            else:
+                for k in range(size):
+                    hp[k] = np.float64(np.float32(h[k]))
+            for k in range(size):
+                out[t, b, k] = np.float32(hp[k])
+        for k in range(size):
+            h_out[b, k] = np.float32(hp[k])
+        for u in range(units):
+            c_out[b, u] = np.float32(cp[u])
+
+
+def _cell_runner(data: LstmData):
+    p = data.params
+
+    def run(k: int, inputs: list, xs: np.ndarray, aux: np.ndarray | None, reverse: bool) -> tuple:
+        cell = p.cells[k]
+        w = data.cells[k] or _pack(cell, _getter(lambda i: inputs[i]))
+        steps, batch = xs.shape[0], xs.shape[1]
+        xc = xs.reshape(steps * batch, -1).astype(np.float64) @ w.input_weights.T
+        if aux is not None and w.aux_weights is not None:
+            xc += aux.reshape(steps * batch, -1).astype(np.float64) @ w.aux_weights.T
+        t = cell.tensors
+        h0 = np.ascontiguousarray(inputs[t.output_state_in], np.float32)
+        c0 = np.ascontiguousarray(inputs[t.cell_state_in], np.float32)
+        out = np.empty((steps, batch, cell.output_size), np.float32)
+        h, c = np.empty_like(h0), np.empty_like(c0)
+        _sequence(xc.reshape(steps, batch, -1), w.recurrent, w.bias, w.peephole, w.layer_norm, w.projection,
+                  w.projection_bias, int(cell.use_cifg), int(cell.use_peephole), int(cell.use_layer_norm),
+                  int(p.activation), int(reverse), int(cell.use_projection), float(p.cell_clip), float(p.proj_clip),
+                  h0, c0, out, h, c)
+        return out, h, c
+    return run
+
+
+def execute_unidirectional(ctx: OperationContext, inputs: list) -> list:
+    data: LstmData = ctx.data
+    check_runnable(ctx, data.params)
+    return unidirectional(data.params, inputs, _cell_runner(data))
+
+
+def execute_bidirectional(ctx: OperationContext, inputs: list) -> list:
+    data: LstmData = ctx.data
+    check_runnable(ctx, data.params)
+    return bidirectional(data.params, inputs, _cell_runner(data))
+
+
+BACKEND.register(UNIDIRECTIONAL_SEQUENCE_LSTM, plan=plan, execute=execute_unidirectional, types=(F32, F16))
+BACKEND.register(BIDIRECTIONAL_SEQUENCE_LSTM, plan=plan, execute=execute_bidirectional, types=(F32, F16))
