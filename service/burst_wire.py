@@ -14,7 +14,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hal.errors import HalError
 from hal.executor import OutputShape
@@ -55,8 +55,9 @@ def fits(n_inputs: int, n_outputs: int) -> bool:
 
 # ---- requests -------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    """A request's header as read (a tuple: decoded for every request)."""
+
     seq: int
     n_inputs: int
     n_outputs: int
@@ -120,8 +121,9 @@ def read_descriptors(header: RequestHeader) -> tuple[list[tuple[tuple[int, ...],
 
 # ---- replies --------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(NamedTuple):
+    """A reply as read (a tuple: decoded for every request)."""
+
     seq: int
     status: int
     message: str
@@ -133,14 +135,23 @@ class Reply:
     shapes_raw: bytes = b""
 
 
-def write_reply(view: memoryview, seq: int, status: int, message: str, shapes: list[OutputShape], t_dev: int,
-                t_drv: int, shared: bool) -> None:
-    raw = message.encode()[:MSG_MAX]
-    REP.pack_into(view, REPLY_OFFSET, seq, int(status), len(raw), t_dev, t_drv, REPLY_SHARED if shared else 0)
-    view[MSG_OFFSET:MSG_OFFSET + len(raw)] = raw
-    for k, s in enumerate(shapes[: (HEADER_BYTES - SHAPES_OFFSET) // SHAPE.size]):
+def pack_shapes(shapes: list[OutputShape]) -> bytes:
+    """The reply's output shape records (a bound execution's are packed once and reused)."""
+    out = bytearray()
+    for s in shapes[: (HEADER_BYTES - SHAPES_OFFSET) // SHAPE.size]:
         dims = list(s.dimensions[:MAX_DIMS]) + [0] * (MAX_DIMS - min(len(s.dimensions), MAX_DIMS))
-        SHAPE.pack_into(view, SHAPES_OFFSET + k * SHAPE.size, len(s.dimensions), int(s.is_sufficient), *dims)
+        out += SHAPE.pack(len(s.dimensions), int(s.is_sufficient), *dims)
+    return bytes(out)
+
+
+def write_reply(view: memoryview, seq: int, status: int, message: str, shapes: bytes, t_dev: int,
+                t_drv: int, shared: bool) -> None:
+    """``shapes``: the output shape records (``pack_shapes``)."""
+    raw = message.encode()[:MSG_MAX] if message else b""
+    REP.pack_into(view, REPLY_OFFSET, seq, int(status), len(raw), t_dev, t_drv, REPLY_SHARED if shared else 0)
+    if raw:
+        view[MSG_OFFSET:MSG_OFFSET + len(raw)] = raw
+    view[SHAPES_OFFSET:SHAPES_OFFSET + len(shapes)] = shapes
 
 
 def read_reply(view: memoryview, n_outputs: int, known: tuple[bytes, list[tuple[int, ...]]] | None = None) -> Reply:
