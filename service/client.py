@@ -334,7 +334,6 @@ class LocalBurst:
         """As RemotePreparedModel.execute, through the shared-memory slots."""
         arrays = [np.ascontiguousarray(x) for x in inputs]
         bound = self.pm.wait_s(timeout_s, loop_timeout_s)
-        t0 = time.perf_counter()
         try:
             reply, outs = self.channel.execute(arrays, outputs, measure_timing, _timeout_ns(timeout_s), bound,
                                                _timeout_ns(loop_timeout_s))
@@ -346,9 +345,9 @@ class LocalBurst:
         except KeyboardInterrupt:  # the service may still answer into the slots: never use them again
             self.close()
             raise
-        if reply.status != ErrorStatus.NONE:
+        if reply.status:  # not ErrorStatus.NONE
             raise ServiceError(reply.status, reply.message, reply.shapes)
-        self.pm.observe(time.perf_counter() - t0)
+        self.pm.observe(self.channel.last_s)
         timing = Timing(reply.time_on_device_ns, reply.time_in_driver_ns) if measure_timing else None
         return ExecutionOutput(outs, reply.shapes, timing)
 

@@ -27,6 +27,7 @@ from hal.errors import HalError
 from hal.model import DataLocation, Request, RequestArgument
 from hal.types import ErrorStatus
 from service import burst_wire as wire
+from service.doorbell import Doorbell
 from service.execution import BoundExecution, ExecutionResult, PreparedModel, deadline_from_timeout
 
 log = logging.getLogger("nnhal.service")
@@ -108,7 +109,7 @@ class LocalBurstServer:
                     pass
 
     def _run(self) -> None:
-        fd, mem, view, data = -1, None, None, None
+        fd, mem, view, data, bell = -1, None, None, None, None
         try:
             conn, _ = self.listener.accept()
             self.conn = conn
@@ -125,19 +126,25 @@ class LocalBurstServer:
             view = memoryview(mem)
             data = view[wire.DATA_OFFSET:]
             conn.setblocking(False)
-            spin_s = 0.0
+            bell = Doorbell(conn, view, wire.REPLY_POSTED, wire.SERVICE_WAITING, wire.REQUEST_POSTED,
+                            wire.CLIENT_WAITING)
+            spin_s, served = 0.0, 0
             while not self.closed.is_set():
-                if not wire.wait_doorbell(conn, spin_s):
+                posted = bell.wait(served, spin_s)
+                if posted is None:
                     break  # the client closed (or died)
                 again, self.shared = _LastServed.took_turn(self)
                 spin_s = SERVICE_SPIN_S if again else 0.0
                 self._serve_one(view, data)
-                conn.send(b"\x01")
+                bell.post(posted)  # after the reply: the client reads it once it sees this
+                served = posted
         except (OSError, socket.timeout) as e:  # e.g. a client that gave up while we were stopped
             if not self.closed.is_set():
                 log.info("local burst ended: %s", e)
         finally:
             self._bound = None  # drop views into the mapping before releasing it, however the loop ended
+            if bell is not None:
+                bell.release()
             for v in (data, view):
                 if v is not None:
                     v.release()
