@@ -334,15 +334,15 @@ class NnhalKernel(SimpleDelegateKernel):
             self._reconnect()
         failure = "the nnhal service is unreachable"
         if self.remote is not None:
-            timeout = self.owner.options.deadline_ms / 1e3 if self.owner.options.deadline_ms else None
+            o = self.owner.options
             if self._reopen_burst and self.burst is None:
                 self._open_local_burst()
             runner = self.burst if self.burst is not None else self.remote
             try:
                 # Every wait is bounded (service.client: the deadline plus a grace, else a default
                 # scaled by this model's slowest execution): a stopped service times out as lost.
-                loop_ms = self.owner.options.loop_timeout_ms
-                runner.execute(inputs, outputs, timeout_s=timeout, loop_timeout_s=loop_ms / 1e3 if loop_ms else None)
+                runner.execute(inputs, outputs, timeout_s=o.deadline_ms / 1e3 if o.deadline_ms else None,
+                               loop_timeout_s=o.loop_timeout_ms / 1e3 if o.loop_timeout_ms else None)
                 done = True
             except ServiceError as e:
                 if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
@@ -360,8 +360,9 @@ class NnhalKernel(SimpleDelegateKernel):
             if not self.owner.options.allow_in_process_fallback:
                 raise NoFallbackError(f"{failure}; in-process fallback is off (disallow_nnapi_cpu)")
             self._run_locally(inputs, outputs)
-        for t, value in self.part.constant_outputs.items():
-            np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
+        if self.part.constant_outputs:
+            for t, value in self.part.constant_outputs.items():
+                np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
 
     def _arrays(self, context: DelegateContext) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The partition's input and output tensors (LSTM/RNN state last), the same lists while

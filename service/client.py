@@ -154,13 +154,16 @@ class RemotePreparedModel:
 
     def observe(self, seconds: float) -> None:
         """An execution of this model took ``seconds`` (here or elsewhere, e.g. in-process)."""
-        self.slowest_s = max(self.slowest_s, seconds)
+        if seconds > self.slowest_s:
+            self.slowest_s = seconds
 
     def wait_s(self, timeout_s: float | None, loop_timeout_s: float | None = None) -> float:
         """How long a client waits for one execution before giving the service up (a WHILE may
         legitimately run for its whole loop timeout)."""
         if timeout_s:
             return timeout_s + DEADLINE_GRACE_S
+        if loop_timeout_s is None and EXECUTE_WAIT_FACTOR * self.slowest_s <= self._wait_min_s >= DEADLINE_GRACE_S:
+            return self._wait_min_s  # the common case, asked on every execution
         return max(self._wait_min_s, EXECUTE_WAIT_FACTOR * self.slowest_s, (loop_timeout_s or 0) + DEADLINE_GRACE_S)
 
     def _abandon_scratch(self) -> None:
