@@ -5,8 +5,7 @@ Each side posts a message by writing a sequence number into its own word of the 
 after the message itself. A peer that is polling sees the word change; a peer that has gone to
 sleep on the socket first says so in its own "waiting" word, and only then is it sent a byte.
 That takes the two send() system calls and the failed recv() polls out of a back-to-back round
-trip: on the VMs nnhal is measured on a send() is a few microseconds, and a round trip of a
-small model is a few tens.
+trip, whose whole cost for a small model is a few such calls' worth.
 
 The protocol is Dekker's: a side stores its word, then loads the other's. x86-64's memory order
 (TSO) keeps stores in order and loads in order; the one reordering it allows, a load before an
@@ -18,6 +17,7 @@ never a hang.
 """
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import threading
@@ -29,6 +29,13 @@ WORD_BYTES = 8
 POLL_MEMORY = platform.machine().lower() in ("x86_64", "amd64")
 #: A side that went to sleep looks at the posted word again after this long, once.
 BACKSTOP_S = 0.01
+#: A side polls this long, then offers its CPU (sched_yield) every YIELD_EVERY_S while it polls.
+#: When the peer is runnable on the same CPU (the scheduler put both there: the other core is
+#: busy), a poller that never yields holds the CPU the peer needs to answer until its time slice
+#: ends.
+YIELD_AFTER_S = 5e-6
+YIELD_EVERY_S = 2e-6
+yield_cpu = getattr(os, "sched_yield", lambda: None)
 
 _fence_lock = threading.Lock()
 
@@ -81,13 +88,18 @@ class Doorbell:
         peer = self.peer_posted
         clock = time.perf_counter
         start = clock()
+        offer_at = YIELD_AFTER_S
         if POLL_MEMORY:
             while True:
                 value = peer[0]
                 if value != last:
                     return value
-                if clock() - start >= spin_s:
+                waited = clock() - start
+                if waited >= spin_s:
                     break
+                if waited >= offer_at:
+                    yield_cpu()
+                    offer_at = waited + YIELD_EVERY_S
         else:
             while True:  # poll the socket: each message is one byte on it
                 try:
@@ -97,8 +109,12 @@ class Doorbell:
                     if value != last:
                         return value
                 except BlockingIOError:
-                    if clock() - start >= spin_s:
+                    waited = clock() - start
+                    if waited >= spin_s:
                         break
+                    if waited >= offer_at:
+                        yield_cpu()
+                        offer_at = waited + YIELD_EVERY_S
         return self._sleep(last, start, timeout_s)
 
     def _sleep(self, last: int, start: float, timeout_s: float | None) -> int | None:

@@ -151,3 +151,17 @@ def test_a_word_is_read_whole_while_another_process_writes_it():
     w.release()
     view.release()
     mem.close()
+
+
+def test_a_long_poll_offers_the_cpu(bells, monkeypatch):
+    """Past YIELD_AFTER_S a poller yields between polls: a peer the scheduler put on the same CPU
+    gets to answer instead of waiting out the poller's time slice."""
+    a, b = bells
+    offered = []
+    monkeypatch.setattr(doorbell, "yield_cpu", lambda: offered.append(1))
+    with pytest.raises(TimeoutError):
+        b.wait(0, spin_s=0.01, timeout_s=0.02)
+    assert offered
+    offered.clear()
+    a.post(1)
+    assert b.wait(0, spin_s=0.01, timeout_s=5) == 1 and not offered  # the answer was there: no yield
