@@ -34,8 +34,8 @@ log = logging.getLogger("nnhal.service")
 
 ACCEPT_TIMEOUT_S = 10.0
 #: The service polls its doorbell this long after a reply when the burst is invoked back to back
-#: (its next request usually follows at once; see ``_LastServed``): a blocking wake-up costs
-#: ~70 µs on a VM vCPU, polling answers in ~6 µs.
+#: (its next request usually follows at once; see ``_LastServed``): a blocking wake-up is a
+#: scheduler round trip, a poll of the posted word (``service.doorbell``) a memory read.
 SERVICE_SPIN_S = 200e-6
 
 
