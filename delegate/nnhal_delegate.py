@@ -211,6 +211,8 @@ class NnhalKernel(SimpleDelegateKernel):
         part.model.relax_computation_float32_to_float16 = self.owner.options.allow_fp16
         self.part = part
         self.inputs, self.outputs = part.input_tensors, part.output_tensors
+        self._io_tensors = (*self.inputs, *self.outputs, *part.state_tensors)
+        self._io_from, self._io = None, ([], [])
         o = self.owner.options
         self.token = model_token(part.model, o.token_salt(), o.token_options())  # hashes the shapes too
 
@@ -326,10 +328,7 @@ class NnhalKernel(SimpleDelegateKernel):
             for t, value in self.part.constant_outputs.items():
                 np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
             return
-        # A rank-0 input is an NNAPI [1] tensor (delegate.mapping.scalars); every result is written
-        # once, straight into its TFLite tensor (reshaped to it), whichever path computed it.
-        inputs = [x.reshape(1) if x.ndim == 0 else x for x in map(context.tensor, self.inputs)]
-        outputs = [context.tensor(t) for t in (*self.outputs, *self.part.state_tensors)]  # LSTM/RNN state last
+        inputs, outputs = self._arrays(context)
         done = False
         if self.remote is not None and self.remote.client is not self.owner.client:
             self._lose(self.remote.client)  # another partition lost this connection: don't wait on it too
@@ -337,15 +336,15 @@ class NnhalKernel(SimpleDelegateKernel):
             self._reconnect()
         failure = "the nnhal service is unreachable"
         if self.remote is not None:
-            timeout = self.owner.options.deadline_ms / 1e3 if self.owner.options.deadline_ms else None
+            o = self.owner.options
             if self._reopen_burst and self.burst is None:
                 self._open_local_burst()
             runner = self.burst if self.burst is not None else self.remote
             try:
                 # Every wait is bounded (service.client: the deadline plus a grace, else a default
                 # scaled by this model's slowest execution): a stopped service times out as lost.
-                loop_ms = self.owner.options.loop_timeout_ms
-                runner.execute(inputs, outputs, timeout_s=timeout, loop_timeout_s=loop_ms / 1e3 if loop_ms else None)
+                runner.execute(inputs, outputs, timeout_s=o.deadline_ms / 1e3 if o.deadline_ms else None,
+                               loop_timeout_s=o.loop_timeout_ms / 1e3 if o.loop_timeout_ms else None)
                 done = True
             except ServiceError as e:
                 if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
@@ -363,8 +362,21 @@ class NnhalKernel(SimpleDelegateKernel):
             if not self.owner.options.allow_in_process_fallback:
                 raise NoFallbackError(f"{failure}; in-process fallback is off (disallow_nnapi_cpu)")
             self._run_locally(inputs, outputs)
-        for t, value in self.part.constant_outputs.items():
-            np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
+        if self.part.constant_outputs:
+            for t, value in self.part.constant_outputs.items():
+                np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
+
+    def _arrays(self, context: DelegateContext) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The partition's input and output tensors (LSTM/RNN state last), the same lists while
+        TFLite keeps their buffers. A rank-0 input is an NNAPI [1] tensor (delegate.mapping.scalars);
+        every result is written once, straight into its TFLite tensor (reshaped to it), whichever
+        path computed it."""
+        io = context.arrays(self._io_tensors)
+        if io is not self._io_from:
+            n = len(self.inputs)
+            self._io = ([x.reshape(1) if x.ndim == 0 else x for x in io[:n]], io[n:])
+            self._io_from = io
+        return self._io
 
     def _run_locally(self, inputs, outputs) -> None:
         """The partition on an in-process prepared model: the service's own execution path

@@ -117,6 +117,10 @@ class DelegateContext:
         #: In kernel prepare: the partition's own tensors have TFLite's current shapes too (else why not).
         self.shapes_propagated, self.unpropagated_reason = True, ""
         self._views: dict[int, tuple[tuple, np.ndarray]] = {}
+        #: The tensor array as 64-bit words (where each tensor's data, bytes and dims are read), and
+        #: per set of tensors (``arrays``): the words' positions, their last values, the views.
+        self._words, self._words_at = None, (0, 0)
+        self._sets: dict[tuple[int, ...], list] = {}
 
     def tensor(self, index: int) -> np.ndarray:
         """Zero-copy view of tensor ``index``'s current buffer.
@@ -131,6 +135,31 @@ class DelegateContext:
         view = capi.tensor_array(t)
         self._views[index] = (key, view)
         return view
+
+    def arrays(self, indexes: tuple[int, ...]) -> list[np.ndarray]:
+        """``tensor`` of each of ``indexes`` (a kernel's inputs and outputs, on every invoke): the
+        same list while none of them moved or was resized, checked by reading three words per tensor."""
+        ctx = self.ctx
+        at = (ctx.tensors, ctx.tensors_size)
+        if at != self._words_at:  # TFLite reallocated its tensors (or this is the first call)
+            self._words = (C.c_uint64 * (at[1] * _TENSOR_WORDS)).from_address(at[0])
+            self._words_at = at
+            self._sets.clear()
+        entry = self._sets.get(indexes)
+        if entry is None:
+            entry = self._sets[indexes] = [[i * _TENSOR_WORDS + w for i in indexes for w in _KEY_WORDS], None, None]
+        words = self._words
+        key = [words[p] for p in entry[0]]
+        if key != entry[1]:
+            entry[2] = [self.tensor(i) for i in indexes]
+            entry[1] = key
+        return entry[2]
+
+
+#: A TfLiteTensor in 64-bit words, and the words of its data pointer, byte size and dims pointer.
+_TENSOR_WORDS = C.sizeof(capi.TfLiteTensor) // 8
+_KEY_WORDS = (capi.TfLiteTensor.data.offset // 8, capi.TfLiteTensor.bytes.offset // 8,
+              capi.TfLiteTensor.dims.offset // 8)
 
 
 def named_subgraphs(node: GraphNode) -> list[int]:
@@ -167,6 +196,8 @@ class PythonDelegate:
     def __init__(self, impl: SimpleDelegateInterface):
         self.impl = impl
         self.kernels: dict[int, tuple[SimpleDelegateKernel, DelegateContext]] = {}
+        #: Each node's kernel by the node's address, as found at its prepare (cleared when any is freed).
+        self._by_node: dict[int, tuple[SimpleDelegateKernel, DelegateContext]] = {}
         self._next_handle = 1
         self.last_error: str | None = None
         self._name = impl.name.encode()  # referenced by the registration: must outlive it
@@ -295,6 +326,7 @@ class PythonDelegate:
 
     # ---- kernel callbacks -----------------------------------------------------
     def _kernel_init(self, ctx_p: int, buffer: int, length: int) -> int | None:
+        self._by_node.clear()
         try:
             params = TfLiteDelegateParams.from_address(buffer)
             plan = self._plans.get(ctx_p, [])
@@ -317,6 +349,7 @@ class PythonDelegate:
             return None  # TFLite then fails the delegation with a clear error
 
     def _kernel_free(self, ctx_p: int, user_data: int) -> None:
+        self._by_node.clear()  # a node's address may hold another kernel next
         try:
             entry = self.kernels.pop(user_data or 0, None)
             if entry is not None and hasattr(entry[0], "free"):
@@ -331,6 +364,7 @@ class PythonDelegate:
         entry = self.kernels.get(handle or 0)
         if entry is None:
             raise RuntimeError(f"no kernel for handle {handle}")
+        self._by_node[node_p] = entry
         return entry
 
     def _kernel_prepare(self, ctx_p: int, node_p: int) -> int:
@@ -346,7 +380,8 @@ class PythonDelegate:
 
     def _kernel_invoke(self, ctx_p: int, node_p: int) -> int:
         try:
-            kernel, context = self._kernel(node_p)
+            # the node's kernel as its prepare found it (a node keeps its user_data until freed)
+            kernel, context = self._by_node.get(node_p) or self._kernel(node_p)
             kernel.eval(context)
             return kTfLiteOk
         except KeyboardInterrupt:

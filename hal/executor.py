@@ -267,18 +267,20 @@ def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.nda
         if arr.shape != info.shape or arr.dtype != info.dtype or not arr.flags.c_contiguous:
             return None
     run = binder([np.ascontiguousarray(by_operand[i]) for i in step.inputs], [out_by_operand[o] for o in step.outputs])
-    count = len(step.operations)
+    # what each execution records, looked up once: the runner is a burst's whole per-request work
+    index, op_type, backend, count, clock = step.index, step.ctx.op_type, step.kernel.backend, len(step.operations), \
+        time.perf_counter_ns
 
     def runner(timings: list[OperationTiming] | None = None, deadline_ns: int | None = None) -> None:
-        _check_deadline(deadline_ns, step)
-        t0 = time.perf_counter_ns()
+        if deadline_ns is not None:
+            _check_deadline(deadline_ns, step)
+        t0 = clock()
         try:
             run()
         except Exception as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{step.ctx.name}: execution failed: {e!r}") from e
         if timings is not None:
-            timings.append(OperationTiming(step.index, step.ctx.op_type, time.perf_counter_ns() - t0,
-                                           step.kernel.backend, count))
+            timings.append(OperationTiming(index, op_type, clock() - t0, backend, count))
     return runner
 
 

@@ -1,9 +1,11 @@
 """The shared-memory burst's wire format: NNAPI's fast message queue as one memfd and a doorbell.
 
 The service creates a memfd sealed against shrinking and growing, passes it over a private unix
-socket (SCM_RIGHTS), and each request is then one byte on that socket, each reply one byte back::
+socket (SCM_RIGHTS); each request and each reply is then announced by a sequence number posted in
+the page's last words, and a byte on that socket only to a side that sleeps (``service.doorbell``)::
 
-    page 0 (HEADER_BYTES): request header, input/output descriptors | reply at REPLY_OFFSET
+    page 0 (HEADER_BYTES): request header, input/output descriptors | reply at REPLY_OFFSET |
+                           the doorbell's words at WORDS_OFFSET
     DATA_OFFSET...:        the tensors' slots (``service.slots``): inputs, then outputs
 
 This module only encodes and decodes; the client half is ``service.local_burst_client``, the
@@ -11,17 +13,18 @@ service half ``service.local_burst_server`` (which executes through ``service.ex
 """
 from __future__ import annotations
 
+import functools
 import socket
 import struct
-import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hal.errors import HalError
 from hal.executor import OutputShape
 from hal.types import ErrorStatus
 
 MAGIC = b"NNHB"
-VERSION = 3  # 2: the request carries the loop timeout; 3: the reply carries flags (REPLY_SHARED)
+VERSION = 4  # 2: the request carries the loop timeout; 3: the reply carries flags (REPLY_SHARED);
+#              4: posted words (service.doorbell)
 HEADER_BYTES = 4096
 REPLY_OFFSET = 2048
 DATA_OFFSET = HEADER_BYTES
@@ -41,6 +44,10 @@ MSG_OFFSET = REPLY_OFFSET + REP.size
 MSG_MAX = 512
 SHAPE = struct.Struct("<II8I")         # rank, is_sufficient, dims[8]
 SHAPES_OFFSET = MSG_OFFSET + MSG_MAX
+#: The doorbell's words (``service.doorbell.WORD``): the request's sequence number posted, the
+#: service sleeping on the socket, the reply's sequence number posted, the client sleeping.
+WORDS_OFFSET = HEADER_BYTES - 32
+REQUEST_POSTED, SERVICE_WAITING, REPLY_POSTED, CLIENT_WAITING = (WORDS_OFFSET + 8 * k for k in range(4))
 
 
 def max_io(n_outputs: int) -> int:
@@ -48,15 +55,17 @@ def max_io(n_outputs: int) -> int:
     return (REPLY_OFFSET - REQ.size - n_outputs * OUT_DESC.size) // IN_DESC.size
 
 
+@functools.lru_cache(maxsize=256)  # asked for every request
 def fits(n_inputs: int, n_outputs: int) -> bool:
     return (n_inputs <= max_io(n_outputs)
-            and SHAPES_OFFSET + n_outputs * SHAPE.size <= HEADER_BYTES)
+            and SHAPES_OFFSET + n_outputs * SHAPE.size <= WORDS_OFFSET)
 
 
 # ---- requests -------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    """A request's header as read (a tuple: decoded for every request)."""
+
     seq: int
     n_inputs: int
     n_outputs: int
@@ -120,8 +129,9 @@ def read_descriptors(header: RequestHeader) -> tuple[list[tuple[tuple[int, ...],
 
 # ---- replies --------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(NamedTuple):
+    """A reply as read (a tuple: decoded for every request)."""
+
     seq: int
     status: int
     message: str
@@ -133,14 +143,23 @@ class Reply:
     shapes_raw: bytes = b""
 
 
-def write_reply(view: memoryview, seq: int, status: int, message: str, shapes: list[OutputShape], t_dev: int,
-                t_drv: int, shared: bool) -> None:
-    raw = message.encode()[:MSG_MAX]
-    REP.pack_into(view, REPLY_OFFSET, seq, int(status), len(raw), t_dev, t_drv, REPLY_SHARED if shared else 0)
-    view[MSG_OFFSET:MSG_OFFSET + len(raw)] = raw
-    for k, s in enumerate(shapes[: (HEADER_BYTES - SHAPES_OFFSET) // SHAPE.size]):
+def pack_shapes(shapes: list[OutputShape]) -> bytes:
+    """The reply's output shape records (a bound execution's are packed once and reused)."""
+    out = bytearray()
+    for s in shapes[: (WORDS_OFFSET - SHAPES_OFFSET) // SHAPE.size]:
         dims = list(s.dimensions[:MAX_DIMS]) + [0] * (MAX_DIMS - min(len(s.dimensions), MAX_DIMS))
-        SHAPE.pack_into(view, SHAPES_OFFSET + k * SHAPE.size, len(s.dimensions), int(s.is_sufficient), *dims)
+        out += SHAPE.pack(len(s.dimensions), int(s.is_sufficient), *dims)
+    return bytes(out)
+
+
+def write_reply(view: memoryview, seq: int, status: int, message: str, shapes: bytes, t_dev: int,
+                t_drv: int, shared: bool) -> None:
+    """``shapes``: the output shape records (``pack_shapes``)."""
+    raw = message.encode()[:MSG_MAX] if message else b""
+    REP.pack_into(view, REPLY_OFFSET, seq, int(status), len(raw), t_dev, t_drv, REPLY_SHARED if shared else 0)
+    if raw:
+        view[MSG_OFFSET:MSG_OFFSET + len(raw)] = raw
+    view[SHAPES_OFFSET:SHAPES_OFFSET + len(shapes)] = shapes
 
 
 def read_reply(view: memoryview, n_outputs: int, known: tuple[bytes, list[tuple[int, ...]]] | None = None) -> Reply:
@@ -159,24 +178,7 @@ def read_reply(view: memoryview, n_outputs: int, known: tuple[bytes, list[tuple[
     return Reply(seq, status, message, shapes, t_dev, t_drv, bool(flags & REPLY_SHARED), raw)
 
 
-# ---- the doorbell ---------------------------------------------------------------------------------
-
-def wait_doorbell(sock: socket.socket, spin_s: float, timeout_s: float | None = None) -> bytes:
-    """One byte from a non-blocking socket: poll for ``spin_s``, then block, in all at most
-    ``timeout_s`` (TimeoutError after it; None: no bound, the service waiting for its client)."""
-    start = time.perf_counter()
-    while True:
-        try:
-            return sock.recv(1)
-        except BlockingIOError:
-            if time.perf_counter() - start >= spin_s:
-                break
-    sock.settimeout(None if timeout_s is None else max(timeout_s - (time.perf_counter() - start), 1e-3))
-    try:
-        return sock.recv(1)
-    finally:
-        sock.setblocking(False)
-
+# ---- the handshake -------------------------------------------------------------------------------
 
 def recv_exact(conn: socket.socket, n: int) -> bytes:
     buf = b""

@@ -163,13 +163,16 @@ class RemotePreparedModel:
 
     def observe(self, seconds: float) -> None:
         """An execution of this model took ``seconds`` (here or elsewhere, e.g. in-process)."""
-        self.slowest_s = max(self.slowest_s, seconds)
+        if seconds > self.slowest_s:
+            self.slowest_s = seconds
 
     def wait_s(self, timeout_s: float | None, loop_timeout_s: float | None = None) -> float:
         """How long a client waits for one execution before giving the service up (a WHILE may
         legitimately run for its whole loop timeout)."""
         if timeout_s:
             return timeout_s + DEADLINE_GRACE_S
+        if loop_timeout_s is None and EXECUTE_WAIT_FACTOR * self.slowest_s <= self._wait_min_s >= DEADLINE_GRACE_S:
+            return self._wait_min_s  # the common case, asked on every execution
         return max(self._wait_min_s, EXECUTE_WAIT_FACTOR * self.slowest_s, (loop_timeout_s or 0) + DEADLINE_GRACE_S)
 
     def _abandon_scratch(self) -> None:
@@ -343,7 +346,6 @@ class LocalBurst:
         """As RemotePreparedModel.execute, through the shared-memory slots."""
         arrays = [np.ascontiguousarray(x) for x in inputs]
         bound = self.pm.wait_s(timeout_s, loop_timeout_s)
-        t0 = time.perf_counter()
         try:
             reply, outs = self.channel.execute(arrays, outputs, measure_timing, _timeout_ns(timeout_s), bound,
                                                _timeout_ns(loop_timeout_s))
@@ -355,9 +357,9 @@ class LocalBurst:
         except KeyboardInterrupt:  # the service may still answer into the slots: never use them again
             self.close()
             raise
-        if reply.status != ErrorStatus.NONE:
+        if reply.status:  # not ErrorStatus.NONE
             raise ServiceError(reply.status, reply.message, reply.shapes)
-        self.pm.observe(time.perf_counter() - t0)
+        self.pm.observe(self.channel.last_s)
         timing = Timing(reply.time_on_device_ns, reply.time_in_driver_ns) if measure_timing else None
         return ExecutionOutput(outs, reply.shapes, timing)
 

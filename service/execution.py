@@ -80,11 +80,21 @@ class PerfCounters:
             self._seed()
 
 
-@dataclass
+@dataclass(slots=True)
 class ExecutionResult:
     output_shapes: list[OutputShape]
-    time_on_device_ns: int
     time_in_driver_ns: int
+    #: The operations' timings: the time on device is their sum (added up only when asked for).
+    timings: list[OperationTiming] = field(default_factory=list)
+
+    @property
+    def time_on_device_ns(self) -> int:
+        return sum(t.ns for t in self.timings) if self.time_in_driver_ns >= 0 else -1
+
+    @classmethod
+    def failed(cls, output_shapes: list[OutputShape] | None = None) -> "ExecutionResult":
+        """What a failed execution reports: its output shapes (OUTPUT_INSUFFICIENT_SIZE), no timing."""
+        return cls(output_shapes or [], -1)
 
 
 def deadline_from_timeout(timeout_ns: int, start_ns: int | None = None) -> int | None:
@@ -99,8 +109,9 @@ def check_deadline(deadline_ns: int | None, what: str) -> None:
         raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed {what}")
 
 
-#: One execution's work, given the list its operation timings go into; returns the output shapes.
-Work = Callable[[list[OperationTiming]], list[OutputShape]]
+#: One execution's work, given the list its operation timings go into, the deadline (None: none)
+#: and the WHILE loop timeout (0: the default); returns the output shapes.
+Work = Callable[[list[OperationTiming], "int | None", int], list[OutputShape]]
 
 
 @dataclass(eq=False)
@@ -129,9 +140,9 @@ class PreparedModel:
         """NNAPI execute: inputs read from and outputs written into the request's pools.
         ``loop_timeout_ns``: the bound on each WHILE loop (0: NNAPI's default, 2 s; clamped to
         15 s by ``hal.control_flow``). OUTPUT_INSUFFICIENT_SIZE carries ``output_shapes``."""
-        def work(timings):
+        def work(timings, deadline_ns, loop_timeout_ns):
             return execute_request(self.compiled, request, timings, deadline_ns, loop_timeout_ns)
-        return self._run(work, deadline_ns, received_ns)
+        return self._run(work, deadline_ns, received_ns, loop_timeout_ns)
 
     def execute_arrays(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray] | None = None, *,
                        deadline_ns: int | None = None, loop_timeout_ns: int = 0) -> tuple[list[np.ndarray],
@@ -142,7 +153,7 @@ class PreparedModel:
         received = time.monotonic_ns()
         results: list[np.ndarray] = []
 
-        def work(timings):
+        def work(timings, deadline_ns, loop_timeout_ns):
             outs = execute(self.compiled, inputs, timings, deadline_ns, loop_timeout_ns=loop_timeout_ns or None)
             if outputs is None:
                 results.extend(outs)
@@ -150,7 +161,7 @@ class PreparedModel:
                 _deliver(outs, outputs)
                 results.extend(outputs)
             return [OutputShape(tuple(o.shape), True) for o in outs]
-        result = self._run(work, deadline_ns, received)
+        result = self._run(work, deadline_ns, received, loop_timeout_ns)
         return results, result
 
     def output_slots(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
@@ -173,52 +184,61 @@ class PreparedModel:
         return BoundExecution(self, inputs, outputs)
 
     # ---- what every execution is subject to -----------------------------------------------------
-    def _run(self, work: Work, deadline_ns: int | None, received_ns: int) -> ExecutionResult:
-        if self.scheduler is None:
-            return self._admitted(work, deadline_ns, received_ns)
-        return self.scheduler.run(self.priority, lambda: self._admitted(work, deadline_ns, received_ns))
+    def _run(self, work: Work, deadline_ns: int | None, received_ns: int, loop_timeout_ns: int = 0) -> ExecutionResult:
+        scheduler = self.scheduler
+        if scheduler is None:
+            return self._admitted(work, deadline_ns, received_ns, loop_timeout_ns)
+        scheduler.admit(self.priority)
+        try:
+            return self._admitted(work, deadline_ns, received_ns, loop_timeout_ns)
+        finally:
+            scheduler.release()
 
-    def _admitted(self, work: Work, deadline_ns: int | None, received_ns: int) -> ExecutionResult:
-        check_deadline(deadline_ns, "before execution started")
+    def _admitted(self, work: Work, deadline_ns: int | None, received_ns: int, loop_timeout_ns: int) -> ExecutionResult:
+        if deadline_ns is not None:
+            check_deadline(deadline_ns, "before execution started")
         timings: list[OperationTiming] = []
         gate = self.gate
-        if gate is not None:
-            gate.acquire()
-        try:
-            shapes = work(timings)
-        finally:
-            if gate is not None:
-                gate.release()
+        if gate is None:
+            shapes = work(timings, deadline_ns, loop_timeout_ns)
+        else:
+            with gate:
+                shapes = work(timings, deadline_ns, loop_timeout_ns)
         self.perf.record(timings)
         # The executor checks the deadline between steps, and a model that is one step (one
         # partition, one operation) has no "between": a result computed past the deadline is a
         # missed deadline all the same (NNAPI: MISSED_DEADLINE_*, the outputs are not valid).
-        check_deadline(deadline_ns, "during execution (the result came too late)")
-        return ExecutionResult(shapes, sum(t.ns for t in timings), time.monotonic_ns() - received_ns)
+        if deadline_ns is not None:
+            check_deadline(deadline_ns, "during execution (the result came too late)")
+        return ExecutionResult(shapes, time.monotonic_ns() - received_ns, timings)
 
 
 class BoundExecution:
     """``PreparedModel.bind``: a model's executions on fixed arrays. When the whole model is one
     graph-backend partition reading exactly the inputs and writing exactly the outputs, the
     partition computes straight into the outputs (``hal.executor.bind``); otherwise each
-    execution's results are copied into them once."""
+    execution's results are copied into them once. Everything per execution is prepared here
+    once (the work, the shapes): a call is the admission, the gate, the work and the records."""
 
     def __init__(self, model: PreparedModel, inputs: list[np.ndarray], outputs: list[np.ndarray]):
         self.model, self.inputs, self.outputs = model, inputs, outputs
         self.shapes = [OutputShape(tuple(o.shape), True) for o in outputs]
         self._runner = hal_bind(model.compiled, inputs, outputs)
+        self._work: Work = self._run_bound if self._runner is not None else self._run_and_copy
 
     def __call__(self, deadline_ns: int | None, received_ns: int, loop_timeout_ns: int = 0) -> ExecutionResult:
-        def work(timings):
-            if self._runner is not None:
-                self._runner(timings, deadline_ns)
-            else:
-                outs = execute(self.model.compiled, self.inputs, timings, deadline_ns, _validated=True,
-                               loop_timeout_ns=loop_timeout_ns or None)
-                for dst, out in zip(self.outputs, outs):
-                    np.copyto(dst, out, casting="no")
-            return self.shapes
-        return self.model._run(work, deadline_ns, received_ns)
+        return self.model._run(self._work, deadline_ns, received_ns, loop_timeout_ns)
+
+    def _run_bound(self, timings: list[OperationTiming], deadline_ns: int | None, loop_timeout_ns: int):
+        self._runner(timings, deadline_ns)
+        return self.shapes
+
+    def _run_and_copy(self, timings: list[OperationTiming], deadline_ns: int | None, loop_timeout_ns: int):
+        outs = execute(self.model.compiled, self.inputs, timings, deadline_ns, _validated=True,
+                       loop_timeout_ns=loop_timeout_ns or None)
+        for dst, out in zip(self.outputs, outs):
+            np.copyto(dst, out, casting="no")
+        return self.shapes
 
 
 def _deliver(outs: list[np.ndarray], dests: list[np.ndarray]) -> None:

@@ -15,7 +15,11 @@ import time
 import numpy as np
 
 from service import burst_wire as wire
+from service.doorbell import Doorbell
 from service.slots import SlotLayout
+
+#: Inputs up to this size are written into their slots as bytes, larger ones by numpy.
+SMALL_COPY_BYTES = 4096
 
 #: The client never polls longer than this; executions expected to take longer than SHORT_S are
 #: waited for blocking (a wake-up is then < 7% of the wait, and a polling client would hold a core).
@@ -87,14 +91,20 @@ class LocalBurstChannel:
         self.fd = fds[0]
         self.mem = mmap.mmap(self.fd, size)
         self.view = memoryview(self.mem)
+        self.bell = Doorbell(self.sock, self.view, wire.REQUEST_POSTED, wire.CLIENT_WAITING, wire.REPLY_POSTED,
+                             wire.SERVICE_WAITING)
+        self.last_s = 0.0
         self.seq = 0
         self.lock = threading.Lock()
         self.closed = False
         # What the last execution laid out, reused while it does not change: the input slots'
         # views (and the descriptors written for them), the output shapes and the output slots' views.
         self._outs_desc = [(layout.offsets[k], layout.sizes[k]) for k in range(n_inputs, len(layout.offsets))]
-        self._inputs_key: tuple | None = None
-        self._in_views: list[np.ndarray] = []
+        self._n_outputs = len(self._outs_desc)
+        self._inputs_key: list | None = None
+        #: Per input: its slot's first and last byte, and a view of it as the input's array (large
+        #: inputs only: small ones are copied as bytes).
+        self._in_slots: list[tuple[int, int, np.ndarray | None]] = []
         self._shapes_known: tuple[bytes, list] | None = None
         self._out_views: list[np.ndarray] = []
 
@@ -104,37 +114,31 @@ class LocalBurstChannel:
         — the given arrays, written in place (each reshaped to its array: the element counts must
         match), or new ones. Waits for the reply at most ``wait_s``; after that the channel is
         closed (TimeoutError): the service may still answer and write the slots later, so they
-        must never be read or written again."""
-        offsets, sizes = self.layout.offsets, self.layout.sizes
+        must never be read or written again. ``last_s``: this round trip's time."""
         with self.lock:
             if self.closed:
                 raise ConnectionError("local burst: the channel is closed")
             view = self.view
-            self.seq += 1
-            key = tuple((a.dtype, a.shape) for a in inputs)
+            key = [(a.dtype, a.shape) for a in inputs]
             if key != self._inputs_key:  # new shapes: new descriptors and slot views (cached for the next)
-                for k, a in enumerate(inputs):
-                    if a.nbytes > sizes[k]:
-                        raise ValueError(f"input {k} ({a.nbytes} bytes) does not fit its slot of {sizes[k]} bytes")
-                self._in_views = [np.frombuffer(view, a.dtype, a.size, wire.DATA_OFFSET + offsets[k]).reshape(a.shape)
-                                  for k, a in enumerate(inputs)]
-                wire.write_descriptors(view, [(a.shape, offsets[k], a.nbytes) for k, a in enumerate(inputs)],
-                                       self._outs_desc)
-                self._inputs_key = key
-            _copy_all(self._in_views, inputs)
-            wire.write_header(view, self.seq, len(inputs), len(self._outs_desc), measure_timing, timeout_ns,
-                              loop_timeout_ns)
+                self._lay_out_inputs(inputs, key)
+            _write_inputs(view, self._in_slots, inputs)
+            seq = self.seq = self.seq + 1
+            wire.write_header(view, seq, len(inputs), self._n_outputs, measure_timing, timeout_ns, loop_timeout_ns)
             t = time.perf_counter()
-            self.sock.send(b"\x01")
             try:
-                rang = wire.wait_doorbell(self.sock, self.wait.spin_s(), wait_s)
+                self.bell.post(seq)
+                posted = self.bell.wait(seq - 1, self.wait.spin_s(), wait_s)
             except TimeoutError:
                 self._close()
                 raise
-            if not rang:
+            if posted is None:
                 raise ConnectionError("local burst: the service closed the connection")
-            self.wait.observe(time.perf_counter() - t)
-            reply = wire.read_reply(view, len(self._outs_desc), self._shapes_known)
+            if posted != seq:
+                raise ConnectionError(f"local burst: the service answered request {posted}, not {seq}")
+            self.last_s = time.perf_counter() - t
+            self.wait.observe(self.last_s)
+            reply = wire.read_reply(view, self._n_outputs, self._shapes_known)
             self.wait.shared = reply.shared
             if reply.status != 0:
                 return reply, None
@@ -144,12 +148,26 @@ class LocalBurstChannel:
                                    for dtype, (off, _), shape in zip(self.out_dtypes, self._outs_desc, reply.shapes)]
             if outputs is None:
                 return reply, [src.copy() for src in self._out_views]
-            for k, (src, dst) in enumerate(zip(self._out_views, outputs)):
-                if dst.size != src.size or dst.dtype != src.dtype:
-                    raise ValueError(f"output {k} came back {src.dtype}{list(src.shape)}, the array given for it is "
-                                     f"{dst.dtype}{list(dst.shape)}")
-                np.copyto(dst, src if dst.shape == src.shape else src.reshape(dst.shape), casting="no")
+            _read_outputs(self._out_views, outputs)
             return reply, outputs
+
+    def _lay_out_inputs(self, inputs: list[np.ndarray], key: list) -> None:
+        """The descriptors and slot views of inputs shaped as ``inputs``."""
+        offsets, sizes = self.layout.offsets, self.layout.sizes
+        for k, a in enumerate(inputs):
+            if a.nbytes > sizes[k]:
+                raise ValueError(f"input {k} ({a.nbytes} bytes) does not fit its slot of {sizes[k]} bytes")
+        self._inputs_key = None
+        slots = []
+        for k, a in enumerate(inputs):
+            start = wire.DATA_OFFSET + offsets[k]
+            as_array = np.frombuffer(self.view, a.dtype, a.size, start).reshape(a.shape) \
+                if a.nbytes > SMALL_COPY_BYTES else None
+            slots.append((start, start + a.nbytes, as_array))
+        self._in_slots = slots
+        wire.write_descriptors(self.view, [(a.shape, offsets[k], a.nbytes) for k, a in enumerate(inputs)],
+                               self._outs_desc)
+        self._inputs_key = key
 
     def close(self) -> None:
         self._close()  # not under the lock: close never waits for an execution in progress
@@ -158,11 +176,12 @@ class LocalBurstChannel:
         if self.closed:
             return  # the fd number may belong to someone else by now
         self.closed = True
-        self._in_views, self._out_views, self._inputs_key, self._shapes_known = [], [], None, None
+        self._in_slots, self._out_views, self._inputs_key, self._shapes_known = [], [], None, None
         try:
             self.sock.close()
         finally:
             try:
+                self.bell.release()
                 self.view.release()
                 self.mem.close()
             except BufferError:  # an array still views the slots (a caller's frame): unmapped with it
@@ -170,11 +189,23 @@ class LocalBurstChannel:
             os.close(self.fd)
 
 
-def _copy_all(dests: list[np.ndarray], sources: list[np.ndarray]) -> None:
-    """Each source into its slot view (in a function of its own: no loop variable outlives it to
-    hold a view of the slots when the channel closes)."""
-    for dst, src in zip(dests, sources):
-        np.copyto(dst, src, casting="no")
+def _write_inputs(view: memoryview, slots: list, inputs: list[np.ndarray]) -> None:
+    """Each input into its slot (in a function of its own: no loop variable outlives it to hold a
+    view of the slots when the channel closes). A small one as its bytes (one memcpy each way is
+    cheaper than numpy's copy machinery), a larger one by numpy, straight into the slot."""
+    for (start, end, as_array), a in zip(slots, inputs):
+        if as_array is None:
+            view[start:end] = a.tobytes()
+        else:
+            np.copyto(as_array, a, casting="no")
+
+
+def _read_outputs(sources: list[np.ndarray], dests: list[np.ndarray]) -> None:
+    for k, (src, dst) in enumerate(zip(sources, dests)):
+        if dst.dtype != src.dtype or dst.size != src.size:
+            raise ValueError(f"output {k} came back {src.dtype}{list(src.shape)}, the array given for it is "
+                             f"{dst.dtype}{list(dst.shape)}")
+        dst[...] = src if dst.shape == src.shape else src.reshape(dst.shape)
 
 
 __all__ = ["CLIENT_SPIN_MAX_S", "LocalBurstChannel", "SHORT_S", "WaitStrategy"]

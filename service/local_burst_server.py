@@ -27,14 +27,15 @@ from hal.errors import HalError
 from hal.model import DataLocation, Request, RequestArgument
 from hal.types import ErrorStatus
 from service import burst_wire as wire
+from service.doorbell import Doorbell
 from service.execution import BoundExecution, ExecutionResult, PreparedModel, deadline_from_timeout
 
 log = logging.getLogger("nnhal.service")
 
 ACCEPT_TIMEOUT_S = 10.0
 #: The service polls its doorbell this long after a reply when the burst is invoked back to back
-#: (its next request usually follows at once; see ``_LastServed``): a blocking wake-up costs
-#: ~70 µs on a VM vCPU, polling answers in ~6 µs.
+#: (its next request usually follows at once; see ``_LastServed``): a blocking wake-up is a
+#: scheduler round trip, a poll of the posted word (``service.doorbell``) a memory read.
 SERVICE_SPIN_S = 200e-6
 
 
@@ -92,6 +93,7 @@ class LocalBurstServer:
         #: The model bound to the slots of the last successful request's layout, and that layout.
         self._bound: BoundExecution | None = None
         self._bound_layout = b""
+        self._bound_shapes = b""  # its output shape records, packed
         self.closed = threading.Event()
         self.thread = threading.Thread(target=self._run, name="nnhal-local-burst", daemon=True)
         self.thread.start()
@@ -107,7 +109,7 @@ class LocalBurstServer:
                     pass
 
     def _run(self) -> None:
-        fd, mem, view, data = -1, None, None, None
+        fd, mem, view, data, bell = -1, None, None, None, None
         try:
             conn, _ = self.listener.accept()
             self.conn = conn
@@ -124,19 +126,25 @@ class LocalBurstServer:
             view = memoryview(mem)
             data = view[wire.DATA_OFFSET:]
             conn.setblocking(False)
-            spin_s = 0.0
+            bell = Doorbell(conn, view, wire.REPLY_POSTED, wire.SERVICE_WAITING, wire.REQUEST_POSTED,
+                            wire.CLIENT_WAITING)
+            spin_s, served = 0.0, 0
             while not self.closed.is_set():
-                if not wire.wait_doorbell(conn, spin_s):
+                posted = bell.wait(served, spin_s)
+                if posted is None:
                     break  # the client closed (or died)
                 again, self.shared = _LastServed.took_turn(self)
                 spin_s = SERVICE_SPIN_S if again else 0.0
                 self._serve_one(view, data)
-                conn.send(b"\x01")
+                bell.post(posted)  # after the reply: the client reads it once it sees this
+                served = posted
         except (OSError, socket.timeout) as e:  # e.g. a client that gave up while we were stopped
             if not self.closed.is_set():
                 log.info("local burst ended: %s", e)
         finally:
             self._bound = None  # drop views into the mapping before releasing it, however the loop ended
+            if bell is not None:
+                bell.release()
             for v in (data, view):
                 if v is not None:
                     v.release()
@@ -155,24 +163,28 @@ class LocalBurstServer:
 
     def _serve_one(self, view: memoryview, data: memoryview) -> None:
         received = time.monotonic_ns()
-        seq, measure = 0, False
+        seq = 0
         try:
             header = wire.read_request(view)
-            seq, measure = header.seq, header.measure
+            seq = header.seq
             deadline = deadline_from_timeout(header.timeout_ns, received)
             if self._bound is not None and header.layout == self._bound_layout:
                 result = self._bound(deadline, received, header.loop_timeout_ns)
+                shapes = self._bound_shapes
             else:
                 self._bound = None
                 result = self._execute(header, data, deadline, received)
-            self._reply(view, seq, ErrorStatus.NONE, "", result, measure)
+                shapes = wire.pack_shapes(result.output_shapes)
+            if header.measure:
+                wire.write_reply(view, seq, ErrorStatus.NONE, "", shapes, result.time_on_device_ns,
+                                 result.time_in_driver_ns, self.shared)
+            else:
+                wire.write_reply(view, seq, ErrorStatus.NONE, "", shapes, -1, -1, self.shared)
         except HalError as e:
-            shapes = getattr(e, "output_shapes", None) or []
-            self._reply(view, seq, e.status, e.message, ExecutionResult(shapes, -1, -1), False)
+            self._fail(view, seq, e.status, e.message, getattr(e, "output_shapes", None) or [])
         except Exception as e:  # noqa: BLE001 - never let a request kill the burst thread
             log.exception("local burst: internal error")
-            self._reply(view, seq, ErrorStatus.GENERAL_FAILURE, f"internal error: {e!r}", ExecutionResult([], -1, -1),
-                        False)
+            self._fail(view, seq, ErrorStatus.GENERAL_FAILURE, f"internal error: {e!r}", [])
 
     def _execute(self, header: wire.RequestHeader, data: memoryview, deadline, received) -> ExecutionResult:
         """A request of a new layout: validated and executed as any request, then the model is bound
@@ -184,6 +196,7 @@ class LocalBurstServer:
         result = self.model.execute(request, deadline, received, header.loop_timeout_ns)
         self._bound = self._bind(ins, outs, data)
         self._bound_layout = header.layout if self._bound is not None else b""
+        self._bound_shapes = wire.pack_shapes(self._bound.shapes) if self._bound is not None else b""
         return result
 
     def _bind(self, ins, outs, data: memoryview) -> BoundExecution | None:
@@ -207,9 +220,8 @@ class LocalBurstServer:
         except HalError:
             return None  # e.g. a scalar sent with dimensions: served, but validated each time
 
-    def _reply(self, view: memoryview, seq: int, status, message: str, result: ExecutionResult, measure: bool) -> None:
-        t_dev, t_drv = (result.time_on_device_ns, result.time_in_driver_ns) if measure else (-1, -1)
-        wire.write_reply(view, seq, status, message, result.output_shapes, t_dev, t_drv, self.shared)
+    def _fail(self, view: memoryview, seq: int, status, message: str, shapes) -> None:
+        wire.write_reply(view, seq, status, message, wire.pack_shapes(shapes), -1, -1, self.shared)
 
 
 __all__ = ["LocalBurstServer", "SERVICE_SPIN_S"]

@@ -27,23 +27,27 @@ class Scheduler:
 
     def run(self, priority: int, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` in a slot, waiting behind higher-priority (and earlier equal-priority) work."""
+        self.admit(priority)
+        try:
+            return fn()
+        finally:
+            self.release()
+
+    def admit(self, priority: int) -> None:
+        """Take a slot, waiting behind higher-priority (and earlier equal-priority) work; every
+        ``admit`` is paired with one ``release``. With a slot free and nobody queued this is one
+        uncontended lock: the hot path of every execution."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("scheduler is shut down")
             if self._free > 0 and not self._waiting:
                 self._free -= 1
-                turn = None
-            else:
-                turn = threading.Event()
-                heapq.heappush(self._waiting, (-int(priority), next(self._seq), turn))
-        if turn is not None:
-            turn.wait()
-        try:
-            return fn()
-        finally:
-            self._release()
+                return
+            turn = threading.Event()
+            heapq.heappush(self._waiting, (-int(priority), next(self._seq), turn))
+        turn.wait()
 
-    def _release(self) -> None:
+    def release(self) -> None:
         with self._lock:
             if self._waiting:
                 heapq.heappop(self._waiting)[2].set()  # the slot passes straight to the next in line

@@ -84,12 +84,18 @@ class BoundRun:
     """``Executable.bind``'s runner; holds the bound arrays (their memory must outlive it)."""
 
     def __init__(self, session: ort.InferenceSession, binding, arrays) -> None:
-        self._run = session.run_with_iobinding
-        self._binding = binding
+        # The public run_with_iobinding checks the binding's session and WebGPU graph capture on
+        # every call; a CPU session bound here once needs neither: the inner call runs it.
+        inner, inner_binding = getattr(session, "_sess", None), getattr(binding, "_iobinding", None)
+        if inner is not None and inner_binding is not None and hasattr(inner, "run_with_iobinding"):
+            self._run, self._binding = inner.run_with_iobinding, inner_binding
+        else:
+            self._run, self._binding = (lambda b, options: session.run_with_iobinding(b, options)), binding
+        self._keep = binding  # the wrapper owns the inner binding
         self.arrays = arrays
 
     def __call__(self) -> None:
-        self._run(self._binding)
+        self._run(self._binding, None)
 
 
 def session_options() -> ort.SessionOptions:
