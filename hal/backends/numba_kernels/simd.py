@@ -18,6 +18,7 @@ depthwise weights, is only compiled where the CPU has AVX-512 VNNI (depthwise.py
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -32,13 +33,18 @@ def splat(builder, value, vec_type):
     return builder.shuffle_vector(builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef, mask)
 
 
-def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi):
+def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi, general: bool = True):
     """TFLite's MultiplyByQuantizedMultiplier on 16 int32 lanes (per-lane multiplier, left and
     right shift), then the output zero point and the activation clamp: the same integer steps as
-    fixedpoint.multiply_by_quantized_multiplier, as vector instructions."""
+    fixedpoint.multiply_by_quantized_multiplier, as vector instructions.
+
+    ``general=False``: for a layer whose left shifts are all 0 and whose clamp's lower bound is at
+    or above the output zero point (a RELU-type activation; ``floor_at_zero_point``). Its negative
+    values round half up instead of away from zero: they differ only on negative results, which
+    such a clamp maps to its lower bound either way."""
     i32, i64 = ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
-    x = builder.shl(acc, left)  # int32 wrap-around, as TFLite's shift of an int32
+    x = builder.shl(acc, left) if general else acc  # int32 wrap-around, as TFLite's shift of an int32
     # SaturatingRoundingDoublingHighMul then RoundingDivideByPOT by e = right, as one rounding of
     # the 64-bit product p = x·m. The first is h = floor((p + 2^30) / 2^31) for every product (the
     # truncating division of a negative product with its nudge 1 − 2^30 is the same); its one
@@ -60,7 +66,8 @@ def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi):
                              builder.select(shifting, builder.shl(c_half(1), builder.add(e, c_half(30))), c_half(0)))
         below = builder.select(shifting, c_half(1 << 31), c_half(0))  # c·2^31 is 2^31 less for h < 0
         t = builder.add(p, offset)
-        t = builder.sub(t, builder.select(builder.icmp_signed("<", p, c_half(-(1 << 30))), below, c_half(0)))
+        if general:
+            t = builder.sub(t, builder.select(builder.icmp_signed("<", p, c_half(-(1 << 30))), below, c_half(0)))
         return builder.ashr(t, builder.add(e, c_half(31)))
 
     even = rounded_shift(builder.mul(builder.ashr(builder.shl(xq, c_half(32)), c_half(32)),
@@ -74,6 +81,12 @@ def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi):
     v = builder.add(rounded, zp)  # RoundingDivideByPOT + the output zero point
     v = builder.select(builder.icmp_signed("<", v, lo), lo, v)
     return builder.select(builder.icmp_signed(">", v, hi), hi, v)
+
+
+def floor_at_zero_point(left, output_zp: int, act_min: int) -> bool:
+    """Whether ``requantize_lanes(general=False)`` is exact for a layer: no left shift, and a clamp
+    whose lower bound is at or above the output zero point."""
+    return bool((np.asarray(left) == 0).all()) and act_min >= output_zp
 
 
 def masked_load(builder, ptr, vec_type, keep, passthru):

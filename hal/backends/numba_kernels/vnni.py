@@ -58,7 +58,7 @@ KSTEP = 4
 def _tile_intrinsic(mr: int, nr: int):
     """The MR × NR·16 micro-kernel with its requantization, as an intrinsic with the signature
     ``tile(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-    right, col0, zp, lo, hi, out, o_off, ldo, rv, nc)``:
+    right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general)``:
 
     - ``a``: 1-byte array; row r starts at byte ``a_off + min(r, rows - 1) · lda`` (rows past
       ``rows`` repeat the last one: a partial tile computes, and does not store, those rows);
@@ -67,17 +67,20 @@ def _tile_intrinsic(mr: int, nr: int):
       ``w_off + p · panel_stride + 64 · q`` (16 columns × 4 consecutive k, k fastest);
     - then per row ``corr[corr_off + r]`` and per column ``bias``, ``mult``, ``left``, ``right``
       (int32 arrays read from ``col0``, padded to whole panels) requantize the sums;
-    - the bytes go to ``out[o_off + r · ldo + c]`` for rows r < ``rv`` and columns c < ``nc``.
+    - the bytes go to ``out[o_off + r · ldo + c]`` for rows r < ``rv`` and columns c < ``nc``;
+    - ``general`` 0: no row term (``corr`` unread) and simd.floor_at_zero_point holds, so the
+      requantization takes its cheaper form (``requantize_lanes(general=False)``); else 1.
     """
     @intrinsic
     def tile(typingctx, a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-             right, col0, zp, lo, hi, out, o_off, ldo, rv, nc):
+             right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general):
         sig = types.void(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-                         right, col0, zp, lo, hi, out, o_off, ldo, rv, nc)
+                         right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general)
 
         def codegen(context, builder, signature, args):
             (a_arr, a_off_v, lda_v, rows_v, xor_v, w_arr, w_off_v, pstride_v, kq_v, corr_arr, corr_off_v, bias_arr,
-             mult_arr, left_arr, right_arr, col0_v, zp_v, lo_v, hi_v, out_arr, o_off_v, ldo_v, rv_v, nc_v) = args
+             mult_arr, left_arr, right_arr, col0_v, zp_v, lo_v, hi_v, out_arr, o_off_v, ldo_v, rv_v, nc_v,
+             general_v) = args
             i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
             i8p = i8.as_pointer()
             v16 = ir.VectorType(i32, PANEL)
@@ -145,21 +148,30 @@ def _tile_intrinsic(mr: int, nr: int):
                 builder.module, ir.FunctionType(ir.VoidType(), [v16i8, v16i8.as_pointer(), i32, v16i1]),
                 "llvm.masked.store.v16i8.p0")
             nc32 = builder.trunc(nc_v, i32)
-            for p in range(nr):
-                col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
-                mult, left, right = (column_vector(k, arr, p) for k, arr in
-                                     ((12, mult_arr), (13, left_arr), (14, right_arr)))
-                left_in_panel = builder.sub(nc32, ir.Constant(i32, p * PANEL))
-                in_panel = builder.icmp_signed("<", lanes, _splat(builder, left_in_panel, v16))
-                for r in range(mr):
-                    rr = ir.Constant(i64, r)
-                    row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
-                    acc = builder.add(accs[r][p], _splat(builder, row_corr, v16))  # int32 wrap-around
-                    qv = builder.trunc(_requantize(builder, acc, mult, left, right, zp, lo, hi), v16i8)
-                    keep = builder.and_(in_panel, _splat(builder, builder.icmp_signed("<", rr, rv_v), v16i1))
-                    dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, builder.mul(rr, ldo_v)), col)])
-                    builder.call(store, [qv, builder.bitcast(dst, v16i8.as_pointer()),
-                                         ir.Constant(i32, 1), keep])
+
+            def epilogue(general: bool):
+                for p in range(nr):
+                    col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
+                    mult, left, right = (column_vector(k, arr, p) for k, arr in
+                                         ((12, mult_arr), (13, left_arr), (14, right_arr)))
+                    left_in_panel = builder.sub(nc32, ir.Constant(i32, p * PANEL))
+                    in_panel = builder.icmp_signed("<", lanes, _splat(builder, left_in_panel, v16))
+                    for r in range(mr):
+                        rr = ir.Constant(i64, r)
+                        acc = accs[r][p]
+                        if general:
+                            row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
+                            acc = builder.add(acc, _splat(builder, row_corr, v16))  # int32 wrap-around
+                        qv = builder.trunc(_requantize(builder, acc, mult, left, right, zp, lo, hi, general), v16i8)
+                        keep = builder.and_(in_panel, _splat(builder, builder.icmp_signed("<", rr, rv_v), v16i1))
+                        dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, builder.mul(rr, ldo_v)), col)])
+                        builder.call(store, [qv, builder.bitcast(dst, v16i8.as_pointer()),
+                                             ir.Constant(i32, 1), keep])
+            with builder.if_else(builder.icmp_signed("!=", general_v, ir.Constant(i64, 0))) as (then, otherwise):
+                with then:
+                    epilogue(True)
+                with otherwise:
+                    epilogue(False)
             return context.get_dummy_value()
         return sig, codegen
     return tile
