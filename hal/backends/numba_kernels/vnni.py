@@ -190,6 +190,72 @@ if AVAILABLE:
 
 
 @intrinsic
+def row_sums(typingctx, a, a_off, xor, w, kq, panels, out):
+    """The exact int32 sums of one row against every column: ``out[c] = Σ_k (a[a_off + k] XOR xor)
+    · W[k, c]`` for the 16·``panels`` columns of the packed signed weights ``w`` (``GemmPlan``'s
+    layout: panel p's block q the 64 bytes at ``(p·kq + q)·64``), ``4·kq`` bytes of ``a``. Four
+    panels at a time, each with its own accumulator (their ``vpdpbusd`` chains interleave);
+    a GEMV, where no requantization follows (FULLY_CONNECTED_DOUBLE_REQUANT's sums)."""
+    sig = types.void(a, a_off, xor, w, kq, panels, out)
+
+    def codegen(context, builder, signature, args):
+        a_arr, a_off_v, xor_v, w_arr, kq_v, panels_v, out_arr = args
+        i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+        v16 = ir.VectorType(i32, PANEL)
+        sa = signature.args
+
+        def data(k, arr, ptr_type):
+            return builder.bitcast(context.make_array(sa[k])(context, builder, arr).data, ptr_type)
+        a_ptr, w_ptr = data(0, a_arr, i8.as_pointer()), data(3, w_arr, i8.as_pointer())
+        o_ptr = data(6, out_arr, i32.as_pointer())
+        xor32 = builder.trunc(xor_v, i32)
+        dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16, v16, v16]),
+                                             "llvm.x86.avx512.vpdpbusd.512")
+        stride = builder.mul(kq_v, ir.Constant(i64, PANEL * KSTEP))
+        zero = ir.Constant(v16, [0] * PANEL)
+        with cgutils.for_range_slice(builder, ir.Constant(i64, 0), panels_v, ir.Constant(i64, 4)) as (p0, _):
+            group = builder.sub(panels_v, p0)  # panels p0 .. p0 + 3 that exist: masked as a whole below
+            bases = [builder.gep(w_ptr, [builder.mul(builder.add(p0, ir.Constant(i64, k)), stride)])
+                     for k in range(4)]
+            live = [builder.icmp_signed(">", group, ir.Constant(i64, k)) for k in range(4)]
+            entry = builder.block
+            head = builder.append_basic_block("gemv.head")
+            body = builder.append_basic_block("gemv.body")
+            done = builder.append_basic_block("gemv.done")
+            builder.branch(head)
+            builder.position_at_end(head)
+            q = builder.phi(i64)
+            q.add_incoming(ir.Constant(i64, 0), entry)
+            accs = [builder.phi(v16) for _ in range(4)]
+            for acc in accs:
+                acc.add_incoming(zero, entry)
+            builder.cbranch(builder.icmp_signed("<", q, kq_v), body, done)
+            builder.position_at_end(body)
+            word = builder.load(builder.bitcast(builder.gep(a_ptr, [builder.add(a_off_v, builder.mul(
+                q, ir.Constant(i64, KSTEP)))]), i32.as_pointer()), align=1)
+            bc = _splat(builder, builder.xor(word, xor32), v16)
+            woff = builder.mul(q, ir.Constant(i64, PANEL * KSTEP))
+            new = []
+            for k in range(4):
+                # a panel past the last one reads panel p0's block again (in bounds) and is not stored
+                ptr = builder.select(live[k], builder.gep(bases[k], [woff]), builder.gep(bases[0], [woff]))
+                wv = builder.load(builder.bitcast(ptr, v16.as_pointer()), align=1)
+                new.append(builder.call(dot, [accs[k], bc, wv]))
+            q_next = builder.add(q, ir.Constant(i64, 1))
+            builder.branch(head)
+            q.add_incoming(q_next, body)
+            for acc, v in zip(accs, new):
+                acc.add_incoming(v, body)
+            builder.position_at_end(done)
+            for k in range(4):
+                with builder.if_then(live[k]):
+                    col = builder.mul(builder.add(p0, ir.Constant(i64, k)), ir.Constant(i64, PANEL))
+                    builder.store(accs[k], builder.bitcast(builder.gep(o_ptr, [col]), v16.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
 def lookup_run(typingctx, x, x_off, table, out, o_off, count):
     """``out[o_off + i] = table[x[x_off + i]]`` for i < ``count`` (any length; ``out`` may be ``x``):
     the 256-byte table held in four registers, loaded once before the loop (loaded per 64 bytes,
