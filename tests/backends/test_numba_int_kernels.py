@@ -214,7 +214,8 @@ def _binary(op, x_type, a_shape, b_shape, act=0, out_scale=0.2):
 @pytest.mark.parametrize("op", [Op.ADD, Op.SUB, Op.MUL])
 @pytest.mark.parametrize("x_type", [QU8, QS8])
 @pytest.mark.parametrize("shapes", [((2, 3, 5, 7), (2, 3, 5, 7)), ((2, 3, 5, 7), (5, 7)), ((1, 1, 1, 19), (3, 4, 19)),
-                                    ((1, 4, 4, 33), (1, 4, 4, 33))])
+                                    ((1, 4, 4, 33), (1, 4, 4, 33)),
+                                    ((1, 6, 5, 40), (1, 1, 1, 40))])  # a per-channel gate: one call, rows of 40
 @pytest.mark.parametrize("act,out_scale", [(0, 0.2), (1, 0.2), (0, 0.0075)])  # NNAPI: MUL out scale > s1·s2
 def test_binary_operations_are_computed(op, x_type, shapes, act, out_scale):
     a_shape, b_shape = shapes

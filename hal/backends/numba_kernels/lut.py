@@ -140,14 +140,35 @@ _ARITH_SIGS = [numba.void(numba.boolean, ro(t, 1), numba.int64, ro(t, 1), numba.
 
 @numba.njit(_ARITH_SIGS, cache=True, nogil=True)
 def _arith(mul, a, period_a, b, period_b, params, out):
-    """The binary operation computed, in blocks like ``_lookup2``'s."""
+    """The binary operation computed: in one call where an operand is whole and the other whole
+    or repeating (a per-channel scale, a squeeze-excite gate: its period one row of the call),
+    else in blocks like ``_lookup2``'s. A repeating first operand is passed second, with its
+    parameters (zero point; ADD's multiplier and shift) swapped: both operations treat their
+    operands alike."""
+    n = out.shape[0]
+    if period_a < period_b == n:
+        swapped = params.copy()
+        swapped[0], swapped[1] = params[1], params[0]
+        if not mul:
+            swapped[3], swapped[4], swapped[5], swapped[6] = params[5], params[6], params[3], params[4]
+        if mul:
+            mul_run(b, 0, a, 0, swapped, out, 0, n, period_a)
+        else:
+            add_run(b, 0, a, 0, swapped, out, 0, n, period_a)
+        return
+    if period_a == n:
+        if mul:
+            mul_run(a, 0, b, 0, params, out, 0, n, period_b)
+        else:
+            add_run(a, 0, b, 0, params, out, 0, n, period_b)
+        return
     block = min(period_a, period_b)
-    for start in range(0, out.shape[0], block):
+    for start in range(0, n, block):
         ia, ib = start % period_a, start % period_b
         if mul:
-            mul_run(a, ia, b, ib, params, out, start, block)
+            mul_run(a, ia, b, ib, params, out, start, block, block)
         else:
-            add_run(a, ia, b, ib, params, out, start, block)
+            add_run(a, ia, b, ib, params, out, start, block, block)
 
 
 def _operand(x: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:

@@ -246,12 +246,12 @@ dw_run_5x5 = _dw_run(5, 5)
 def _binary(is_mul: bool):
     """ADD/SUB (``is_mul`` False) or MUL over a run of 8-bit inputs: see ``add_run``."""
     @intrinsic
-    def binary(typingctx, a, a_off, b, b_off, params, out, o_off, n):
-        sig = types.void(a, a_off, b, b_off, params, out, o_off, n)
+    def binary(typingctx, a, a_off, b, b_off, params, out, o_off, n, period):
+        sig = types.void(a, a_off, b, b_off, params, out, o_off, n, period)
         signed = a.dtype == types.int8
 
         def codegen(context, builder, signature, args):
-            a_arr, a_off_v, b_arr, b_off_v, p_arr, out_arr, o_off_v, n_v = args
+            a_arr, a_off_v, b_arr, b_off_v, p_arr, out_arr, o_off_v, n_v, period_v = args
             i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
             v32, v8 = ir.VectorType(i32, LANES), ir.VectorType(i8, LANES)
             sa = signature.args
@@ -263,42 +263,50 @@ def _binary(is_mul: bool):
             zero8 = ir.Constant(v8, [0] * LANES)
             zero, lo32, hi32 = (ir.Constant(v32, [k] * LANES) for k in (0, -(1 << 31), (1 << 31) - 1))
 
-            entry = builder.block
-            head = builder.append_basic_block("bin.head")
-            body = builder.append_basic_block("bin.body")
-            done = builder.append_basic_block("bin.done")
-            builder.branch(head)
-            builder.position_at_end(head)
-            j = builder.phi(i64)
-            j.add_incoming(ir.Constant(i64, 0), entry)
-            builder.cbranch(builder.icmp_signed("<", j, n_v), body, done)
-            builder.position_at_end(body)
-            keep = builder.icmp_signed("<", lanes, splat(builder, builder.trunc(builder.sub(n_v, j), i32), v32))
+            # rows of ``period`` elements (the last one cut at n); b restarts at b_off in each
+            with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_v, period_v) as (r, _):
+                left = builder.sub(n_v, r)
+                width = builder.select(builder.icmp_signed("<", left, period_v), left, period_v)
+                entry = builder.block
+                head = builder.append_basic_block("bin.head")
+                body = builder.append_basic_block("bin.body")
+                done = builder.append_basic_block("bin.done")
+                builder.branch(head)
+                builder.position_at_end(head)
+                j = builder.phi(i64)
+                j.add_incoming(ir.Constant(i64, 0), entry)
+                builder.cbranch(builder.icmp_signed("<", j, width), body, done)
+                builder.position_at_end(body)
+                keep = builder.icmp_signed("<", lanes, splat(builder, builder.trunc(builder.sub(width, j), i32), v32))
 
-            def operand(ptr, off, offset):
-                v = masked_load(builder, builder.gep(ptr, [builder.add(off, j)]), v8, keep, zero8)
-                return builder.add(builder.sext(v, v32) if signed else builder.zext(v, v32), offset)
-            x, y = operand(a_ptr, a_off_v, prm[0]), operand(b_ptr, b_off_v, prm[1])
-            if is_mul:
-                q = requantize_lanes(builder, builder.mul(x, y), prm[2], prm[3], prm[4], prm[9], prm[10], prm[11])
-            else:
-                sx = requantize_lanes(builder, builder.shl(x, prm[2]), prm[3], zero, prm[4], zero, lo32, hi32)
-                sy = requantize_lanes(builder, builder.shl(y, prm[2]), prm[5], zero, prm[6], zero, lo32, hi32)
-                q = requantize_lanes(builder, builder.add(sx, sy), prm[7], zero, prm[8], prm[9], prm[10], prm[11])
-            masked_store(builder, builder.trunc(q, v8), builder.gep(o_ptr, [builder.add(o_off_v, j)]), keep)
-            j_next = builder.add(j, ir.Constant(i64, LANES))
-            builder.branch(head)
-            j.add_incoming(j_next, body)
-            builder.position_at_end(done)
+                def operand(ptr, at, offset):
+                    v = masked_load(builder, builder.gep(ptr, [at]), v8, keep, zero8)
+                    return builder.add(builder.sext(v, v32) if signed else builder.zext(v, v32), offset)
+                rj = builder.add(r, j)
+                x = operand(a_ptr, builder.add(a_off_v, rj), prm[0])
+                y = operand(b_ptr, builder.add(b_off_v, j), prm[1])
+                if is_mul:
+                    q = requantize_lanes(builder, builder.mul(x, y), prm[2], prm[3], prm[4], prm[9], prm[10], prm[11])
+                else:
+                    sx = requantize_lanes(builder, builder.shl(x, prm[2]), prm[3], zero, prm[4], zero, lo32, hi32)
+                    sy = requantize_lanes(builder, builder.shl(y, prm[2]), prm[5], zero, prm[6], zero, lo32, hi32)
+                    q = requantize_lanes(builder, builder.add(sx, sy), prm[7], zero, prm[8], prm[9], prm[10],
+                                         prm[11])
+                masked_store(builder, builder.trunc(q, v8), builder.gep(o_ptr, [builder.add(o_off_v, rj)]), keep)
+                j_next = builder.add(j, ir.Constant(i64, LANES))
+                builder.branch(head)
+                j.add_incoming(j_next, body)
+                builder.position_at_end(done)
             return context.get_dummy_value()
         return sig, codegen
     return binary
 
 
 #: 8-bit ADD (SUB: input 2's multiplier negated, as sub.cc) over ``n`` elements, 16 lanes at a
-#: time, the parameters held in registers: ``add_run(a, a_off, b, b_off, params, out, o_off, n)``
-#: stores TFLite's AddElementwise of ``a[a_off + i]`` and ``b[b_off + i]`` at ``out[o_off + i]``
-#: for i < n (no byte past them read or written). ``params`` (int32): input offsets (−zero
+#: time, the parameters held in registers: ``add_run(a, a_off, b, b_off, params, out, o_off, n,
+#: period)`` stores TFLite's AddElementwise of ``a[a_off + i]`` and ``b[b_off + i % period]`` at
+#: ``out[o_off + i]`` for i < n (no byte past them read or written): ``b`` repeats every ``period``
+#: elements (a per-channel operand: ``period`` = n where it does not). ``params`` (int32): input offsets (−zero
 #: points), left shift, input 1 multiplier and right shift, input 2 multiplier and right shift,
 #: output multiplier and right shift, output zero point, activation min and max.
 add_run = _binary(False)
