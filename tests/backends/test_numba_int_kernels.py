@@ -178,13 +178,14 @@ def test_grouped_convolutions(x_type, w_type, in_c, groups, k):
     dict(c=16, k=3, y_scale=1e-5),  # multipliers above one
     dict(c=48, k=3, stride=3, pads=(1, 1, 1, 1)), dict(c=24, k=3, pads=(2, 0, 1, 2)),  # stride 3; padding 2
     dict(c=18, k=5, pads=(0, 0, 0, 0), act=3),  # RELU6
+    dict(c=21, k=5, pads=(2, 2, 2, 2), shape=(1, 3, 4, 21)),  # every window crosses the image's edges
 ])
 def test_depthwise(x_type, w_type, w_zp, case):
     """The filter-column kernel (dw_vnni: filter minus zero point within int8, stride 1 or 2 across,
     dilation 1 across) and the per-pixel one (simd.dw_run: the others, and the border columns)."""
     case = dict(case)
     c = case.pop("c")
-    shape = (2, 9, 8, c)
+    shape = case.pop("shape", (2, 9, 8, c))
     model = _depthwise_model(x_type, w_type, shape, w_zp=w_zp, **case)
     d = _data(model)
     assert d.lanes is not None

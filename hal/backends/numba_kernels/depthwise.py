@@ -3,10 +3,10 @@
 Depth multiplier 1 with a 3x3 or 5x5 filter (MobileNet's, EfficientNet's), where the CPU has
 AVX-512 VNNI, stride 1 or 2 and dilation 1 across, and the filter minus its zero point fits int8
 (int8 filters; uint8 ones within 128 of their zero point): ``dw_vnni.dw_row_*``, 16 channels of a
-row's inner columns per call, each input column's rows gathered once into ``vpdpbusd`` operands and
-shared by the pixels that read it; the border columns per pixel with ``simd.dw_run_*``. Other depth-
-multiplier-1 3x3 / 5x5 layers: ``simd.dw_run_*`` throughout (16 channels of a run of pixels per call,
-the taps unrolled in vector registers, int32 sums: int16 tap pairs and ``vpdpwssd`` with VNNI).
+row per call (borders included), each input column's rows gathered once into ``vpdpbusd`` operands
+and shared by the pixels that read it. Other depth-multiplier-1 3x3 / 5x5 layers: ``simd.dw_run_*``
+(16 channels of a run of pixels per call, the taps unrolled in vector registers, int32 sums: int16
+tap pairs and ``vpdpwssd`` with VNNI).
 TFLite's requantization on the 16 lanes in both. Other forms: one scalar native pass
 (``_depthwise``). All skip out-of-image taps as TFLite does.
 """
@@ -132,7 +132,7 @@ def execute(d: DepthwiseData, x: np.ndarray, table: np.ndarray = _NO_TABLE) -> n
     out = np.empty((n, d.out_h, d.out_w, d.weights.shape[2]), dtype=x.dtype)
     if d.rows is not None:
         fh = d.weights.shape[0]
-        _depthwise_rows(x.reshape(-1), *d.rows, *d.lanes, n, x.shape[1], x.shape[2], x.shape[3], fh, d.input_zp,
+        _depthwise_rows(x.reshape(-1), *d.rows, *d.lanes[2:], n, x.shape[1], x.shape[2], x.shape[3], fh, d.input_zp,
                         0x80 if x.dtype == np.int8 else 0, d.output_zp, d.act_min, d.act_max, d.stride_h,
                         d.stride_w, d.dilation_h, d.pad_top, d.pad_left, d.out_h, d.out_w,
                         d.general, out.reshape(-1), table)
@@ -246,78 +246,44 @@ def _depthwise_pixels(x, w, bias, mult, left, right, n_b, h, width, c, fh, fw, i
                 lookup_in_place(out.view(np.uint8), o_row * c, out_w * c, table)
 
 
-_SIGS_DW_ROWS = [numba.void(ro(t, 1), ro(np.int8, 1), ro(np.int32, 1), ro(np.int16, 1), ro(np.int32, 1),
-                            ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), *[I64] * 18, rw(t, 1),
-                            ro(np.uint8, 1)) for t in Q8]
+_SIGS_DW_ROWS = [numba.void(ro(t, 1), ro(np.int8, 1), ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1),
+                            ro(np.int32, 1), *[I64] * 18, rw(t, 1), ro(np.uint8, 1)) for t in Q8]
 
 if vnni.AVAILABLE:
     from hal.backends.numba_kernels.dw_vnni import dw_row_3x3_s1, dw_row_3x3_s2, dw_row_5x5_s1, dw_row_5x5_s2
 
     @numba.njit(_SIGS_DW_ROWS, cache=True, nogil=True)
-    def _depthwise_rows(x, w, bias, w_pairs, bias_pairs, mult, left, right, n_b, h, width, c, fh, input_zp, xor,
-                        out_zp, lo, hi, sh, sw, dh, top, left_pad, out_h, out_w, general, out, table):
+    def _depthwise_rows(x, w, bias, mult, left, right, n_b, h, width, c, fh, input_zp, xor, out_zp, lo, hi, sh, sw,
+                        dh, top, left_pad, out_h, out_w, general, out, table):
         """DEPTHWISE_CONV_2D with depth multiplier 1, a 3x3 or 5x5 filter, dilation 1 across and
-        stride 1 or 2 across (flat NHWC ``x`` and ``out``; ``_rows``' and ``_lanes``' arrays): per
-        output row and 16 channels, the columns whose taps lie inside the image across in one
-        ``dw_vnni.dw_row_*`` call, the border columns one by one (``simd.dw_run_*`` with their tap
-        masks). ``table`` (256 bytes, or empty): looked up on each output row once it is complete."""
+        stride 1 or 2 across (flat NHWC ``x`` and ``out``; ``_rows``' arrays): one
+        ``dw_vnni.dw_row_*`` call per output row and 16 channels, borders included. ``table`` (256
+        bytes, or empty): looked up on each output row once it is complete."""
         cp = bias.shape[0]
         w_step = cp * 4
         row_step = dh * width * c
         zp = input_zp & 0xFF
-        inner_lo, inner_hi = out_w, out_w
-        for ox in range(out_w):
-            if ox * sw - left_pad >= 0 and ox * sw - left_pad + fh <= width:
-                if inner_lo == out_w:
-                    inner_lo = ox
-                inner_hi = ox + 1
-        if inner_lo == out_w:
-            inner_lo = inner_hi = 0
         for n in range(n_b):
             for oy in range(out_h):
                 iy0 = oy * sh - top
                 row_bits = np.int64(0)
-                valid = np.int64(0)
                 for fy in range(fh):
                     if 0 <= iy0 + fy * dh < h:
                         row_bits |= np.int64(1) << fy
-                        for fx in range(fh):
-                            valid |= np.int64(1) << (fy * fh + fx)
                 row0 = (n * h + iy0) * width * c
-                o_row = (n * out_h + oy) * out_w * c
-                for ox in range(out_w):
-                    if inner_lo <= ox < inner_hi:
-                        continue
-                    v = valid
-                    for fx in range(fh):
-                        ix = ox * sw - left_pad + fx
-                        if ix < 0 or ix >= width:
-                            for fy in range(fh):
-                                v &= ~(np.int64(1) << (fy * fh + fx))
-                    x_off = row0 + (ox * sw - left_pad) * c
-                    for ch in range(0, c, 16):
-                        if fh == 3:
-                            dw_run_3x3(x, x_off, sw * c, row_step, c, v, input_zp, w_pairs, cp, bias_pairs, mult,
-                                       left, right, ch, out_zp, lo, hi, out, o_row + ox * c, c, c - ch, 1)
-                        else:
-                            dw_run_5x5(x, x_off, sw * c, row_step, c, v, input_zp, w_pairs, cp, bias_pairs, mult,
-                                       left, right, ch, out_zp, lo, hi, out, o_row + ox * c, c, c - ch, 1)
-                npix = inner_hi - inner_lo
-                o_off = o_row + inner_lo * c
-                ix0 = inner_lo * sw - left_pad
-                if npix > 0:
-                    for ch in range(0, c, 16):
-                        if fh == 3 and sw == 1:
-                            dw_row_3x3_s1(x, row0, row_bits, row_step, ix0, c, zp, xor, w, w_step, bias, mult, left,
-                                          right, ch, out_zp, lo, hi, out, o_off, c - ch, npix, general)
-                        elif fh == 3:
-                            dw_row_3x3_s2(x, row0, row_bits, row_step, ix0, c, zp, xor, w, w_step, bias, mult, left,
-                                          right, ch, out_zp, lo, hi, out, o_off, c - ch, npix, general)
-                        elif sw == 1:
-                            dw_row_5x5_s1(x, row0, row_bits, row_step, ix0, c, zp, xor, w, w_step, bias, mult, left,
-                                          right, ch, out_zp, lo, hi, out, o_off, c - ch, npix, general)
-                        else:
-                            dw_row_5x5_s2(x, row0, row_bits, row_step, ix0, c, zp, xor, w, w_step, bias, mult, left,
-                                          right, ch, out_zp, lo, hi, out, o_off, c - ch, npix, general)
+                o_off = (n * out_h + oy) * out_w * c
+                for ch in range(0, c, 16):
+                    if fh == 3 and sw == 1:
+                        dw_row_3x3_s1(x, row0, row_bits, row_step, -left_pad, width, c, zp, xor, w, w_step, bias,
+                                      mult, left, right, ch, out_zp, lo, hi, out, o_off, c - ch, out_w, general)
+                    elif fh == 3:
+                        dw_row_3x3_s2(x, row0, row_bits, row_step, -left_pad, width, c, zp, xor, w, w_step, bias,
+                                      mult, left, right, ch, out_zp, lo, hi, out, o_off, c - ch, out_w, general)
+                    elif sw == 1:
+                        dw_row_5x5_s1(x, row0, row_bits, row_step, -left_pad, width, c, zp, xor, w, w_step, bias,
+                                      mult, left, right, ch, out_zp, lo, hi, out, o_off, c - ch, out_w, general)
+                    else:
+                        dw_row_5x5_s2(x, row0, row_bits, row_step, -left_pad, width, c, zp, xor, w, w_step, bias,
+                                      mult, left, right, ch, out_zp, lo, hi, out, o_off, c - ch, out_w, general)
                 if table.shape[0] == 256:
-                    lookup_in_place(out.view(np.uint8), o_row, out_w * c, table)
+                    lookup_in_place(out.view(np.uint8), o_off, out_w * c, table)

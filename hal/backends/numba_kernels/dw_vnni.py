@@ -11,10 +11,10 @@ of filter column ``fx``. Pixel ``j`` of the row sums ``dot(column s·j + fx, wei
 the requantization.
 
 Activations are unsigned for ``vpdpbusd``: int8 bytes are XORed with 0x80 (value + 128), uint8
-bytes taken as they are. A filter row outside the image loads as the input zero point's byte, and
-the bias holds bias − (that byte's unsigned value)·Σw (depthwise.py), so such a tap adds nothing,
-as TFLite skips it; the pixels whose windows cross the image's left or right edge are left to
-``simd.dw_run_*`` (depthwise.py), so a column here is always inside the image. Filter bytes are the filter minus its zero point, which
+bytes taken as they are. A cell outside the image (a row above or below it, a column left or right
+of it) loads as the input zero point's byte, and the bias holds bias − (that byte's unsigned
+value)·Σw (depthwise.py), so such a tap adds nothing, as TFLite skips it: one call computes a
+whole output row, borders included. Filter bytes are the filter minus its zero point, which
 must fit int8 (checked at plan: true of int8 filters, and of uint8 filters whose values lie within
 128 of their zero point); the unused rows of a group have zero weights.
 """
@@ -32,26 +32,28 @@ def _dw_row(fh: int, fw: int, stride: int):
     groups = (fh + 3) // 4
 
     @intrinsic
-    def dw_row(typingctx, x, row0, row_bits, row_step, ix0, pix, zp, xor, w, w_step, bias, mult, left, right, ch,
-               out_zp, lo, hi, out, o_off, count, npix, general):
-        sig = types.void(x, row0, row_bits, row_step, ix0, pix, zp, xor, w, w_step, bias, mult, left, right, ch,
-                         out_zp, lo, hi, out, o_off, count, npix, general)
+    def dw_row(typingctx, x, row0, row_bits, row_step, ix0, width, pix, zp, xor, w, w_step, bias, mult, left, right,
+               ch, out_zp, lo, hi, out, o_off, count, npix, general):
+        sig = types.void(x, row0, row_bits, row_step, ix0, width, pix, zp, xor, w, w_step, bias, mult, left, right,
+                         ch, out_zp, lo, hi, out, o_off, count, npix, general)
 
         def codegen(context, builder, signature, args):
-            (x_arr, row0_v, bits_v, row_step_v, ix0_v, pix_v, zp_v, xor_v, w_arr, w_step_v, bias_arr, mult_arr,
-             left_arr, right_arr, ch_v, ozp_v, lo_v, hi_v, out_arr, o_off_v, count_v, npix_v, general_v) = args
+            (x_arr, row0_v, bits_v, row_step_v, ix0_v, width_v, pix_v, zp_v, xor_v, w_arr, w_step_v, bias_arr,
+             mult_arr, left_arr, right_arr, ch_v, ozp_v, lo_v, hi_v, out_arr, o_off_v, count_v, npix_v,
+             general_v) = args
             i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
             v32, v8, v64 = ir.VectorType(i32, LANES), ir.VectorType(i8, LANES), ir.VectorType(i8, 4 * LANES)
             vbit = ir.VectorType(i1, LANES)
             sa = signature.args
             x_ptr = _data(context, builder, sa[0], x_arr, i8)
-            w_ptr = _data(context, builder, sa[8], w_arr, i8)
-            o_ptr = _data(context, builder, sa[18], out_arr, i8)
+            w_ptr = _data(context, builder, sa[9], w_arr, i8)
+            o_ptr = _data(context, builder, sa[19], out_arr, i8)
             lanes = ir.Constant(v32, list(range(LANES)))
             keep = builder.icmp_signed("<", lanes, splat(builder, builder.trunc(count_v, i32), v32))
             zp16 = splat(builder, builder.trunc(zp_v, i8), v8)
             xor64 = splat(builder, builder.trunc(xor_v, i8), v64)
             zero16 = ir.Constant(v8, [0] * LANES)
+            no_lanes = ir.Constant(vbit, [0] * LANES)
             row_keep = [builder.and_(keep, splat(builder, builder.trunc(builder.lshr(bits_v, ir.Constant(i64, fy)), i1),
                                                  vbit)) for fy in range(fh)]
             row_base = [builder.add(builder.add(row0_v, builder.mul(ir.Constant(i64, fy), row_step_v)), ch_v)
@@ -64,9 +66,11 @@ def _dw_row(fh: int, fw: int, stride: int):
 
             def column(col):
                 """The ``groups`` vectors of input column ix0 + col (an i64 value)."""
-                at = builder.mul(builder.add(ix0_v, col), pix_v)
-                rows = [masked_load(builder, builder.gep(x_ptr, [builder.add(row_base[fy], at)]), v8, row_keep[fy],
-                                    zp16) for fy in range(fh)]
+                ix = builder.add(ix0_v, col)
+                inside = builder.icmp_unsigned("<", ix, width_v)  # 0 <= ix < width
+                at = builder.mul(ix, pix_v)
+                rows = [masked_load(builder, builder.gep(x_ptr, [builder.add(row_base[fy], at)]), v8,
+                                    builder.select(inside, row_keep[fy], no_lanes), zp16) for fy in range(fh)]
                 vecs = []
                 for g in range(groups):
                     r = rows[4 * g:4 * g + 4] + [zero16] * (4 - len(rows[4 * g:4 * g + 4]))
@@ -79,8 +83,8 @@ def _dw_row(fh: int, fw: int, stride: int):
             def lane_vector(k, arr):
                 base = _data(context, builder, sa[k], arr, i32)
                 return builder.load(builder.bitcast(builder.gep(base, [ch_v]), v32.as_pointer()), align=4)
-            bias = lane_vector(10, bias_arr)
-            mult, left, right = lane_vector(11, mult_arr), lane_vector(12, left_arr), lane_vector(13, right_arr)
+            bias = lane_vector(11, bias_arr)
+            mult, left, right = lane_vector(12, mult_arr), lane_vector(13, left_arr), lane_vector(14, right_arr)
             ozp, lo, hi = (splat(builder, builder.trunc(v, i32), v32) for v in (ozp_v, lo_v, hi_v))
             # weights: filter column fx, group g at byte (fx·groups + g)·w_step + 4·ch
             ch4 = builder.mul(ch_v, ir.Constant(i64, 4))
@@ -140,17 +144,16 @@ def _dw_row(fh: int, fw: int, stride: int):
 
 
 #: A run of ``npix`` output pixels of a row of a depth-multiplier-1 DEPTHWISE_CONV_2D (dilation 1
-#: across, any down) whose filter windows lie inside the image across, for channels ``ch .. ch + 15``:
-#: ``dw_row_3x3_s1(x, row0, row_bits, row_step, ix0, pix, zp, xor, w, w_step, bias, mult, left, right,
-#: ch, out_zp, lo, hi, out, o_off, count, npix)``. Input cell (fy, column ix0 + col) of channel ch + i
-#: is byte ``row0 + fy·row_step + (ix0 + col)·pix + ch + i`` of ``x``, read only where bit fy of
-#: ``row_bits`` is set (else it is the zero point's byte ``zp``: a row outside the image), then
-#: XORed with ``xor`` (0x80 or 0). Pixel j reads columns
-#: stride·j .. stride·j + fw − 1. ``w``: int8 bytes, filter column fx's group g for channel ch + i
-#: at ``(fx·groups + g)·w_step + 4·(ch + i)``; ``bias``, ``mult``, ``left``, ``right``: int32 per
-#: channel (padded to whole 16s). The first ``count`` lanes (<= 16) of pixel j are stored at
-#: ``out[o_off + j·pix + ch]``. ``general``: 0 where ``simd.floor_at_zero_point`` holds (its cheaper
-#: requantization), else 1.
+#: across, any down) for channels ``ch .. ch + 15``: ``dw_row_3x3_s1(x, row0, row_bits, row_step, ix0,
+#: width, pix, zp, xor, w, w_step, bias, mult, left, right, ch, out_zp, lo, hi, out, o_off, count, npix,
+#: general)``. Input cell (fy, column ix0 + col) of channel ch + i is byte ``row0 + fy·row_step +
+#: (ix0 + col)·pix + ch + i`` of ``x``, read only where bit fy of ``row_bits`` is set and
+#: 0 <= ix0 + col < ``width`` (else it is the zero point's byte ``zp``: a cell outside the image),
+#: then XORed with ``xor`` (0x80 or 0). Pixel j reads columns stride·j .. stride·j + fw − 1.
+#: ``w``: int8 bytes, filter column fx's group g for channel ch + i at ``(fx·groups + g)·w_step +
+#: 4·(ch + i)``; ``bias``, ``mult``, ``left``, ``right``: int32 per channel (padded to whole 16s).
+#: The first ``count`` lanes (<= 16) of pixel j are stored at ``out[o_off + j·pix + ch]``.
+#: ``general``: 0 where ``simd.floor_at_zero_point`` holds (its cheaper requantization), else 1.
 dw_row_3x3_s1 = _dw_row(3, 3, 1)
 dw_row_3x3_s2 = _dw_row(3, 3, 2)
 dw_row_5x5_s1 = _dw_row(5, 5, 1)
