@@ -18,6 +18,7 @@ its NHWC input in place when K is a multiple of 4; other shapes gather their row
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -60,6 +61,12 @@ class GemmPlan:
     @property
     def kq(self) -> int:
         return -(-self.k // KSTEP)
+
+    @functools.cached_property
+    def kernel_args(self) -> tuple:
+        """``_gemm_rows``' arguments from the plan, in order (formed once: a layer runs them often)."""
+        return (self.a_xor, self.packed, self.kq, self.n, self.bias, self.row_coef, self.multipliers, self.left,
+                self.right, self.output_zp, self.act_min, self.act_max)
 
     @property
     def panels(self) -> int:
@@ -289,19 +296,19 @@ def run(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.nda
     int8/uint8 output) from row m of ``a`` (``lda`` apart from ``a_off`` in a flat uint8 view).
     The rows are split over ``hal.backends.compute_threads()`` threads (the kernels release the
     GIL); 1 thread unless ``--threads`` says otherwise."""
-    args = (a, a_off, lda, rows, p.a_xor, p.packed, p.kq, p.n, p.bias, p.row_coef, p.multipliers, p.left, p.right,
-            p.output_zp, p.act_min, p.act_max, out, o_off, p.n if ldo is None else ldo)
+    ldo = p.n if ldo is None else ldo
     threads = (backends.compute_threads() or 1) if rows * p.k * p.n >= PARALLEL_MACS else 1
-    if threads > 1:
-        per_thread = -(-rows // threads)
-        step = -(-per_thread // 8) * 8  # a multiple of 8 rows: whole tiles per thread
-        parts = [(r, min(rows, r + step)) for r in range(0, rows, step)]
-        futures = [_workers(threads).submit(_gemm_rows, *args, r0, r1, table, p.general) for r0, r1 in parts[1:]]
-        _gemm_rows(*args, *parts[0], table, p.general)
-        for f in futures:
-            f.result()
-    else:
-        _gemm_rows(*args, 0, rows, table, p.general)
+    if threads == 1:
+        _gemm_rows(a, a_off, lda, rows, *p.kernel_args, out, o_off, ldo, 0, rows, table, p.general)
+        return
+    args = (a, a_off, lda, rows, *p.kernel_args, out, o_off, ldo)
+    per_thread = -(-rows // threads)
+    step = -(-per_thread // 8) * 8  # a multiple of 8 rows: whole tiles per thread
+    parts = [(r, min(rows, r + step)) for r in range(0, rows, step)]
+    futures = [_workers(threads).submit(_gemm_rows, *args, r0, r1, table, p.general) for r0, r1 in parts[1:]]
+    _gemm_rows(*args, *parts[0], table, p.general)
+    for f in futures:
+        f.result()
 
 
 def gather(p: GemmPlan, x: np.ndarray, fh: int, fw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int,
