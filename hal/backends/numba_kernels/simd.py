@@ -243,6 +243,33 @@ dw_run_3x3 = _dw_run(3, 3)
 dw_run_5x5 = _dw_run(5, 5)
 
 
+def _shifted_input(builder, left, mult, right):
+    """ADD's scaling of an input, ``MultiplyByQuantizedMultiplierSmallerThanOneExp(x << left, mult,
+    -right)`` for x = input + offset (|x| <= 255), in 32-bit lanes: with s = 31 − left and
+    mult = mh·2^s + ml (0 <= ml < 2^s), SaturatingRoundingDoublingHighMul's floor((x·2^left·mult +
+    2^30) / 2^31) is x·mh + floor((x·ml + 2^(s−1)) / 2^s), both products within int32 for
+    TFLite's left shift of 20 (|x·mh| < 2^29, |x·ml| < 2^20); then RoundingDivideByPOT as
+    floor((h + 2^(right−1) − [h < 0]) / 2^right) (h itself for right 0). The loop-invariant parts
+    are formed here, once; returns the per-lane step. lut.py admits the kernel only if it gives the
+    reference's result on every input pair, so another left shift (products past int32) would
+    leave the operation to the table, never give another result."""
+    i32 = ir.IntType(32)
+    v32 = ir.VectorType(i32, LANES)
+    c = lambda k: ir.Constant(v32, [k] * LANES)  # noqa: E731
+    s = builder.sub(c(31), left)
+    mh, ml = builder.ashr(mult, s), builder.and_(mult, builder.sub(builder.shl(c(1), s), c(1)))
+    half = builder.shl(c(1), builder.sub(s, c(1)))
+    shifting = builder.icmp_signed(">", right, c(0))
+    round_up = builder.select(shifting, builder.shl(c(1), builder.sub(right, c(1))), c(0))
+    negative_down = builder.select(shifting, c(-1), c(0))
+
+    def step(x):
+        h = builder.add(builder.mul(x, mh), builder.ashr(builder.add(builder.mul(x, ml), half), s))
+        t = builder.add(builder.add(h, round_up), builder.and_(builder.ashr(h, c(31)), negative_down))
+        return builder.ashr(t, right)
+    return step
+
+
 def _binary(is_mul: bool):
     """ADD/SUB (``is_mul`` False) or MUL over a run of 8-bit inputs: see ``add_run``."""
     @intrinsic
@@ -263,6 +290,9 @@ def _binary(is_mul: bool):
             zero8 = ir.Constant(v8, [0] * LANES)
             zero, lo32, hi32 = (ir.Constant(v32, [k] * LANES) for k in (0, -(1 << 31), (1 << 31) - 1))
 
+            if not is_mul:
+                scale_x = _shifted_input(builder, prm[2], prm[3], prm[4])
+                scale_y = _shifted_input(builder, prm[2], prm[5], prm[6])
             # rows of ``period`` elements (the last one cut at n); b restarts at b_off in each
             with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_v, period_v) as (r, _):
                 left = builder.sub(n_v, r)
@@ -288,8 +318,7 @@ def _binary(is_mul: bool):
                 if is_mul:
                     q = requantize_lanes(builder, builder.mul(x, y), prm[2], prm[3], prm[4], prm[9], prm[10], prm[11])
                 else:
-                    sx = requantize_lanes(builder, builder.shl(x, prm[2]), prm[3], zero, prm[4], zero, lo32, hi32)
-                    sy = requantize_lanes(builder, builder.shl(y, prm[2]), prm[5], zero, prm[6], zero, lo32, hi32)
+                    sx, sy = scale_x(x), scale_y(y)
                     q = requantize_lanes(builder, builder.add(sx, sy), prm[7], zero, prm[8], prm[9], prm[10],
                                          prm[11])
                 masked_store(builder, builder.trunc(q, v8), builder.gep(o_ptr, [builder.add(o_off_v, rj)]), keep)
