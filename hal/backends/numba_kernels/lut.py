@@ -10,8 +10,8 @@ per plan, not per element.
 Binary: ADD, SUB, MUL (same 8-bit type in and out). These are also computed directly, 16 lanes at
 a time, with TFLite's integer arithmetic (simd.add_run: two input scalings in 32-bit lanes and one
 requantization per element; mul_run: one requantization; several times faster than a lookup in a
-64 KiB table); plan uses that kernel only after
-checking it against the table on all 65,536 input pairs, so it is exact by the same construction.
+64 KiB table); plan uses that kernel only after checking it against the table on all 65,536 input
+pairs, so it is exact by the same construction.
 Unary: LOGISTIC, TANH, HARD_SWISH, RELU, RELU1, RELU6 (8-bit in and out) and DEQUANTIZE (8-bit in,
 float32 out); an 8-bit table is looked up 64 bytes at a time where the CPU has AVX-512 VBMI. Broadcasting: an input
 shaped like a suffix of the output (a per-channel scale, a squeeze-excite gate) is read
