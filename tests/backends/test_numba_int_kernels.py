@@ -334,3 +334,20 @@ def test_requantize_lanes_is_multiply_by_quantized_multiplier(general):
     _lanes_kernel(general)(acc.astype(np.int32), mult.astype(np.int32), np.maximum(shift, 0).astype(np.int32),
                     np.maximum(-shift, 0).astype(np.int32), out)
     np.testing.assert_array_equal(out, want.astype(np.int32))
+
+
+@pytest.mark.parametrize("x_type", [QU8, QS8])
+@pytest.mark.parametrize("shape,paddings", [((1, 5, 6, 24), ((0, 0), (0, 0), (0, 0), (0, 4))),  # a shortcut's channels
+                                            ((2, 3, 4, 70), ((1, 0), (2, 1), (0, 3), (5, 66))),  # every dimension
+                                            ((3, 7), ((1, 2), (4, 0))), ((9,), ((3, 2),))])
+@pytest.mark.parametrize("v2", [False, True])
+def test_pad(x_type, shape, paddings, v2):
+    """PAD (the zero point) and PAD_V2 (a given value) on the numba backend, rank 1 to 4."""
+    mb = ModelBuilder()
+    x = mb.add_operand(x_type, shape, scale=0.05, zero_point={QU8: 131, QS8: -3}[x_type])
+    pads = mb.add_constant(I32, np.array(paddings, np.int32).reshape(len(shape), 2))
+    y = mb.add_operand(x_type, (), scale=0.05, zero_point={QU8: 131, QS8: -3}[x_type])
+    inputs = [x, pads, mb.add_int32(77 if x_type == QU8 else -77)] if v2 else [x, pads]
+    model = _finish(mb, Op.PAD_V2 if v2 else Op.PAD, inputs, x, y)
+    assert _data(model) is not None
+    _check(model, shape, x_type)

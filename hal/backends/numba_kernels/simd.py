@@ -12,7 +12,8 @@ depthwise weights, is only compiled where the CPU has AVX-512 VNNI (depthwise.py
 - ``dw_run_3x3`` / ``dw_run_5x5``: a run of DEPTHWISE_CONV_2D output pixels for 16 channels:
   weights in registers, every tap unrolled and branch-free (masked loads), the requantization,
   one masked store per pixel.
-- ``copy_bytes``: short byte runs (im2col rows) as 64-byte masked moves.
+- ``copy_bytes``: short byte runs (im2col rows) as 64-byte masked moves; ``fill_copy``: a run then
+  pad bytes (PAD's rows).
 - ``add_run`` / ``mul_run``: 8-bit ADD/SUB and MUL computed as TFLite computes them (lut.py checks
   them against the reference's table over every input pair before using them).
 """
@@ -363,5 +364,35 @@ def copy_bytes(typingctx, dst, dst_off, src, src_off, n):
             v = masked_load(builder, builder.gep(s_ptr, [builder.add(s_off, j)]), v8, keep, zero)
             masked_store(builder, v, builder.gep(d_ptr, [builder.add(d_off, j)]), keep)
         byte_blocks(builder, n_v, "copy", step)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def fill_copy(typingctx, dst, dst_off, src, src_off, n_src, n, value):
+    """``dst[dst_off:dst_off + n]`` = ``src[src_off:src_off + n_src]`` followed by ``value`` bytes
+    (``n_src`` <= ``n``; 1-byte arrays), in 64-byte masked moves: a padded row is one load and one
+    store per 64 bytes. No byte outside either range is touched."""
+    sig = types.void(dst, dst_off, src, src_off, n_src, n, value)
+
+    def codegen(context, builder, signature, args):
+        d_arr, d_off, s_arr, s_off, n_src_v, n_v, value_v = args
+        i8, i32 = ir.IntType(8), ir.IntType(32)
+        v8 = ir.VectorType(i8, 64)
+        sa = signature.args
+        d_ptr, s_ptr = _data(context, builder, sa[0], d_arr, i8), _data(context, builder, sa[2], s_arr, i8)
+        fill = splat(builder, builder.trunc(value_v, i8), v8)
+        lanes = ir.Constant(ir.VectorType(i32, 64), list(range(64)))
+
+        def step(j, keep):
+            left = builder.sub(n_src_v, j)  # source bytes from j on (may be <= 0)
+            left = builder.select(builder.icmp_signed("<", left, ir.Constant(left.type, 0)),
+                                  ir.Constant(left.type, 0), left)
+            left = builder.select(builder.icmp_signed(">", left, ir.Constant(left.type, 64)),
+                                  ir.Constant(left.type, 64), left)
+            have = builder.icmp_unsigned("<", lanes, splat(builder, builder.trunc(left, i32), lanes.type))
+            v = masked_load(builder, builder.gep(s_ptr, [builder.add(s_off, j)]), v8, have, fill)
+            masked_store(builder, v, builder.gep(d_ptr, [builder.add(d_off, j)]), keep)
+        byte_blocks(builder, n_v, "fillcopy", step)
         return context.get_dummy_value()
     return sig, codegen
