@@ -185,10 +185,11 @@ def _depthwise(x, w, bias, input_zp, depth_mult, mult, shift, out_zp, lo, hi, sh
                     out[n, oy, ox, oc] = clamp(v, lo, hi)
 
 
-#: int32 weights: one multiply per tap; int16 weights (VNNI): taps in pairs, one vpdpwssd each.
-_SIGS_DW_PIXELS = [numba.void(ro(t, 1), ro(wt, 1), ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1),
-                              ro(np.int32, 1), *[I64] * 18, rw(t, 1), ro(np.uint8, 1))
-                   for t in Q8 for wt in ((np.int32, np.int16) if vnni.AVAILABLE else (np.int32,))]
+#: int32 weights: one multiply per tap; int16 weights (VNNI, the only kind _lanes packs there): taps
+#: in pairs, one vpdpwssd each.
+_SIGS_DW_PIXELS = [numba.void(ro(t, 1), ro(np.int16 if vnni.AVAILABLE else np.int32, 1), ro(np.int32, 1),
+                              ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), *[I64] * 18, rw(t, 1),
+                              ro(np.uint8, 1)) for t in Q8]
 
 
 @numba.njit(_SIGS_DW_PIXELS, cache=True, nogil=True)
