@@ -63,7 +63,8 @@ def test_every_cts_case_of_its_operations_matches_the_reference_bit_for_bit():
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
-@pytest.mark.parametrize("build,size", [(lambda d: mobilenet_like(d, 32, 16), 32), (lambda d: efficientnet_b0(d, 32), 32),
+@pytest.mark.parametrize("build,size", [(lambda d: mobilenet_like(d, 32, 16), 32),
+                                        (lambda d: efficientnet_b0(d, 32), 32),
                                         (lambda d: blazeface_quantized(d, 64), 64), (lambda d: small_cnn(d, 32), 32)],
                          ids=["mobilenet_like", "efficientnet_b0", "blazeface", "small_cnn"])
 def test_whole_models_match_the_reference(build, size, dtype):

@@ -74,7 +74,8 @@ def plan(ctx: OperationContext) -> DoubleRequantGemv | None:
         kq, panels = -(-p.input_size // vnni.KSTEP), -(-p.num_units // vnni.PANEL)
         wpad = np.zeros((kq * vnni.KSTEP, panels * vnni.PANEL), dtype=np.int8)
         wpad[:p.input_size, :p.num_units] = w.T
-        d.packed = np.ascontiguousarray(wpad.reshape(kq, vnni.KSTEP, panels, vnni.PANEL).transpose(2, 0, 3, 1)).reshape(-1)
+        blocks = wpad.reshape(kq, vnni.KSTEP, panels, vnni.PANEL).transpose(2, 0, 3, 1)  # [panel, q, column, k]
+        d.packed = np.ascontiguousarray(blocks).reshape(-1)
         # int8 inputs are summed as x + 128 (XOR 0x80): Σ (x − x_zp)·w = Σ x'·w − (x_zp + 128)·Σw
         d.unit_terms = -(p.input_zero_point + (128 if signed else 0)) * w.sum(axis=1)
     return d
