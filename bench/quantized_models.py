@@ -1,8 +1,10 @@
 """Quantized whole models through the delegate: the numba backend vs the reference backend vs
 the CPU runtimes' own 8-bit kernels, measured in one run, configurations interleaved round by round.
 
-Models are built by the project (random weights): MobileNetV2 and EfficientNet-B0 at 224x224, int8
-(per-channel filters, int8 I/O) and uint8 (per-tensor, uint8 I/O). Rows: LiteRT's default CPU
+Models are built by the project (random weights): MobileNetV2 and EfficientNet-B0 at 224x224, a
+BlazeFace-style detector at 128x128 (two outputs) and a small CNN classifier at 128x128
+(nnhal.examples_quantized), each int8 (per-channel filters, int8 I/O) and uint8 (per-tensor, uint8
+I/O). A model's outputs are compared together (flattened, concatenated). Rows: LiteRT's default CPU
 path (XNNPACK, which runs 8-bit models too) with 1 and 2 threads; tflite-runtime 2.14 with 1
 thread (its default resolver: its own 8-bit kernels, not XNNPACK); the delegate (in LiteRT) on a
 service whose backend preference is ``numba,reference``, and on one restricted to ``reference``.
@@ -29,16 +31,21 @@ from bench.rpc_roundtrip import start_server, stop_servers
 from delegate import load_delegate
 from delegate.runtime import Interpreter, OpResolverType
 from nnhal.examples import efficientnet_b0, mobilenet_v2
+from nnhal.examples_quantized import blazeface_quantized, small_cnn
 
 MODELS = [("MobileNetV2 224 int8", mobilenet_v2, np.int8), ("MobileNetV2 224 uint8", mobilenet_v2, np.uint8),
           ("EfficientNet-B0 224 int8", efficientnet_b0, np.int8),
-          ("EfficientNet-B0 224 uint8", efficientnet_b0, np.uint8)]
+          ("EfficientNet-B0 224 uint8", efficientnet_b0, np.uint8),
+          ("BlazeFace-style 128 int8", blazeface_quantized, np.int8),
+          ("BlazeFace-style 128 uint8", blazeface_quantized, np.uint8),
+          ("small CNN 128 int8", small_cnn, np.int8), ("small CNN 128 uint8", small_cnn, np.uint8)]
 
 
 def _run(it, x) -> np.ndarray:
+    """Every output, flattened and concatenated (one array to compare)."""
     it.set_tensor(it.get_input_details()[0]["index"], x)
     it.invoke()
-    return it.get_tensor(it.get_output_details()[0]["index"])
+    return np.concatenate([it.get_tensor(o["index"]).reshape(-1) for o in it.get_output_details()])
 
 
 #: A child process's BUILTIN_REF output: argv model, input .npy, output .npy.
@@ -48,7 +55,7 @@ it = Interpreter(model_path=sys.argv[1], experimental_op_resolver_type=OpResolve
 it.allocate_tensors()
 it.set_tensor(it.get_input_details()[0]["index"], np.load(sys.argv[2]))
 it.invoke()
-np.save(sys.argv[3], it.get_tensor(it.get_output_details()[0]["index"]))
+np.save(sys.argv[3], np.concatenate([it.get_tensor(o["index"]).reshape(-1) for o in it.get_output_details()]))
 """
 
 
@@ -85,8 +92,9 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                     progress(label)
                 path = Path(d) / "m.tflite"
                 path.write_bytes(build(dtype))
+                shape = tuple(Interpreter(model_path=str(path)).get_input_details()[0]["shape"])
                 x = np.random.default_rng(0).integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1,
-                                                      (1, 224, 224, 3)).astype(dtype)
+                                                      shape).astype(dtype)
                 want = _reference(path, x)
                 configs = {anchor(1): Interpreter(model_path=str(path), num_threads=1),
                            anchor(2): Interpreter(model_path=str(path), num_threads=2)}

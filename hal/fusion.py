@@ -22,7 +22,8 @@ Patterns:
   fused step lists them as omitted.
 
 A fused step's timing record covers its member operations (``OperationTiming.count``), which are
-consecutive, as a graph backend's partition's are.
+consecutive, as a graph backend's partition's are; its type is its first member's (the service
+names it so, "CONV_2D (+1 fused)": a graph backend's partition has none, type -1).
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ class FusedContext:
     backend: str
     members: tuple[Step, ...]
     data: Any = None
-    op_type: int = -1  # no single operation type: timings name the step by ``operations``
+    op_type: int = -1  # the first member's (set by _fused): timings name the step by it and the count
 
     @property
     def operations(self) -> tuple[int, ...]:
@@ -117,7 +118,7 @@ def _fused(pattern: str, members: tuple[Step, ...], inputs: tuple[int, ...], out
     kernel = None if backend is None else backend.fusions.get(pattern)
     if kernel is None:
         return None
-    ctx = FusedContext(pattern, backend.name, members)
+    ctx = FusedContext(pattern, backend.name, members, op_type=members[0].ctx.op_type)
     try:
         ctx.data = kernel.plan(ctx)
     except Exception as e:  # noqa: BLE001 - a fusion's bug costs speed, never the model

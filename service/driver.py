@@ -314,8 +314,11 @@ def _enum(cls, value: int, what: str):
 
 
 def perf_name(type_code: int, count: int = 1) -> str:
-    """An operation's name, or ``PARTITION(n ops)`` for a graph backend's partition (type -1)."""
-    return f"PARTITION({count} ops)" if type_code == -1 else operation_name(type_code)
+    """An operation's name, ``PARTITION(n ops)`` for a graph backend's partition (type -1), or the
+    first operation's name and how many follow it for a fused step (hal.fusion: its first's type)."""
+    if type_code == -1:
+        return f"PARTITION({count} ops)"
+    return operation_name(type_code) if count <= 1 else f"{operation_name(type_code)} (+{count - 1} fused)"
 
 
 __all__ = ["Driver", "footprint", "perf_name"]

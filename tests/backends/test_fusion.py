@@ -89,11 +89,15 @@ def test_a_cached_plan_fuses_again():
 
 
 def test_timings_name_both_operations_in_one_record():
+    """One record for the fused step: its first operation's type, the count of its operations; the
+    service names it by them (not as a graph backend's PARTITION)."""
+    from service.driver import perf_name
     compiled = compile_model(_swish_model(QS8), backend_order=ORDER)
     timings = []
     execute(compiled, [_every_value(QS8)], timings)
     [t] = timings
-    assert (t.index, t.count, t.type, t.backend) == (0, 2, -1, "numba")
+    assert (t.index, t.count, t.type, t.backend) == (0, 2, OperationType.LOGISTIC, "numba")
+    assert perf_name(t.type, t.count) == "LOGISTIC (+1 fused)"
 
 
 def _conv_then(t, then: str, *, depthwise=False, also_output=False, k=1, seed=0):

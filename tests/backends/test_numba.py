@@ -21,6 +21,7 @@ from hal.compiler import compile_model  # noqa: E402
 from hal.executor import execute  # noqa: E402
 from nnhal.cts.corpus import build_model, examples, load_cases  # noqa: E402
 from nnhal.examples import efficientnet_b0, mobilenet_like  # noqa: E402
+from nnhal.examples_quantized import blazeface_quantized, small_cnn  # noqa: E402
 from tests.backends.differential import assert_matches_reference, compare  # noqa: E402
 from tests.harness import random_tensor  # noqa: E402
 
@@ -62,12 +63,14 @@ def test_every_cts_case_of_its_operations_matches_the_reference_bit_for_bit():
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
-@pytest.mark.parametrize("build", [lambda d: mobilenet_like(d, 32, 16), lambda d: efficientnet_b0(d, 32)],
-                         ids=["mobilenet_like", "efficientnet_b0"])
-def test_whole_models_match_the_reference(build, dtype):
+@pytest.mark.parametrize("build,size", [(lambda d: mobilenet_like(d, 32, 16), 32),
+                                        (lambda d: efficientnet_b0(d, 32), 32),
+                                        (lambda d: blazeface_quantized(d, 64), 64), (lambda d: small_cnn(d, 32), 32)],
+                         ids=["mobilenet_like", "efficientnet_b0", "blazeface", "small_cnn"])
+def test_whole_models_match_the_reference(build, size, dtype):
     model = convert_partition(read_model(build(dtype)), runtime=NNAPI_ARITHMETIC).model
     for seed in range(2):
-        x = [random_tensor(np.random.default_rng(seed), (1, 32, 32, 3), dtype)]
+        x = [random_tensor(np.random.default_rng(seed), (1, size, size, 3), dtype)]
         result = assert_matches_reference(model, x, "numba")
     assert len(result.assigned) >= result.operations * 0.7
 

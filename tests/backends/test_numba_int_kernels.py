@@ -85,13 +85,13 @@ def _fc_model(x_type, batch, k, n, *, y_scale=0.5, big_bias=False, seed=0):
 
 
 def _depthwise_model(x_type, w_type, x_shape, k, *, stride=1, dilation=1, pads=(1, 1, 1, 1), multiplier=1,
-                     y_scale=0.5, act=0, seed=0):
+                     y_scale=0.5, act=0, seed=0, w_zp=100):
     rng = np.random.default_rng(seed)
     zp = {QU8: 140, QS8: 9}[x_type]
     out_c = x_shape[3] * multiplier
     mb = ModelBuilder()
     x = mb.add_operand(x_type, x_shape, scale=0.05, zero_point=zp)
-    w, b_scale = _weights(mb, rng, x_type, w_type, (1, k, k, out_c), out_c, 0.05, 100 if w_type == QU8 else 0,
+    w, b_scale = _weights(mb, rng, x_type, w_type, (1, k, k, out_c), out_c, 0.05, w_zp if w_type == QU8 else 0,
                           channel_dim=3)
     b = _bias(mb, rng, out_c, b_scale)
     y = mb.add_operand(x_type, (), scale=y_scale, zero_point={QU8: 127, QS8: -1}[x_type])
@@ -156,6 +156,8 @@ def test_convolutions(x_type, w_type, case):
     d = _data(model)
     assert isinstance(d, conv.IntGemm)
     assert d.direct == (case["k"] == 1 and case["x_shape"][3] % 4 == 0)
+    # RELU's clamp and no row term (int8 filters, zero point 0): the tiles' cheaper epilogue
+    assert all(g.general == (0 if case.get("act") and w_type != QU8 else 1) for g in d.groups)
     _check(model, case["x_shape"], x_type)
 
 
@@ -169,18 +171,27 @@ def test_grouped_convolutions(x_type, w_type, in_c, groups, k):
     _check(model, (1, 6, 5, in_c), x_type)
 
 
-@pytest.mark.parametrize("x_type,w_type", [(QU8, QU8), (QS8, QPC), (QU8, QPC)])
+@pytest.mark.parametrize("x_type,w_type,w_zp", [(QU8, QU8, 100), (QU8, QU8, 128), (QS8, QPC, 0), (QU8, QPC, 0)])
 @pytest.mark.parametrize("case", [
     dict(c=7, k=3), dict(c=16, k=3, stride=2, pads=(0, 1, 0, 1)), dict(c=40, k=3, dilation=2, pads=(2, 2, 2, 2)),
     dict(c=33, k=5, pads=(2, 2, 2, 2)), dict(c=20, k=5, stride=2, pads=(1, 2, 1, 2)), dict(c=5, k=3, pads=(0, 0, 0, 0)),
     dict(c=16, k=3, y_scale=1e-5),  # multipliers above one
+    dict(c=48, k=3, stride=3, pads=(1, 1, 1, 1)), dict(c=24, k=3, pads=(2, 0, 1, 2)),  # stride 3; padding 2
+    dict(c=18, k=5, pads=(0, 0, 0, 0), act=3),  # RELU6
+    dict(c=21, k=5, pads=(2, 2, 2, 2), shape=(1, 3, 4, 21)),  # every window crosses the image's edges
 ])
-def test_depthwise(x_type, w_type, case):
+def test_depthwise(x_type, w_type, w_zp, case):
+    """The filter-column kernel (dw_vnni: filter minus zero point within int8, stride 1 or 2 across,
+    dilation 1 across) and the per-pixel one (simd.dw_run: the others, and the border columns)."""
     case = dict(case)
     c = case.pop("c")
-    shape = (2, 9, 8, c)
-    model = _depthwise_model(x_type, w_type, shape, **case)
-    assert _data(model).lanes is not None
+    shape = case.pop("shape", (2, 9, 8, c))
+    model = _depthwise_model(x_type, w_type, shape, w_zp=w_zp, **case)
+    d = _data(model)
+    assert d.lanes is not None
+    by_columns = vnni.AVAILABLE and w_zp != 100 and case.get("dilation", 1) == 1 and case.get("stride", 1) <= 2
+    assert (d.rows is not None) == by_columns
+    assert d.general == (0 if case.get("act") == 3 else 1)  # RELU6's clamp: the cheaper requantization
     _check(model, shape, x_type)
 
 
@@ -204,7 +215,8 @@ def _binary(op, x_type, a_shape, b_shape, act=0, out_scale=0.2):
 @pytest.mark.parametrize("op", [Op.ADD, Op.SUB, Op.MUL])
 @pytest.mark.parametrize("x_type", [QU8, QS8])
 @pytest.mark.parametrize("shapes", [((2, 3, 5, 7), (2, 3, 5, 7)), ((2, 3, 5, 7), (5, 7)), ((1, 1, 1, 19), (3, 4, 19)),
-                                    ((1, 4, 4, 33), (1, 4, 4, 33))])
+                                    ((1, 4, 4, 33), (1, 4, 4, 33)),
+                                    ((1, 6, 5, 40), (1, 1, 1, 40))])  # a per-channel gate: one call, rows of 40
 @pytest.mark.parametrize("act,out_scale", [(0, 0.2), (1, 0.2), (0, 0.0075)])  # NNAPI: MUL out scale > s1·s2
 def test_binary_operations_are_computed(op, x_type, shapes, act, out_scale):
     a_shape, b_shape = shapes
@@ -253,8 +265,9 @@ def test_gemm_threads_split_rows_like_one_thread(monkeypatch):
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
-def _lanes_kernel():
-    """A kernel applying simd.requantize_lanes to 16 int32 lanes at a time (zero point 0, no clamp)."""
+def _lanes_kernel(general=True):
+    """A kernel applying simd.requantize_lanes to 16 int32 lanes at a time (zero point 0, no clamp;
+    ``general=False``: its cheaper form, clamped below at the zero point)."""
     import numba
     from llvmlite import ir
     from numba import types
@@ -272,8 +285,8 @@ def _lanes_kernel():
                 return builder.load(builder.bitcast(builder.gep(ptr, [args[5]]), v32.as_pointer()), align=4)
             zero = ir.Constant(v32, [0] * simd.LANES)
             q = simd.requantize_lanes(builder, load(0), load(1), load(2), load(3), zero,
-                                      ir.Constant(v32, [-(1 << 31)] * simd.LANES),
-                                      ir.Constant(v32, [(1 << 31) - 1] * simd.LANES))
+                                      zero if not general else ir.Constant(v32, [-(1 << 31)] * simd.LANES),
+                                      ir.Constant(v32, [(1 << 31) - 1] * simd.LANES), general)
             ptr = simd._data(context, builder, signature.args[4], args[4], ir.IntType(32))
             builder.store(q, builder.bitcast(builder.gep(ptr, [args[5]]), v32.as_pointer()), align=4)
             return context.get_dummy_value()
@@ -286,10 +299,12 @@ def _lanes_kernel():
     return run
 
 
-def test_requantize_lanes_is_multiply_by_quantized_multiplier():
+@pytest.mark.parametrize("general", [True, False])
+def test_requantize_lanes_is_multiply_by_quantized_multiplier(general):
     """The vector requantization (one 64-bit rounding of the product) against the scalar steps
     (SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT) on random and edge values: int32
-    extremes, every shift, exact halves before and after each rounding."""
+    extremes, every shift, exact halves before and after each rounding. Its cheaper form
+    (``general=False``: no left shift, a clamp at the zero point) against the same steps clamped."""
     from hal.backends.numba_kernels.fixedpoint import multiply_by_quantized_multiplier
     rng = np.random.default_rng(7)
     n = 16 * 40000
@@ -307,10 +322,32 @@ def test_requantize_lanes_is_multiply_by_quantized_multiplier():
     acc[ties] = rng.choice([-3, -1, 1, 3, -(1 << 20) - 1, (1 << 20) + 1], ties.size)
     mult[ties] = 1 << 30
     shift[ties] = rng.integers(-12, 1, ties.size)
+    if not general:
+        shift = np.minimum(shift, 0)
     want = np.array([multiply_by_quantized_multiplier(np.int64(a), np.int64(m), np.int64(s))
                      for a, m, s in zip(acc, mult, shift)], dtype=np.int64)
     assert np.abs(want).max() < 1 << 31
+    if not general:
+        assert (want[ties] < 0).any()  # the negative halves, where the two forms round apart
+        want = np.maximum(want, 0)
     out = np.empty(n, np.int32)
-    _lanes_kernel()(acc.astype(np.int32), mult.astype(np.int32), np.maximum(shift, 0).astype(np.int32),
+    _lanes_kernel(general)(acc.astype(np.int32), mult.astype(np.int32), np.maximum(shift, 0).astype(np.int32),
                     np.maximum(-shift, 0).astype(np.int32), out)
     np.testing.assert_array_equal(out, want.astype(np.int32))
+
+
+@pytest.mark.parametrize("x_type", [QU8, QS8])
+@pytest.mark.parametrize("shape,paddings", [((1, 5, 6, 24), ((0, 0), (0, 0), (0, 0), (0, 4))),  # a shortcut's channels
+                                            ((2, 3, 4, 70), ((1, 0), (2, 1), (0, 3), (5, 66))),  # every dimension
+                                            ((3, 7), ((1, 2), (4, 0))), ((9,), ((3, 2),))])
+@pytest.mark.parametrize("v2", [False, True])
+def test_pad(x_type, shape, paddings, v2):
+    """PAD (the zero point) and PAD_V2 (a given value) on the numba backend, rank 1 to 4."""
+    mb = ModelBuilder()
+    x = mb.add_operand(x_type, shape, scale=0.05, zero_point={QU8: 131, QS8: -3}[x_type])
+    pads = mb.add_constant(I32, np.array(paddings, np.int32).reshape(len(shape), 2))
+    y = mb.add_operand(x_type, (), scale=0.05, zero_point={QU8: 131, QS8: -3}[x_type])
+    inputs = [x, pads, mb.add_int32(77 if x_type == QU8 else -77)] if v2 else [x, pads]
+    model = _finish(mb, Op.PAD_V2 if v2 else Op.PAD, inputs, x, y)
+    assert _data(model) is not None
+    _check(model, shape, x_type)

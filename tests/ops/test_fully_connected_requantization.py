@@ -207,11 +207,15 @@ def test_double_requant_on_the_numba_backend_equals_the_extension(t, w_type):
     rng = np.random.default_rng([t, w_type, 1])
     dtype = np.uint8 if t == QU8 else np.int8
     info = np.iinfo(dtype)
-    for batch, k, n in ((1, 1280, 1000), (3, 37, 17), (2, 4, 1)):
+    for batch, k, n in ((1, 1280, 1000), (3, 37, 17), (2, 4, 1), (2, 70, 90)):
         w_scales = rng.uniform(0.002, 0.03, n).astype(np.float32)
-        w_zp = 0 if w_type == QPC else int(rng.integers(info.min, info.max))
+        w_zp = 0 if w_type == QPC or k == 70 else int(rng.integers(info.min, info.max))
         w_q = w_scales if w_type == QPC else (float(w_scales[0]), w_zp)
         w = rng.integers(-127 if w_type == QPC else info.min, info.max, (n, k), endpoint=True).astype(dtype)
+        if k == 70:  # weights within int8 of their zero point (uint8: 128): VNNI's row sums
+            w_zp = 128 if t == QU8 else 0
+            w = (rng.integers(-128, 128, (n, k)) + w_zp).astype(dtype)
+            w_q = w_scales if w_type == QPC else (float(w_scales[0]), w_zp)
         b = rng.integers(-(1 << 31), 1 << 31, n) if k == 4 else rng.integers(-20000, 20000, n)  # k 4: int32 edges
         x = rng.integers(info.min, info.max, (batch, k), endpoint=True).astype(dtype)
         model = _model(DOUBLE_FC, t, (0.05, int(rng.integers(info.min, info.max))), w, w_q, b,
@@ -221,6 +225,9 @@ def test_double_requant_on_the_numba_backend_equals_the_extension(t, w_type):
         own = compile_model(model, backend_order=["reference"])
         assert [s.backend for s in fast.static_plan.program] == ["numba"]
         assert [s.backend for s in own.static_plan.program] == [litert_compat.NAME]
+        from hal.backends.numba_kernels import vnni
+        fits = -128 <= int(w.astype(np.int64).min()) - w_zp and int(w.astype(np.int64).max()) - w_zp <= 127
+        assert (fast.static_plan.program[0].ctx.data.packed is not None) == (vnni.AVAILABLE and fits)  # row_sums
         np.testing.assert_array_equal(execute(fast, [x])[0], execute(own, [x])[0])
         np.testing.assert_array_equal(execute(load_compiled(*dump_compiled(fast), backend_order=("numba", "reference")),
                                               [x])[0], execute(own, [x])[0])

@@ -10,9 +10,11 @@ How it stays exact and fast:
   each tile's epilogue on 16 lanes. A 1×1 stride-1 layer reads its NHWC input in place; others
   gather their rows in bytes. Without VNNI: float32 BLAS sgemm (exact for 8-bit products in K
   chunks below 2^24), then one fused requantization pass.
-- DEPTHWISE_CONV_2D (depthwise.py): 16 channels × a run of output pixels per call, taps unrolled in
-  vector registers (int16 tap pairs and ``vpdpwssd`` with VNNI), out-of-image taps reading the
-  zero point (folded into the bias), so the interior needs no bounds checks.
+- DEPTHWISE_CONV_2D (depthwise.py): 16 channels × a run of output pixels per call, out-of-image
+  taps reading the zero point (folded into the bias), so the interior needs no bounds checks. With
+  VNNI (dw_vnni.py) each input column's filter rows become one ``vpdpbusd`` operand, built once and
+  shared by the pixels whose windows hold it; else taps unrolled in vector registers (int16 tap
+  pairs and ``vpdpwssd``).
 - ADD, SUB, MUL: computed 16 lanes at a time as TFLite computes them, admitted per operation only
   after matching the reference on all 65,536 input pairs; unary 8-bit operations (LOGISTIC, TANH,
   HARD_SWISH, RELU*, DEQUANTIZE) and any binary one that is not admitted: a table of the reference

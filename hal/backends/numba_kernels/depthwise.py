@@ -1,10 +1,14 @@
 """Quantized DEPTHWISE_CONV_2D (NHWC, constant filter and bias), bit-exact with the reference.
 
-Depth multiplier 1 with a 3x3 or 5x5 filter (MobileNet's, EfficientNet's): ``simd.dw_run_*``, 16
-channels of a run of output pixels per call, the taps unrolled in vector registers, int32 sums
-(int16 tap pairs and ``vpdpwssd`` where the CPU has AVX-512 VNNI), TFLite's requantization on the
-16 lanes. Other forms: one scalar native pass (``_depthwise``). Both skip out-of-image taps as
-TFLite does.
+Depth multiplier 1 with a 3x3 or 5x5 filter (MobileNet's, EfficientNet's), where the CPU has
+AVX-512 VNNI, stride 1 or 2 and dilation 1 across, and the filter minus its zero point fits int8
+(int8 filters; uint8 ones within 128 of their zero point): ``dw_vnni.dw_row_*``, 16 channels of a
+row per call (borders included), each input column's rows gathered once into ``vpdpbusd`` operands
+and shared by the pixels that read it. Other depth-multiplier-1 3x3 / 5x5 layers: ``simd.dw_run_*``
+(16 channels of a run of pixels per call, the taps unrolled in vector registers, int32 sums: int16
+tap pairs and ``vpdpwssd`` with VNNI).
+TFLite's requantization on the 16 lanes in both. Other forms: one scalar native pass
+(``_depthwise``). All skip out-of-image taps as TFLite does.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import numpy as np
 from hal.backends.numba_kernels import vnni
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, ro, rw
 from hal.backends.numba_kernels.gemm import lookup_in_place
-from hal.backends.numba_kernels.simd import dw_run_3x3, dw_run_5x5
+from hal.backends.numba_kernels.simd import dw_run_3x3, dw_run_5x5, floor_at_zero_point
 from hal.operations.common import QPC
 from hal.operations.conv import BIAS, FILTER, INPUT, ConvParams
 from hal.registry import OperationContext
@@ -48,6 +52,12 @@ class DepthwiseData:
     #: For simd.dw_pixel_* (depth multiplier 1, 3x3 or 5x5 filter), padded to a multiple of 16
     #: channels: weights [fh·fw·cp], bias, multiplier, left shift, right shift (int32). Else None.
     lanes: tuple | None = None
+    #: For dw_vnni.dw_row_* (AVX-512 VNNI; depth multiplier 1, 3x3 or 5x5, dilation 1 across,
+    #: stride 1 or 2 across, filter minus zero point within int8), padded to whole 16 channels:
+    #: weights (int8 [fw, groups, cp, 4]) and bias; the rest as ``lanes``'. Else None.
+    rows: tuple | None = None
+    #: 0 where simd.floor_at_zero_point holds (dw_row's cheaper requantization), else 1
+    general: int = 1
 
 
 def _lanes(w: np.ndarray, bias: np.ndarray, input_zp: int, mult: np.ndarray, shift: np.ndarray) -> tuple:
@@ -79,6 +89,26 @@ def _lanes(w: np.ndarray, bias: np.ndarray, input_zp: int, mult: np.ndarray, shi
             pad(np.maximum(-shift, 0)))
 
 
+def _rows(w: np.ndarray, bias: np.ndarray, input_zp: int, signed: bool) -> tuple | None:
+    """dw_vnni.dw_row's arrays, or None where a filter byte minus its zero point leaves int8. Its
+    out-of-image cells read the zero point's byte, which ``vpdpbusd`` sees unsigned (+ 128 for
+    int8): the bias holds bias − that value·Σw (mod 2^32, as the int32 accumulator)."""
+    if w.size and (w.min() < -128 or w.max() > 127):
+        return None
+    fh, fw, c = w.shape
+    cp = -(-c // 16) * 16
+    groups = -(-fh // 4)
+    packed = np.zeros((fw, groups, cp, 4), dtype=np.int8)
+    for fy in range(fh):
+        packed[:, fy // 4, :c, fy % 4] = w[fy].astype(np.int8)
+    unsigned_zp = input_zp + 128 if signed else input_zp
+    folded = bias.astype(np.int64) - unsigned_zp * w.reshape(-1, c).astype(np.int64).sum(axis=0)
+    folded = ((folded + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+    padded = np.zeros(cp, dtype=np.int32)
+    padded[:c] = folded
+    return packed.reshape(-1), padded
+
+
 def plan(ctx: OperationContext, mult: np.ndarray, shift: np.ndarray, ozp: int, lo: int, hi: int,
          geometry: dict) -> DepthwiseData:
     p: ConvParams = ctx.params
@@ -88,15 +118,25 @@ def plan(ctx: OperationContext, mult: np.ndarray, shift: np.ndarray, ozp: int, l
     bias = ctx.input(BIAS).value.astype(np.int32)
     x_zp = ctx.input(INPUT).zero_point
     vector = p.multiplier == 1 and w.shape[1] == w.shape[2] and w.shape[1] in (3, 5)
+    signed = ctx.input(INPUT).dtype == np.int8
+    by_rows = vector and vnni.AVAILABLE and geometry["dilation_w"] == 1 and geometry["stride_w"] in (1, 2)
     return DepthwiseData(weights, bias, x_zp, p.multiplier, mult, shift, ozp, lo, hi, **geometry,
-                         lanes=_lanes(weights, bias, x_zp, mult, shift) if vector else None)
+                         lanes=_lanes(weights, bias, x_zp, mult, shift) if vector else None,
+                         rows=_rows(weights, bias, x_zp, signed) if by_rows else None,
+                         general=0 if floor_at_zero_point(np.maximum(shift, 0), ozp, lo) else 1)
 
 
 def execute(d: DepthwiseData, x: np.ndarray, table: np.ndarray = _NO_TABLE) -> np.ndarray:
     """``x``: contiguous NHWC; ``table``: 256 bytes looked up on the output (or empty)."""
     n = x.shape[0]
     out = np.empty((n, d.out_h, d.out_w, d.weights.shape[2]), dtype=x.dtype)
-    if d.lanes is not None:
+    if d.rows is not None:
+        fh = d.weights.shape[0]
+        _depthwise_rows(x.reshape(-1), *d.rows, *d.lanes[2:], n, x.shape[1], x.shape[2], x.shape[3], fh, d.input_zp,
+                        0x80 if x.dtype == np.int8 else 0, d.output_zp, d.act_min, d.act_max, d.stride_h,
+                        d.stride_w, d.dilation_h, d.pad_top, d.pad_left, d.out_h, d.out_w,
+                        d.general, out.reshape(-1), table)
+    elif d.lanes is not None:
         fh, fw, _ = d.weights.shape
         _depthwise_pixels(x.reshape(-1), *d.lanes, n, x.shape[1], x.shape[2], x.shape[3], fh, fw, d.input_zp,
                           d.output_zp, d.act_min, d.act_max, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w,
@@ -145,10 +185,11 @@ def _depthwise(x, w, bias, input_zp, depth_mult, mult, shift, out_zp, lo, hi, sh
                     out[n, oy, ox, oc] = clamp(v, lo, hi)
 
 
-#: int32 weights: one multiply per tap; int16 weights (VNNI): taps in pairs, one vpdpwssd each.
-_SIGS_DW_PIXELS = [numba.void(ro(t, 1), ro(wt, 1), ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1),
-                              ro(np.int32, 1), *[I64] * 18, rw(t, 1), ro(np.uint8, 1))
-                   for t in Q8 for wt in ((np.int32, np.int16) if vnni.AVAILABLE else (np.int32,))]
+#: int32 weights: one multiply per tap; int16 weights (VNNI, the only kind _lanes packs there): taps
+#: in pairs, one vpdpwssd each.
+_SIGS_DW_PIXELS = [numba.void(ro(t, 1), ro(np.int16 if vnni.AVAILABLE else np.int32, 1), ro(np.int32, 1),
+                              ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), *[I64] * 18, rw(t, 1),
+                              ro(np.uint8, 1)) for t in Q8]
 
 
 @numba.njit(_SIGS_DW_PIXELS, cache=True, nogil=True)
@@ -204,3 +245,46 @@ def _depthwise_pixels(x, w, bias, mult, left, right, n_b, h, width, c, fh, fw, i
                 ox += npix
             if table.shape[0] == 256:
                 lookup_in_place(out.view(np.uint8), o_row * c, out_w * c, table)
+
+
+_SIGS_DW_ROWS = [numba.void(ro(t, 1), ro(np.int8, 1), ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1),
+                            ro(np.int32, 1), *[I64] * 18, rw(t, 1), ro(np.uint8, 1)) for t in Q8]
+
+if vnni.AVAILABLE:
+    from hal.backends.numba_kernels.dw_vnni import dw_row_3x3_s1, dw_row_3x3_s2, dw_row_5x5_s1, dw_row_5x5_s2
+
+    @numba.njit(_SIGS_DW_ROWS, cache=True, nogil=True)
+    def _depthwise_rows(x, w, bias, mult, left, right, n_b, h, width, c, fh, input_zp, xor, out_zp, lo, hi, sh, sw,
+                        dh, top, left_pad, out_h, out_w, general, out, table):
+        """DEPTHWISE_CONV_2D with depth multiplier 1, a 3x3 or 5x5 filter, dilation 1 across and
+        stride 1 or 2 across (flat NHWC ``x`` and ``out``; ``_rows``' arrays): one
+        ``dw_vnni.dw_row_*`` call per output row and 16 channels, borders included. ``table`` (256
+        bytes, or empty): looked up on each output row once it is complete."""
+        cp = bias.shape[0]
+        w_step = cp * 4
+        row_step = dh * width * c
+        zp = input_zp & 0xFF
+        for n in range(n_b):
+            for oy in range(out_h):
+                iy0 = oy * sh - top
+                row_bits = np.int64(0)
+                for fy in range(fh):
+                    if 0 <= iy0 + fy * dh < h:
+                        row_bits |= np.int64(1) << fy
+                row0 = (n * h + iy0) * width * c
+                o_off = (n * out_h + oy) * out_w * c
+                for ch in range(0, c, 16):
+                    if fh == 3 and sw == 1:
+                        dw_row_3x3_s1(x, row0, row_bits, row_step, -left_pad, width, c, zp, xor, w, w_step, bias,
+                                      mult, left, right, ch, out_zp, lo, hi, out, o_off, c - ch, out_w, general)
+                    elif fh == 3:
+                        dw_row_3x3_s2(x, row0, row_bits, row_step, -left_pad, width, c, zp, xor, w, w_step, bias,
+                                      mult, left, right, ch, out_zp, lo, hi, out, o_off, c - ch, out_w, general)
+                    elif sw == 1:
+                        dw_row_5x5_s1(x, row0, row_bits, row_step, -left_pad, width, c, zp, xor, w, w_step, bias,
+                                      mult, left, right, ch, out_zp, lo, hi, out, o_off, c - ch, out_w, general)
+                    else:
+                        dw_row_5x5_s2(x, row0, row_bits, row_step, -left_pad, width, c, zp, xor, w, w_step, bias,
+                                      mult, left, right, ch, out_zp, lo, hi, out, o_off, c - ch, out_w, general)
+                if table.shape[0] == 256:
+                    lookup_in_place(out.view(np.uint8), o_off, out_w * c, table)

@@ -18,6 +18,7 @@ its NHWC input in place when K is a multiple of 4; other shapes gather their row
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ import numpy as np
 from hal import backends
 from hal.backends.numba_kernels import vnni
 from hal.backends.numba_kernels.fixedpoint import ro, rw
-from hal.backends.numba_kernels.simd import copy_bytes
+from hal.backends.numba_kernels.simd import copy_bytes, floor_at_zero_point
 
 if vnni.VBMI:
     from hal.backends.numba_kernels.vnni import lookup_run
@@ -53,10 +54,19 @@ class GemmPlan:
     output_zp: int
     act_min: int
     act_max: int
+    #: 0 where the row term is 0 and simd.floor_at_zero_point holds (the tiles' cheaper
+    #: epilogue), else 1
+    general: int = 1
 
     @property
     def kq(self) -> int:
         return -(-self.k // KSTEP)
+
+    @functools.cached_property
+    def kernel_args(self) -> tuple:
+        """``_gemm_rows``' arguments from the plan, in order (formed once: a layer runs them often)."""
+        return (self.a_xor, self.packed, self.kq, self.n, self.bias, self.row_coef, self.multipliers, self.left,
+                self.right, self.output_zp, self.act_min, self.act_max)
 
     @property
     def panels(self) -> int:
@@ -91,9 +101,10 @@ def make_plan(w2d: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x
         out = np.zeros(panels * PANEL, dtype=np.int32)
         out[:n] = v
         return out
+    general = 0 if cw == zw0 and floor_at_zero_point(np.maximum(shifts, 0), output_zp, lo) else 1
     return GemmPlan(np.ascontiguousarray(packed).reshape(-1), per_column(_wrap32(folded)), cw - zw0,
                     XOR80 if ca else 0, x_zp & 0xFF, k, n, per_column(multipliers),
-                    per_column(np.maximum(shifts, 0)), per_column(np.maximum(-shifts, 0)), output_zp, lo, hi)
+                    per_column(np.maximum(shifts, 0)), per_column(np.maximum(-shifts, 0)), output_zp, lo, hi, general)
 
 
 # ---- native kernels ---------------------------------------------------------------------------
@@ -101,7 +112,7 @@ def make_plan(w2d: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x
 I64 = numba.int64
 _SIG_GEMM = numba.void(ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64, I64, ro(np.int32, 1), I64,
                        ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64, rw(np.uint8, 1), I64, I64,
-                       I64, I64, ro(np.uint8, 1))
+                       I64, I64, ro(np.uint8, 1), I64)
 #: Rows per block when a table follows the GEMM: each block's output is looked up while in cache.
 TABLE_ROWS = 48  # whole 6- and 8-row tiles
 
@@ -134,7 +145,7 @@ if vnni.AVAILABLE:
 
     @numba.njit(inline="always")
     def _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
-                    r0, b0, r1, corr, panels, pstride):
+                    r0, b0, r1, corr, panels, pstride, general):
         """Rows [b0, r1) of ``_gemm_rows``' rows [r0, ..) (``corr`` is indexed from r0)."""
         for p0 in range(0, panels, 4):
             nr = min(4, panels - p0)
@@ -154,37 +165,38 @@ if vnni.AVAILABLE:
                 if one:
                     if nr == 4:
                         tile_1x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
-                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                     elif nr == 3:
                         tile_1x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
-                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                     elif nr == 2:
                         tile_1x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
-                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                     else:
                         tile_1x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
-                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 elif nr == 4:
                     tile_6x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
-                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 elif nr == 3:
                     tile_8x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
-                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 elif nr == 2:
                     tile_8x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
-                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 else:
                     tile_8x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
-                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc)
+                             c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 i += rv
 
     @numba.njit(_SIG_GEMM, cache=True, nogil=True)
     def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right, out_zp, lo, hi, out,
-                   o_off, ldo, r0, r1, table):
+                   o_off, ldo, r0, r1, table, general):
         """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
         ``a`` (``4·kq`` bytes at ``a_off + m·lda``). ``rows``: the matrix's row count (a partial
         tile repeats its last row, never reads past it). ``table`` (256 bytes, or empty): looked up
-        on the output, TABLE_ROWS rows at a time right after they are computed."""
+        on the output, TABLE_ROWS rows at a time right after they are computed. ``general``: 0 where
+        ``row_coef`` is 0 and simd.floor_at_zero_point holds (the tiles' cheaper epilogue), else 1."""
         panels = (n + 15) // 16
         pstride = kq * 64
         xb = a_xor & 0xFF
@@ -200,7 +212,7 @@ if vnni.AVAILABLE:
         for b0 in range(r0, r1, block):
             b1 = min(r1, b0 + block)
             _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off,
-                        ldo, r0, b0, b1, corr, panels, pstride)
+                        ldo, r0, b0, b1, corr, panels, pstride, general)
             if table.shape[0] == 256:
                 if ldo == n:
                     lookup_in_place(out, o_off + b0 * ldo, (b1 - b0) * n, table)
@@ -284,19 +296,19 @@ def run(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.nda
     int8/uint8 output) from row m of ``a`` (``lda`` apart from ``a_off`` in a flat uint8 view).
     The rows are split over ``hal.backends.compute_threads()`` threads (the kernels release the
     GIL); 1 thread unless ``--threads`` says otherwise."""
-    args = (a, a_off, lda, rows, p.a_xor, p.packed, p.kq, p.n, p.bias, p.row_coef, p.multipliers, p.left, p.right,
-            p.output_zp, p.act_min, p.act_max, out, o_off, p.n if ldo is None else ldo)
+    ldo = p.n if ldo is None else ldo
     threads = (backends.compute_threads() or 1) if rows * p.k * p.n >= PARALLEL_MACS else 1
-    if threads > 1:
-        per_thread = -(-rows // threads)
-        step = -(-per_thread // 8) * 8  # a multiple of 8 rows: whole tiles per thread
-        parts = [(r, min(rows, r + step)) for r in range(0, rows, step)]
-        futures = [_workers(threads).submit(_gemm_rows, *args, r0, r1, table) for r0, r1 in parts[1:]]
-        _gemm_rows(*args, *parts[0], table)
-        for f in futures:
-            f.result()
-    else:
-        _gemm_rows(*args, 0, rows, table)
+    if threads == 1:
+        _gemm_rows(a, a_off, lda, rows, *p.kernel_args, out, o_off, ldo, 0, rows, table, p.general)
+        return
+    args = (a, a_off, lda, rows, *p.kernel_args, out, o_off, ldo)
+    per_thread = -(-rows // threads)
+    step = -(-per_thread // 8) * 8  # a multiple of 8 rows: whole tiles per thread
+    parts = [(r, min(rows, r + step)) for r in range(0, rows, step)]
+    futures = [_workers(threads).submit(_gemm_rows, *args, r0, r1, table, p.general) for r0, r1 in parts[1:]]
+    _gemm_rows(*args, *parts[0], table, p.general)
+    for f in futures:
+        f.result()
 
 
 def gather(p: GemmPlan, x: np.ndarray, fh: int, fw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int,

@@ -8,9 +8,10 @@ whatever the arithmetic — the 64-bit requantization products that do not vecto
 per plan, not per element.
 
 Binary: ADD, SUB, MUL (same 8-bit type in and out). These are also computed directly, 16 lanes at
-a time, with TFLite's integer arithmetic (simd.add_run / mul_run: three or one requantizations per
-element, several times faster than a lookup in a 64 KiB table); plan uses that kernel only after
-checking it against the table on all 65,536 input pairs, so it is exact by the same construction.
+a time, with TFLite's integer arithmetic (simd.add_run: two input scalings in 32-bit lanes and one
+requantization per element; mul_run: one requantization; several times faster than a lookup in a
+64 KiB table); plan uses that kernel only after checking it against the table on all 65,536 input
+pairs, so it is exact by the same construction.
 Unary: LOGISTIC, TANH, HARD_SWISH, RELU, RELU1, RELU6 (8-bit in and out) and DEQUANTIZE (8-bit in,
 float32 out); an 8-bit table is looked up 64 bytes at a time where the CPU has AVX-512 VBMI. Broadcasting: an input
 shaped like a suffix of the output (a per-channel scale, a squeeze-excite gate) is read
@@ -140,14 +141,35 @@ _ARITH_SIGS = [numba.void(numba.boolean, ro(t, 1), numba.int64, ro(t, 1), numba.
 
 @numba.njit(_ARITH_SIGS, cache=True, nogil=True)
 def _arith(mul, a, period_a, b, period_b, params, out):
-    """The binary operation computed, in blocks like ``_lookup2``'s."""
+    """The binary operation computed: in one call where an operand is whole and the other whole
+    or repeating (a per-channel scale, a squeeze-excite gate: its period one row of the call),
+    else in blocks like ``_lookup2``'s. A repeating first operand is passed second, with its
+    parameters (zero point; ADD's multiplier and shift) swapped: both operations treat their
+    operands alike."""
+    n = out.shape[0]
+    if period_a < period_b == n:
+        swapped = params.copy()
+        swapped[0], swapped[1] = params[1], params[0]
+        if not mul:
+            swapped[3], swapped[4], swapped[5], swapped[6] = params[5], params[6], params[3], params[4]
+        if mul:
+            mul_run(b, 0, a, 0, swapped, out, 0, n, period_a)
+        else:
+            add_run(b, 0, a, 0, swapped, out, 0, n, period_a)
+        return
+    if period_a == n:
+        if mul:
+            mul_run(a, 0, b, 0, params, out, 0, n, period_b)
+        else:
+            add_run(a, 0, b, 0, params, out, 0, n, period_b)
+        return
     block = min(period_a, period_b)
-    for start in range(0, out.shape[0], block):
+    for start in range(0, n, block):
         ia, ib = start % period_a, start % period_b
         if mul:
-            mul_run(a, ia, b, ib, params, out, start, block)
+            mul_run(a, ia, b, ib, params, out, start, block, block)
         else:
-            add_run(a, ia, b, ib, params, out, start, block)
+            add_run(a, ia, b, ib, params, out, start, block, block)
 
 
 def _operand(x: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:

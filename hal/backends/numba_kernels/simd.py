@@ -12,12 +12,14 @@ depthwise weights, is only compiled where the CPU has AVX-512 VNNI (depthwise.py
 - ``dw_run_3x3`` / ``dw_run_5x5``: a run of DEPTHWISE_CONV_2D output pixels for 16 channels:
   weights in registers, every tap unrolled and branch-free (masked loads), the requantization,
   one masked store per pixel.
-- ``copy_bytes``: short byte runs (im2col rows) as 64-byte masked moves.
+- ``copy_bytes``: short byte runs (im2col rows) as 64-byte masked moves; ``fill_copy``: a run then
+  pad bytes (PAD's rows).
 - ``add_run`` / ``mul_run``: 8-bit ADD/SUB and MUL computed as TFLite computes them (lut.py checks
   them against the reference's table over every input pair before using them).
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -32,13 +34,18 @@ def splat(builder, value, vec_type):
     return builder.shuffle_vector(builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef, mask)
 
 
-def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi):
+def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi, general: bool = True):
     """TFLite's MultiplyByQuantizedMultiplier on 16 int32 lanes (per-lane multiplier, left and
     right shift), then the output zero point and the activation clamp: the same integer steps as
-    fixedpoint.multiply_by_quantized_multiplier, as vector instructions."""
+    fixedpoint.multiply_by_quantized_multiplier, as vector instructions.
+
+    ``general=False``: for a layer whose left shifts are all 0 and whose clamp's lower bound is at
+    or above the output zero point (a RELU-type activation; ``floor_at_zero_point``). Its negative
+    values round half up instead of away from zero: they differ only on negative results, which
+    such a clamp maps to its lower bound either way."""
     i32, i64 = ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
-    x = builder.shl(acc, left)  # int32 wrap-around, as TFLite's shift of an int32
+    x = builder.shl(acc, left) if general else acc  # int32 wrap-around, as TFLite's shift of an int32
     # SaturatingRoundingDoublingHighMul then RoundingDivideByPOT by e = right, as one rounding of
     # the 64-bit product p = x·m. The first is h = floor((p + 2^30) / 2^31) for every product (the
     # truncating division of a negative product with its nudge 1 − 2^30 is the same); its one
@@ -60,7 +67,8 @@ def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi):
                              builder.select(shifting, builder.shl(c_half(1), builder.add(e, c_half(30))), c_half(0)))
         below = builder.select(shifting, c_half(1 << 31), c_half(0))  # c·2^31 is 2^31 less for h < 0
         t = builder.add(p, offset)
-        t = builder.sub(t, builder.select(builder.icmp_signed("<", p, c_half(-(1 << 30))), below, c_half(0)))
+        if general:
+            t = builder.sub(t, builder.select(builder.icmp_signed("<", p, c_half(-(1 << 30))), below, c_half(0)))
         return builder.ashr(t, builder.add(e, c_half(31)))
 
     even = rounded_shift(builder.mul(builder.ashr(builder.shl(xq, c_half(32)), c_half(32)),
@@ -74,6 +82,12 @@ def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi):
     v = builder.add(rounded, zp)  # RoundingDivideByPOT + the output zero point
     v = builder.select(builder.icmp_signed("<", v, lo), lo, v)
     return builder.select(builder.icmp_signed(">", v, hi), hi, v)
+
+
+def floor_at_zero_point(left, output_zp: int, act_min: int) -> bool:
+    """Whether ``requantize_lanes(general=False)`` is exact for a layer: no left shift, and a clamp
+    whose lower bound is at or above the output zero point."""
+    return bool((np.asarray(left) == 0).all()) and act_min >= output_zp
 
 
 def masked_load(builder, ptr, vec_type, keep, passthru):
@@ -230,15 +244,42 @@ dw_run_3x3 = _dw_run(3, 3)
 dw_run_5x5 = _dw_run(5, 5)
 
 
+def _shifted_input(builder, left, mult, right):
+    """ADD's scaling of an input, ``MultiplyByQuantizedMultiplierSmallerThanOneExp(x << left, mult,
+    -right)`` for x = input + offset (|x| <= 255), in 32-bit lanes: with s = 31 − left and
+    mult = mh·2^s + ml (0 <= ml < 2^s), SaturatingRoundingDoublingHighMul's floor((x·2^left·mult +
+    2^30) / 2^31) is x·mh + floor((x·ml + 2^(s−1)) / 2^s), both products within int32 for
+    TFLite's left shift of 20 (|x·mh| < 2^29, |x·ml| < 2^20); then RoundingDivideByPOT as
+    floor((h + 2^(right−1) − [h < 0]) / 2^right) (h itself for right 0). The loop-invariant parts
+    are formed here, once; returns the per-lane step. lut.py admits the kernel only if it gives the
+    reference's result on every input pair, so another left shift (products past int32) would
+    leave the operation to the table, never give another result."""
+    i32 = ir.IntType(32)
+    v32 = ir.VectorType(i32, LANES)
+    c = lambda k: ir.Constant(v32, [k] * LANES)  # noqa: E731
+    s = builder.sub(c(31), left)
+    mh, ml = builder.ashr(mult, s), builder.and_(mult, builder.sub(builder.shl(c(1), s), c(1)))
+    half = builder.shl(c(1), builder.sub(s, c(1)))
+    shifting = builder.icmp_signed(">", right, c(0))
+    round_up = builder.select(shifting, builder.shl(c(1), builder.sub(right, c(1))), c(0))
+    negative_down = builder.select(shifting, c(-1), c(0))
+
+    def step(x):
+        h = builder.add(builder.mul(x, mh), builder.ashr(builder.add(builder.mul(x, ml), half), s))
+        t = builder.add(builder.add(h, round_up), builder.and_(builder.ashr(h, c(31)), negative_down))
+        return builder.ashr(t, right)
+    return step
+
+
 def _binary(is_mul: bool):
     """ADD/SUB (``is_mul`` False) or MUL over a run of 8-bit inputs: see ``add_run``."""
     @intrinsic
-    def binary(typingctx, a, a_off, b, b_off, params, out, o_off, n):
-        sig = types.void(a, a_off, b, b_off, params, out, o_off, n)
+    def binary(typingctx, a, a_off, b, b_off, params, out, o_off, n, period):
+        sig = types.void(a, a_off, b, b_off, params, out, o_off, n, period)
         signed = a.dtype == types.int8
 
         def codegen(context, builder, signature, args):
-            a_arr, a_off_v, b_arr, b_off_v, p_arr, out_arr, o_off_v, n_v = args
+            a_arr, a_off_v, b_arr, b_off_v, p_arr, out_arr, o_off_v, n_v, period_v = args
             i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
             v32, v8 = ir.VectorType(i32, LANES), ir.VectorType(i8, LANES)
             sa = signature.args
@@ -250,42 +291,52 @@ def _binary(is_mul: bool):
             zero8 = ir.Constant(v8, [0] * LANES)
             zero, lo32, hi32 = (ir.Constant(v32, [k] * LANES) for k in (0, -(1 << 31), (1 << 31) - 1))
 
-            entry = builder.block
-            head = builder.append_basic_block("bin.head")
-            body = builder.append_basic_block("bin.body")
-            done = builder.append_basic_block("bin.done")
-            builder.branch(head)
-            builder.position_at_end(head)
-            j = builder.phi(i64)
-            j.add_incoming(ir.Constant(i64, 0), entry)
-            builder.cbranch(builder.icmp_signed("<", j, n_v), body, done)
-            builder.position_at_end(body)
-            keep = builder.icmp_signed("<", lanes, splat(builder, builder.trunc(builder.sub(n_v, j), i32), v32))
+            if not is_mul:
+                scale_x = _shifted_input(builder, prm[2], prm[3], prm[4])
+                scale_y = _shifted_input(builder, prm[2], prm[5], prm[6])
+            # rows of ``period`` elements (the last one cut at n); b restarts at b_off in each
+            with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_v, period_v) as (r, _):
+                left = builder.sub(n_v, r)
+                width = builder.select(builder.icmp_signed("<", left, period_v), left, period_v)
+                entry = builder.block
+                head = builder.append_basic_block("bin.head")
+                body = builder.append_basic_block("bin.body")
+                done = builder.append_basic_block("bin.done")
+                builder.branch(head)
+                builder.position_at_end(head)
+                j = builder.phi(i64)
+                j.add_incoming(ir.Constant(i64, 0), entry)
+                builder.cbranch(builder.icmp_signed("<", j, width), body, done)
+                builder.position_at_end(body)
+                keep = builder.icmp_signed("<", lanes, splat(builder, builder.trunc(builder.sub(width, j), i32), v32))
 
-            def operand(ptr, off, offset):
-                v = masked_load(builder, builder.gep(ptr, [builder.add(off, j)]), v8, keep, zero8)
-                return builder.add(builder.sext(v, v32) if signed else builder.zext(v, v32), offset)
-            x, y = operand(a_ptr, a_off_v, prm[0]), operand(b_ptr, b_off_v, prm[1])
-            if is_mul:
-                q = requantize_lanes(builder, builder.mul(x, y), prm[2], prm[3], prm[4], prm[9], prm[10], prm[11])
-            else:
-                sx = requantize_lanes(builder, builder.shl(x, prm[2]), prm[3], zero, prm[4], zero, lo32, hi32)
-                sy = requantize_lanes(builder, builder.shl(y, prm[2]), prm[5], zero, prm[6], zero, lo32, hi32)
-                q = requantize_lanes(builder, builder.add(sx, sy), prm[7], zero, prm[8], prm[9], prm[10], prm[11])
-            masked_store(builder, builder.trunc(q, v8), builder.gep(o_ptr, [builder.add(o_off_v, j)]), keep)
-            j_next = builder.add(j, ir.Constant(i64, LANES))
-            builder.branch(head)
-            j.add_incoming(j_next, body)
-            builder.position_at_end(done)
+                def operand(ptr, at, offset):
+                    v = masked_load(builder, builder.gep(ptr, [at]), v8, keep, zero8)
+                    return builder.add(builder.sext(v, v32) if signed else builder.zext(v, v32), offset)
+                rj = builder.add(r, j)
+                x = operand(a_ptr, builder.add(a_off_v, rj), prm[0])
+                y = operand(b_ptr, builder.add(b_off_v, j), prm[1])
+                if is_mul:
+                    q = requantize_lanes(builder, builder.mul(x, y), prm[2], prm[3], prm[4], prm[9], prm[10], prm[11])
+                else:
+                    sx, sy = scale_x(x), scale_y(y)
+                    q = requantize_lanes(builder, builder.add(sx, sy), prm[7], zero, prm[8], prm[9], prm[10],
+                                         prm[11])
+                masked_store(builder, builder.trunc(q, v8), builder.gep(o_ptr, [builder.add(o_off_v, rj)]), keep)
+                j_next = builder.add(j, ir.Constant(i64, LANES))
+                builder.branch(head)
+                j.add_incoming(j_next, body)
+                builder.position_at_end(done)
             return context.get_dummy_value()
         return sig, codegen
     return binary
 
 
 #: 8-bit ADD (SUB: input 2's multiplier negated, as sub.cc) over ``n`` elements, 16 lanes at a
-#: time, the parameters held in registers: ``add_run(a, a_off, b, b_off, params, out, o_off, n)``
-#: stores TFLite's AddElementwise of ``a[a_off + i]`` and ``b[b_off + i]`` at ``out[o_off + i]``
-#: for i < n (no byte past them read or written). ``params`` (int32): input offsets (−zero
+#: time, the parameters held in registers: ``add_run(a, a_off, b, b_off, params, out, o_off, n,
+#: period)`` stores TFLite's AddElementwise of ``a[a_off + i]`` and ``b[b_off + i % period]`` at
+#: ``out[o_off + i]`` for i < n (no byte past them read or written): ``b`` repeats every ``period``
+#: elements (a per-channel operand: ``period`` = n where it does not). ``params`` (int32): input offsets (−zero
 #: points), left shift, input 1 multiplier and right shift, input 2 multiplier and right shift,
 #: output multiplier and right shift, output zero point, activation min and max.
 add_run = _binary(False)
@@ -313,5 +364,35 @@ def copy_bytes(typingctx, dst, dst_off, src, src_off, n):
             v = masked_load(builder, builder.gep(s_ptr, [builder.add(s_off, j)]), v8, keep, zero)
             masked_store(builder, v, builder.gep(d_ptr, [builder.add(d_off, j)]), keep)
         byte_blocks(builder, n_v, "copy", step)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def fill_copy(typingctx, dst, dst_off, src, src_off, n_src, n, value):
+    """``dst[dst_off:dst_off + n]`` = ``src[src_off:src_off + n_src]`` followed by ``value`` bytes
+    (``n_src`` <= ``n``; 1-byte arrays), in 64-byte masked moves: a padded row is one load and one
+    store per 64 bytes. No byte outside either range is touched."""
+    sig = types.void(dst, dst_off, src, src_off, n_src, n, value)
+
+    def codegen(context, builder, signature, args):
+        d_arr, d_off, s_arr, s_off, n_src_v, n_v, value_v = args
+        i8, i32 = ir.IntType(8), ir.IntType(32)
+        v8 = ir.VectorType(i8, 64)
+        sa = signature.args
+        d_ptr, s_ptr = _data(context, builder, sa[0], d_arr, i8), _data(context, builder, sa[2], s_arr, i8)
+        fill = splat(builder, builder.trunc(value_v, i8), v8)
+        lanes = ir.Constant(ir.VectorType(i32, 64), list(range(64)))
+
+        def step(j, keep):
+            left = builder.sub(n_src_v, j)  # source bytes from j on (may be <= 0)
+            left = builder.select(builder.icmp_signed("<", left, ir.Constant(left.type, 0)),
+                                  ir.Constant(left.type, 0), left)
+            left = builder.select(builder.icmp_signed(">", left, ir.Constant(left.type, 64)),
+                                  ir.Constant(left.type, 64), left)
+            have = builder.icmp_unsigned("<", lanes, splat(builder, builder.trunc(left, i32), lanes.type))
+            v = masked_load(builder, builder.gep(s_ptr, [builder.add(s_off, j)]), v8, have, fill)
+            masked_store(builder, v, builder.gep(d_ptr, [builder.add(d_off, j)]), keep)
+        byte_blocks(builder, n_v, "fillcopy", step)
         return context.get_dummy_value()
     return sig, codegen

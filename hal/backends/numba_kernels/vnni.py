@@ -58,7 +58,7 @@ KSTEP = 4
 def _tile_intrinsic(mr: int, nr: int):
     """The MR × NR·16 micro-kernel with its requantization, as an intrinsic with the signature
     ``tile(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-    right, col0, zp, lo, hi, out, o_off, ldo, rv, nc)``:
+    right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general)``:
 
     - ``a``: 1-byte array; row r starts at byte ``a_off + min(r, rows - 1) · lda`` (rows past
       ``rows`` repeat the last one: a partial tile computes, and does not store, those rows);
@@ -67,17 +67,20 @@ def _tile_intrinsic(mr: int, nr: int):
       ``w_off + p · panel_stride + 64 · q`` (16 columns × 4 consecutive k, k fastest);
     - then per row ``corr[corr_off + r]`` and per column ``bias``, ``mult``, ``left``, ``right``
       (int32 arrays read from ``col0``, padded to whole panels) requantize the sums;
-    - the bytes go to ``out[o_off + r · ldo + c]`` for rows r < ``rv`` and columns c < ``nc``.
+    - the bytes go to ``out[o_off + r · ldo + c]`` for rows r < ``rv`` and columns c < ``nc``;
+    - ``general`` 0: no row term (``corr`` unread) and simd.floor_at_zero_point holds, so the
+      requantization takes its cheaper form (``requantize_lanes(general=False)``); else 1.
     """
     @intrinsic
     def tile(typingctx, a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-             right, col0, zp, lo, hi, out, o_off, ldo, rv, nc):
+             right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general):
         sig = types.void(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-                         right, col0, zp, lo, hi, out, o_off, ldo, rv, nc)
+                         right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general)
 
         def codegen(context, builder, signature, args):
             (a_arr, a_off_v, lda_v, rows_v, xor_v, w_arr, w_off_v, pstride_v, kq_v, corr_arr, corr_off_v, bias_arr,
-             mult_arr, left_arr, right_arr, col0_v, zp_v, lo_v, hi_v, out_arr, o_off_v, ldo_v, rv_v, nc_v) = args
+             mult_arr, left_arr, right_arr, col0_v, zp_v, lo_v, hi_v, out_arr, o_off_v, ldo_v, rv_v, nc_v,
+             general_v) = args
             i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
             i8p = i8.as_pointer()
             v16 = ir.VectorType(i32, PANEL)
@@ -145,21 +148,30 @@ def _tile_intrinsic(mr: int, nr: int):
                 builder.module, ir.FunctionType(ir.VoidType(), [v16i8, v16i8.as_pointer(), i32, v16i1]),
                 "llvm.masked.store.v16i8.p0")
             nc32 = builder.trunc(nc_v, i32)
-            for p in range(nr):
-                col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
-                mult, left, right = (column_vector(k, arr, p) for k, arr in
-                                     ((12, mult_arr), (13, left_arr), (14, right_arr)))
-                left_in_panel = builder.sub(nc32, ir.Constant(i32, p * PANEL))
-                in_panel = builder.icmp_signed("<", lanes, _splat(builder, left_in_panel, v16))
-                for r in range(mr):
-                    rr = ir.Constant(i64, r)
-                    row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
-                    acc = builder.add(accs[r][p], _splat(builder, row_corr, v16))  # int32 wrap-around
-                    qv = builder.trunc(_requantize(builder, acc, mult, left, right, zp, lo, hi), v16i8)
-                    keep = builder.and_(in_panel, _splat(builder, builder.icmp_signed("<", rr, rv_v), v16i1))
-                    dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, builder.mul(rr, ldo_v)), col)])
-                    builder.call(store, [qv, builder.bitcast(dst, v16i8.as_pointer()),
-                                         ir.Constant(i32, 1), keep])
+
+            def epilogue(general: bool):
+                for p in range(nr):
+                    col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
+                    mult, left, right = (column_vector(k, arr, p) for k, arr in
+                                         ((12, mult_arr), (13, left_arr), (14, right_arr)))
+                    left_in_panel = builder.sub(nc32, ir.Constant(i32, p * PANEL))
+                    in_panel = builder.icmp_signed("<", lanes, _splat(builder, left_in_panel, v16))
+                    for r in range(mr):
+                        rr = ir.Constant(i64, r)
+                        acc = accs[r][p]
+                        if general:
+                            row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
+                            acc = builder.add(acc, _splat(builder, row_corr, v16))  # int32 wrap-around
+                        qv = builder.trunc(_requantize(builder, acc, mult, left, right, zp, lo, hi, general), v16i8)
+                        keep = builder.and_(in_panel, _splat(builder, builder.icmp_signed("<", rr, rv_v), v16i1))
+                        dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, builder.mul(rr, ldo_v)), col)])
+                        builder.call(store, [qv, builder.bitcast(dst, v16i8.as_pointer()),
+                                             ir.Constant(i32, 1), keep])
+            with builder.if_else(builder.icmp_signed("!=", general_v, ir.Constant(i64, 0))) as (then, otherwise):
+                with then:
+                    epilogue(True)
+                with otherwise:
+                    epilogue(False)
             return context.get_dummy_value()
         return sig, codegen
     return tile
@@ -175,6 +187,72 @@ if AVAILABLE:
     tile_1x3 = _tile_intrinsic(1, 3)
     tile_1x2 = _tile_intrinsic(1, 2)
     tile_1x1 = _tile_intrinsic(1, 1)
+
+
+@intrinsic
+def row_sums(typingctx, a, a_off, xor, w, kq, panels, out):
+    """The exact int32 sums of one row against every column: ``out[c] = Σ_k (a[a_off + k] XOR xor)
+    · W[k, c]`` for the 16·``panels`` columns of the packed signed weights ``w`` (``GemmPlan``'s
+    layout: panel p's block q the 64 bytes at ``(p·kq + q)·64``), ``4·kq`` bytes of ``a``. Four
+    panels at a time, each with its own accumulator (their ``vpdpbusd`` chains interleave);
+    a GEMV, where no requantization follows (FULLY_CONNECTED_DOUBLE_REQUANT's sums)."""
+    sig = types.void(a, a_off, xor, w, kq, panels, out)
+
+    def codegen(context, builder, signature, args):
+        a_arr, a_off_v, xor_v, w_arr, kq_v, panels_v, out_arr = args
+        i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+        v16 = ir.VectorType(i32, PANEL)
+        sa = signature.args
+
+        def data(k, arr, ptr_type):
+            return builder.bitcast(context.make_array(sa[k])(context, builder, arr).data, ptr_type)
+        a_ptr, w_ptr = data(0, a_arr, i8.as_pointer()), data(3, w_arr, i8.as_pointer())
+        o_ptr = data(6, out_arr, i32.as_pointer())
+        xor32 = builder.trunc(xor_v, i32)
+        dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16, v16, v16]),
+                                             "llvm.x86.avx512.vpdpbusd.512")
+        stride = builder.mul(kq_v, ir.Constant(i64, PANEL * KSTEP))
+        zero = ir.Constant(v16, [0] * PANEL)
+        with cgutils.for_range_slice(builder, ir.Constant(i64, 0), panels_v, ir.Constant(i64, 4)) as (p0, _):
+            group = builder.sub(panels_v, p0)  # panels p0 .. p0 + 3 that exist: masked as a whole below
+            bases = [builder.gep(w_ptr, [builder.mul(builder.add(p0, ir.Constant(i64, k)), stride)])
+                     for k in range(4)]
+            live = [builder.icmp_signed(">", group, ir.Constant(i64, k)) for k in range(4)]
+            entry = builder.block
+            head = builder.append_basic_block("gemv.head")
+            body = builder.append_basic_block("gemv.body")
+            done = builder.append_basic_block("gemv.done")
+            builder.branch(head)
+            builder.position_at_end(head)
+            q = builder.phi(i64)
+            q.add_incoming(ir.Constant(i64, 0), entry)
+            accs = [builder.phi(v16) for _ in range(4)]
+            for acc in accs:
+                acc.add_incoming(zero, entry)
+            builder.cbranch(builder.icmp_signed("<", q, kq_v), body, done)
+            builder.position_at_end(body)
+            word = builder.load(builder.bitcast(builder.gep(a_ptr, [builder.add(a_off_v, builder.mul(
+                q, ir.Constant(i64, KSTEP)))]), i32.as_pointer()), align=1)
+            bc = _splat(builder, builder.xor(word, xor32), v16)
+            woff = builder.mul(q, ir.Constant(i64, PANEL * KSTEP))
+            new = []
+            for k in range(4):
+                # a panel past the last one reads panel p0's block again (in bounds) and is not stored
+                ptr = builder.select(live[k], builder.gep(bases[k], [woff]), builder.gep(bases[0], [woff]))
+                wv = builder.load(builder.bitcast(ptr, v16.as_pointer()), align=1)
+                new.append(builder.call(dot, [accs[k], bc, wv]))
+            q_next = builder.add(q, ir.Constant(i64, 1))
+            builder.branch(head)
+            q.add_incoming(q_next, body)
+            for acc, v in zip(accs, new):
+                acc.add_incoming(v, body)
+            builder.position_at_end(done)
+            for k in range(4):
+                with builder.if_then(live[k]):
+                    col = builder.mul(builder.add(p0, ir.Constant(i64, k)), ir.Constant(i64, PANEL))
+                    builder.store(accs[k], builder.bitcast(builder.gep(o_ptr, [col]), v16.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return sig, codegen
 
 
 @intrinsic
