@@ -102,6 +102,9 @@ class SimpleDelegateInterface:
     def on_plan(self, context: "DelegateContext", plan: PartitionPlan, reasons: dict[int, str | None]) -> None:
         """Hook: the partitions chosen (for reports)."""
 
+    def on_delegated(self, context: "DelegateContext") -> None:
+        """Hook: TFLite replaced the chosen partitions with this delegate's kernels (all inited)."""
+
 
 class DelegateContext:
     """The TfLiteContext as the delegate sees it: a TfLiteGraph plus tensor access."""
@@ -275,6 +278,8 @@ class PythonDelegate:
             ctx = context.ctx
             self._graphs[ctx_p] = graph  # kernels convert their nodes from this snapshot
             status = ctx.ReplaceNodeSubsetsWithDelegateKernels(ctx_p, reg, C.addressof(nodes), delegate_p)
+            if status == kTfLiteOk:
+                self.impl.on_delegated(context)
             absorbed = absorbed_subgraphs(graph, chosen.nodes) if status == kTfLiteOk else set()
             for k in sorted(absorbed):  # read (so accessible) when their node was mapped
                 subgraphs.access.mark_skippable(k)
