@@ -247,8 +247,9 @@ class PythonDelegate:
     def _delegate_prepare(self, ctx_p: int, delegate_p: int) -> int:
         subgraphs = None
         try:
-            subgraphs = LiveSubgraphs(ctx_p, lambda p: read_graph(p)[0], ReadableMemory().readable)  # ~1 ms
-            graph, plan = read_graph(ctx_p)
+            memory = ReadableMemory()  # one read of this process's mappings for both
+            subgraphs = LiveSubgraphs(ctx_p, lambda p: read_graph(p)[0], memory.readable)
+            graph, plan = read_graph(ctx_p, memory)
             self._request_propagated_shapes(ctx_p, graph, plan)
             graph.subgraphs = subgraphs  # IF / WHILE mappers read the subgraphs they name from here
             context = DelegateContext(ctx_p, graph, plan)
