@@ -6,7 +6,8 @@
 A node is delegated when a TFLite->NNAPI mapping exists for it AND the
 service's GetSupportedOperations accepts exactly that operation. Each chosen
 partition becomes an NNAPI model, prepared from the compilation cache when its
-token (structure + weights + options) is there. If the service is unreachable
+token (structure + weights + options) is there; a graph delegated before on the same service is
+delegated from its record (delegate.delegation_record: no probe, no conversion). If the service is unreachable
 at prepare time nothing is claimed; if it fails during invoke, or does not
 answer within the bound on every wait (deadline_ms plus a grace, else a default
 scaled by the model's slowest execution: service.client's constants), the
