@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import numpy_helper
+from onnx import helper
 
 from hal import backends
 from hal.backends.graph import GraphBackend
@@ -53,6 +53,8 @@ def _cpu_tag() -> str:
 EXTERNAL_MIN_BYTES = 1024
 #: Where an external initializer's bytes are said to be: never read, each is supplied at load.
 _SUPPLIED = "nnhal-supplied-at-load"
+#: The file onnxruntime writes the optimised graph's large initializers to, beside the graph.
+_WEIGHTS_FILE = "weights.bin"
 
 
 @dataclass
@@ -139,35 +141,46 @@ def compile_partition(backend: GraphBackend, partition) -> tuple[OrtArtifact, Ex
     g, input_names = _lower(backend, partition)
     model = g.model(partition.inputs, partition.outputs)
     so = session_options()
-    fd, path = tempfile.mkstemp(prefix="nnhal-ort-", suffix=".onnx")
-    os.close(fd)
-    try:
+    with tempfile.TemporaryDirectory(prefix="nnhal-ort-") as folder:
+        path = os.path.join(folder, "optimised.onnx")
         so.optimized_model_filepath = path
+        # onnxruntime writes the large initializers of the optimised graph into a file of their own:
+        # the graph parsed here is small, and the weights are sliced from one read of that file.
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", _WEIGHTS_FILE)
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                    str(EXTERNAL_MIN_BYTES))
         session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        optimised = onnx.load(path)
-    finally:
-        os.unlink(path)
-    names, arrays = _externalise(optimised)
+        optimised = onnx.load(path, load_external_data=False)
+        weights_path = os.path.join(folder, _WEIGHTS_FILE)
+        weights = b""  # no file: no initializer was large enough
+        if os.path.exists(weights_path):
+            with open(weights_path, "rb") as f:
+                weights = f.read()
+        names, arrays = _externalise(optimised, weights)
     artifact = OrtArtifact(np.frombuffer(optimised.SerializeToString(), dtype=np.uint8), input_names,
                            tuple(o.name for o in session.get_outputs()), names, arrays)
     return artifact, Executable(session, artifact)
 
 
-def _externalise(model: onnx.ModelProto) -> tuple[tuple[str, ...], tuple[np.ndarray, ...]]:
-    """Take the large initializers out of ``model`` (in place): their names and values."""
+def _externalise(model: onnx.ModelProto, weights: bytes) -> tuple[tuple[str, ...], tuple[np.ndarray, ...]]:
+    """The initializers onnxruntime wrote to ``weights`` (their names and values, read-only views of
+    it); each is then marked in ``model`` as supplied at load."""
     names, arrays = [], []
     for init in model.graph.initializer:
-        value = numpy_helper.to_array(init)
-        if value.nbytes < EXTERNAL_MIN_BYTES:
+        if init.data_location != onnx.TensorProto.EXTERNAL:
             continue
+        where = {e.key: e.value for e in init.external_data}
+        if where.get("location") != _WEIGHTS_FILE:
+            raise ValueError(f"initializer {init.name} is stored in {where.get('location')!r}")
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
+        offset, length = int(where.get("offset", 0)), int(where["length"])
+        count = int(np.prod(init.dims, dtype=np.int64))
+        if count * dtype.itemsize != length or offset + length > len(weights):
+            raise ValueError(f"initializer {init.name}: {length} bytes at {offset} do not hold {list(init.dims)}")
         names.append(init.name)
-        arrays.append(np.ascontiguousarray(value))
-        init.ClearField("raw_data")
-        for field in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
-            init.ClearField(field)
+        arrays.append(np.frombuffer(weights, dtype, count, offset).reshape(tuple(init.dims)))
         del init.external_data[:]
         init.external_data.add(key="location", value=_SUPPLIED)
-        init.data_location = onnx.TensorProto.EXTERNAL
     return tuple(names), tuple(arrays)
 
 
