@@ -57,6 +57,9 @@ NUM_MODEL_FILES = 1
 NUM_DATA_FILES = 1
 _ENTRY_NAME = re.compile(r"([0-9a-f]{64})\.model")
 _TMP_NAME = re.compile(r"\.tmp-(key-)?[a-z0-9_]{8}")  # tempfile.mkstemp's names, ours only in our directory
+#: What an entry holds, named in its header: a caller's kind never loads as another's (an entry
+#: written before kinds existed holds a compiled model).
+COMPILED = "compiled"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,11 @@ class EntryInfo:
     model_bytes: int
     data_bytes: int
     last_used: float
+
+
+class CacheKindError(CacheError):
+    """The entry holds another kind than the one asked for: a miss for this caller, and the
+    entry stays (it is sound, and is another caller's)."""
 
 
 class CacheStore:
@@ -102,7 +110,7 @@ class CacheStore:
         return os.path.join(self.dir, h + ".model"), os.path.join(self.dir, h + ".data")
 
     # ---- write ----------------------------------------------------------------
-    def put(self, token: bytes, payload: bytes, arrays: list[np.ndarray]) -> bool:
+    def put(self, token: bytes, payload: bytes, arrays: list[np.ndarray], kind: str = COMPILED) -> bool:
         """Store an entry atomically; False (logged) if it alone is larger than ``max_bytes``:
         storing it would only evict every other entry, then itself. Concurrent writers of one
         token: the last rename wins, and each model file names the data digest it was written
@@ -117,7 +125,7 @@ class CacheStore:
             offset += (a.nbytes + ALIGN - 1) // ALIGN * ALIGN
         if self.max_bytes is not None:
             data_len = layout[-1]["offset"] + layout[-1]["nbytes"] if layout else 0
-            size = data_len + len(self._model_body(token, payload, data_len, "0" * 64, layout)) + 32
+            size = data_len + len(self._model_body(token, payload, data_len, "0" * 64, layout, kind)) + 32
             if size > self.max_bytes:
                 log.warning("cache entry %s not stored: %d bytes, larger than the cache (max %d bytes)",
                             token.hex()[:16], size, self.max_bytes)
@@ -137,17 +145,19 @@ class CacheStore:
                 data_len = pos
                 f.flush()
                 data_digest = file_digest(f.fileno(), data_len)
-            body = self._model_body(token, payload, data_len, data_digest, layout)
+            body = self._model_body(token, payload, data_len, data_digest, layout, kind)
             with AtomicFile(model_path) as f:
                 f.write(body)
                 f.write(hmac.new(self.key, body, hashlib.sha256).digest())
         self.evict(keep=token.hex())  # takes the lock itself (a second flock in one process would wait on the first)
         return True
 
-    def _model_body(self, token: bytes, payload: bytes, data_len: int, data_digest: str, layout: list) -> bytes:
+    def _model_body(self, token: bytes, payload: bytes, data_len: int, data_digest: str, layout: list,
+                    kind: str) -> bytes:
         """The model file without its HMAC (its size does not depend on the digest's value)."""
         header = json.dumps({
             "driver_version": self.driver_version, "capabilities": self.fingerprint, "token": token.hex(),
+            "kind": kind,
             "payload_length": len(payload), "payload_sha256": hashlib.sha256(payload).hexdigest(),
             "data_length": data_len, "data_blake3": data_digest,
             "arrays": layout,
@@ -155,8 +165,9 @@ class CacheStore:
         return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)) + header + payload
 
     # ---- read ---------------------------------------------------------------
-    def get(self, token: bytes) -> tuple[bytes, list[np.ndarray]]:
-        """Verified (payload, arrays), or CacheError after removing the entry.
+    def get(self, token: bytes, kind: str | None = COMPILED) -> tuple[bytes, list[np.ndarray]]:
+        """Verified (payload, arrays) of an entry of ``kind`` (None: any), or CacheError after
+        removing the entry (CacheKindError: a sound entry of another kind, left in place).
 
         The model file is read once into private memory and verified there. The data file is
         opened once, checked to be a read-only regular file of ours and mapped; its digest is
@@ -169,6 +180,8 @@ class CacheStore:
             raise CacheKeyError(f"cache key {self.key_path} is missing: no entry can be authenticated")
         try:
             payload, header = self._read_model(model_path, token)
+            if kind is not None and header.get("kind", COMPILED) != kind:
+                raise CacheKindError(f"the entry holds a {header.get('kind', COMPILED)!r}, not a {kind!r}")
             data = _map_data(data_path, header)
             arrays = []
             for a in header["arrays"]:
@@ -180,6 +193,8 @@ class CacheStore:
                 arrays.append(arr.reshape(a["shape"]))
         except FileNotFoundError:
             raise CacheError("no cache entry for this token (removed meanwhile)") from None
+        except CacheKindError:
+            raise
         except CacheError as e:
             if isinstance(e, _DataFileMissing) and not os.path.exists(model_path):
                 # Evicted by another process (one that shares the directory) between the two
@@ -281,7 +296,7 @@ class CacheStore:
     def verify(self, token: bytes) -> str | None:
         """None if the entry verifies, else the reason (the entry is then removed)."""
         try:
-            self.get(token)
+            self.get(token, kind=None)
             return None
         except CacheError as e:
             return str(e)

@@ -77,8 +77,9 @@ def _pointer(struct: C.Structure, field) -> int | None:
     return C.c_void_p.from_address(C.addressof(struct) + field.offset).value
 
 
-def read_graph(ctx_p: int) -> tuple[TfLiteGraph, list[int]]:
-    """Snapshot of the interpreter's current graph as a TfLiteGraph (node k = plan[k]).
+def read_graph(ctx_p: int, memory: ReadableMemory | None = None) -> tuple[TfLiteGraph, list[int]]:
+    """Snapshot of the interpreter's current graph as a TfLiteGraph (node k = plan[k]); ``memory``:
+    the process's mappings if just read (else read here).
 
     Raises CorruptModelError (one line) rather than read a constant, name or custom-options range
     that lies outside readable memory, or hand TFLite back a graph its node replacement crashes on."""
@@ -87,7 +88,7 @@ def read_graph(ctx_p: int) -> tuple[TfLiteGraph, list[int]]:
     if ctx.GetExecutionPlan(ctx_p, C.byref(plan_p)) != kTfLiteOk:
         raise RuntimeError("GetExecutionPlan failed")
     plan = int_array(plan_p.value)  # copy at once: the next call invalidates it
-    memory = ReadableMemory()
+    memory = memory or ReadableMemory()
     tensors = [_read_tensor(ctx, i, memory) for i in range(ctx.tensors_size)]
     nodes = []
     for k, ni in enumerate(plan):

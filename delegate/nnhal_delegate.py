@@ -6,7 +6,8 @@
 A node is delegated when a TFLite->NNAPI mapping exists for it AND the
 service's GetSupportedOperations accepts exactly that operation. Each chosen
 partition becomes an NNAPI model, prepared from the compilation cache when its
-token (structure + weights + options) is there. If the service is unreachable
+token (structure + weights + options) is there; a graph delegated before on the same service is
+delegated from its record (delegate.delegation_record: no probe, no conversion). If the service is unreachable
 at prepare time nothing is claimed; if it fails during invoke, or does not
 answer within the bound on every wait (deadline_ms plus a grace, else a default
 scaled by the model's slowest execution: service.client's constants), the
@@ -27,6 +28,15 @@ import numpy as np
 
 from delegate import capi
 from delegate.cost import CostModel
+from delegate.delegation_record import (
+    DelegationRecord,
+    PartitionRecord,
+    fetch_record,
+    graph_fingerprint,
+    record_key,
+    record_of,
+    recordable,
+)
 from delegate.delegation_report import DelegationReport, NodeReport, fill_report  # noqa: F401 (re-exported)
 from delegate.mapping import (
     MappingError,
@@ -90,12 +100,19 @@ class NnhalDelegate(SimpleDelegateInterface):
         self.partition_options = PartitionOptions(options.max_delegated_partitions,
                                                   options.min_nodes_per_partition,
                                                   parse_node_ranges(options.partitions), options.partitioning)
-        self._cost: tuple[Client, CostModel] | None = None  # the cost model of the connected service
+        #: The connected service's cost model and its capabilities as they were sent.
+        self._cost: tuple[Client, CostModel, bytes] | None = None
         self.client: Client | None = None
         self.report = DelegationReport()
         self._current = self.report  # the report of the subgraph being prepared
         self._warned = False
         self.kernels: list[NnhalKernel] = []
+        #: The primary subgraph's delegation record (delegate.delegation_record): its key, the record
+        #: the service had (None: none, delegated afresh), the probe's answers and the kernels made.
+        self._record_key: bytes | None = None
+        self._record: DelegationRecord | None = None
+        self._probed: dict[int, str | None] | None = None
+        self._made: list[NnhalKernel] = []
 
     # ---- service connection ---------------------------------------------------
     def connect(self) -> Client | None:
@@ -114,6 +131,7 @@ class NnhalDelegate(SimpleDelegateInterface):
         return self.client
 
     def initialize(self, context: DelegateContext) -> bool:
+        as_read = context.graph
         context.graph, _ = fold_constants(context.graph)
         report = DelegationReport(service=self.report.service)
         report.nodes = [NodeReport(n.index, op_name(n)) for n in context.graph.nodes]
@@ -127,7 +145,33 @@ class NnhalDelegate(SimpleDelegateInterface):
                 r.reason = "nnhal service unreachable"
             return False
         self.partition_options = dataclasses.replace(self.partition_options, cost=self._cost_model())
+        self._record_key, self._record, self._probed, self._made = None, None, None, []
+        if context.subgraph == 0 and self._cost and self._cost[0] is self.client and self.client.version \
+                and recordable(as_read):
+            self._record_key = record_key(graph_fingerprint(as_read), self.options, self.options.token_salt(),
+                                          self.client.version, self._cost[2])
+            self._record = fetch_record(self.client, self._record_key, len(context.graph.nodes))
         return True
+
+    def partition_record(self, context: DelegateContext, nodes, inputs, outputs) -> PartitionRecord | None:
+        """The record of the partition TFLite hands a kernel, if this delegation found one."""
+        if self._record is None or context.subgraph != 0:
+            return None
+        return self._record.partition(nodes, inputs, outputs)
+
+    def on_delegated(self, context: DelegateContext) -> None:
+        """TFLite replaced the partitions: keep a record of this delegation for the next start
+        (only a complete one: every answer from the service, every partition converted, with
+        operations and without constant outputs)."""
+        if self._record_key is None or self._record is not None or self._probed is None or context.subgraph != 0:
+            return
+        record = record_of(self._probed, [k for k in self._made if not k.freed])
+        if record is None:
+            return
+        try:
+            self.client.put_delegation_record(self._record_key, record.encode())
+        except ServiceError as e:
+            log.info("delegation record not stored: %s", e)
 
     def _cost_model(self) -> CostModel | None:
         """The connected service's relative speeds (getCapabilities), asked once per connection;
@@ -141,11 +185,17 @@ class NnhalDelegate(SimpleDelegateInterface):
                 return None
             local = self.options.local_burst and client.shared_memory  # TCP, another user's service: none
             self._cost = (client, CostModel.from_capabilities(caps, local_burst=local,
-                                                              allow_fp16=self.options.allow_fp16))
+                                                              allow_fp16=self.options.allow_fp16),
+                          caps.SerializeToString(deterministic=True))
         return self._cost[1]
 
     def supported_nodes(self, context: DelegateContext) -> dict[int, str | None]:
-        return supported_nodes(context.graph, self.client)
+        if self._record is not None and context.subgraph == 0:
+            return dict(self._record.reasons)  # what the service answered for this very graph
+        reasons = supported_nodes(context.graph, self.client)
+        if context.subgraph == 0:
+            self._probed = reasons
+        return reasons
 
     def on_plan(self, context: DelegateContext, plan: PartitionPlan, reasons: dict[int, str | None]) -> None:
         fill_report(self._current, plan, reasons)
@@ -154,6 +204,7 @@ class NnhalDelegate(SimpleDelegateInterface):
         self.kernels = [k for k in self.kernels if not k.freed]  # TFLite re-delegated (a resize): the current ones
         k = NnhalKernel(self)
         self.kernels.append(k)
+        self._made.append(k)
         return k
 
     def fetch_backends(self) -> None:
@@ -171,7 +222,7 @@ class NnhalDelegate(SimpleDelegateInterface):
                 continue
             assigned = {i: op.backend for op in info.operations  # a partition record covers op.count operations
                         for i in range(op.index, op.index + max(op.count, 1))}
-            for node, (lo, hi) in k.part.node_operations.items():
+            for node, (lo, hi) in k.node_operations.items():
                 names = sorted({assigned[i] for i in range(lo, hi) if assigned.get(i)})
                 if node in by_node and names:
                     by_node[node].backend = ",".join(names)
@@ -193,12 +244,17 @@ class NnhalKernel(SimpleDelegateKernel):
         self.prepare_s = 0.0
         self.freed = False
         self.subgraph = 0  # the TFLite subgraph whose nodes this partition holds (set by init)
+        self._part = None  # the converted partition (None: taken from a delegation record, converted on use)
 
     def init(self, context: DelegateContext, params: KernelParams) -> None:
         self.graph, self.params = context.graph, params
         self.subgraph = context.subgraph  # node indexes in params are this subgraph's
-        # The support query validated these very nodes a moment ago (and the service validates again).
-        self._convert(context.graph, validate=False)
+        record = self.owner.partition_record(context, params.nodes, params.inputs, params.outputs)
+        if record is not None:
+            self._from_record(record)
+        else:
+            # The support query validated these very nodes a moment ago (and the service validates again).
+            self._convert(context.graph, validate=False)
         self.dims = {t: d for t, (d, _) in self._live_shapes(context).items()}  # what the partition is built for
         self._prepare()
 
@@ -209,12 +265,30 @@ class NnhalKernel(SimpleDelegateKernel):
         else:
             part = convert_partition(graph, p.nodes, p.inputs, p.outputs, validate=validate)
         part.model.relax_computation_float32_to_float16 = self.owner.options.allow_fp16
-        self.part = part
+        self._part = part
         self.inputs, self.outputs = part.input_tensors, part.output_tensors
-        self._io_tensors = (*self.inputs, *self.outputs, *part.state_tensors)
-        self._io_from, self._io = None, ([], [])
+        self.state_tensors, self.node_operations = part.state_tensors, part.node_operations
+        self.constant_outputs, self.io_model = part.constant_outputs, part.model
+        self.folded_only = not part.model.main.operations
+        self._bind_io()
         o = self.owner.options
         self.token = model_token(part.model, o.token_salt(), o.token_options())  # hashes the shapes too
+
+    def _from_record(self, r: PartitionRecord) -> None:
+        """What the cold start converted (a record has operations and no constant outputs)."""
+        self.inputs, self.outputs = r.input_tensors, r.output_tensors
+        self.state_tensors, self.node_operations = r.state_tensors, r.node_operations
+        self.constant_outputs, self.io_model, self.folded_only = {}, r.io_model, False
+        self._bind_io()
+        self.token = r.token
+
+    @property
+    def part(self):
+        """The converted partition (converted now if it came from a delegation record: a cache
+        miss, an in-process fallback, a tool reading it)."""
+        if self._part is None:
+            self._convert(self.graph, validate=False)
+        return self._part
 
     def _live_shapes(self, context: DelegateContext) -> dict[int, tuple[tuple[int, ...], bool]]:
         """The interpreter's current (dims, sized-at-run-time) of every non-constant tensor the
@@ -284,12 +358,6 @@ class NnhalKernel(SimpleDelegateKernel):
             if have != dims and not (have == () and dims == (1,)):  # a scalar stays one (scalars.py)
                 capi.resize_tensor(context.ctx_p, t, dims)
 
-    @property
-    def folded_only(self) -> bool:
-        """Every node of the partition was folded into constants (e.g. a SHAPE whose readers run on
-        the CPU): there is nothing for the service to run, eval writes the constants."""
-        return not self.part.model.main.operations
-
     def _prepare(self) -> None:
         client = self.owner.client
         if client is None or self.folded_only:  # another partition lost the service meanwhile; or nothing to run
@@ -300,12 +368,13 @@ class NnhalKernel(SimpleDelegateKernel):
         t0 = time.perf_counter()
         try:
             try:
-                self.remote = client.prepare_model_from_cache(self.part.model, self.token, **kw)
+                self.remote = client.prepare_model_from_cache(self.io_model, self.token, **kw)
                 self.from_cache = True
             except ServiceError as e:
                 if isinstance(e, ServiceUnavailableError):
                     raise
-                self.remote = client.prepare_model(self.part.model, token=self.token, **kw)
+                model = self.part.model  # converted now if it came from a record (its token too)
+                self.remote = client.prepare_model(model, token=self.token, **kw)
                 self.from_cache = False
             self.prepare_s = time.perf_counter() - t0
             self.remote.observe(self.slowest_s)  # in-process runs measured this model too
@@ -325,7 +394,7 @@ class NnhalKernel(SimpleDelegateKernel):
 
     def eval(self, context: DelegateContext) -> None:
         if self.folded_only:
-            for t, value in self.part.constant_outputs.items():
+            for t, value in self.constant_outputs.items():
                 np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
             return
         inputs, outputs = self._arrays(context)
@@ -362,9 +431,13 @@ class NnhalKernel(SimpleDelegateKernel):
             if not self.owner.options.allow_in_process_fallback:
                 raise NoFallbackError(f"{failure}; in-process fallback is off (disallow_nnapi_cpu)")
             self._run_locally(inputs, outputs)
-        if self.part.constant_outputs:
-            for t, value in self.part.constant_outputs.items():
-                np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
+        for t, value in self.constant_outputs.items():
+            np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
+
+    def _bind_io(self) -> None:
+        """The TFLite tensors ``_arrays`` reads: inputs, outputs, then LSTM/RNN state."""
+        self._io_tensors = (*self.inputs, *self.outputs, *self.state_tensors)
+        self._io_from, self._io = None, ([], [])
 
     def _arrays(self, context: DelegateContext) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The partition's input and output tensors (LSTM/RNN state last), the same lists while

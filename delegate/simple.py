@@ -102,6 +102,9 @@ class SimpleDelegateInterface:
     def on_plan(self, context: "DelegateContext", plan: PartitionPlan, reasons: dict[int, str | None]) -> None:
         """Hook: the partitions chosen (for reports)."""
 
+    def on_delegated(self, context: "DelegateContext") -> None:
+        """Hook: TFLite replaced the chosen partitions with this delegate's kernels (all inited)."""
+
 
 class DelegateContext:
     """The TfLiteContext as the delegate sees it: a TfLiteGraph plus tensor access."""
@@ -275,8 +278,9 @@ class PythonDelegate:
     def _delegate_prepare(self, ctx_p: int, delegate_p: int) -> int:
         subgraphs = None
         try:
-            subgraphs = LiveSubgraphs(ctx_p, lambda p: read_graph(p)[0], ReadableMemory().readable)  # ~1 ms
-            graph, plan = read_graph(ctx_p)
+            memory = ReadableMemory()  # one read of this process's mappings for both
+            subgraphs = LiveSubgraphs(ctx_p, lambda p: read_graph(p)[0], memory.readable)
+            graph, plan = read_graph(ctx_p, memory)
             self._request_propagated_shapes(ctx_p, graph, plan)
             graph.subgraphs = subgraphs  # IF / WHILE mappers read the subgraphs they name from here
             context = DelegateContext(ctx_p, graph, plan)
@@ -306,6 +310,8 @@ class PythonDelegate:
             ctx = context.ctx
             self._graphs[ctx_p] = graph  # kernels convert their nodes from this snapshot
             status = ctx.ReplaceNodeSubsetsWithDelegateKernels(ctx_p, reg, C.addressof(nodes), delegate_p)
+            if status == kTfLiteOk:
+                self.impl.on_delegated(context)
             absorbed = absorbed_subgraphs(graph, chosen.nodes) if status == kTfLiteOk else set()
             for k in sorted(absorbed):  # read (so accessible) when their node was mapped
                 subgraphs.access.mark_skippable(k)

@@ -7,7 +7,7 @@
   it has a session, and nothing beyond the device's description) needs one: the support query
   too, since it validates a whole model and may name shared memory.
 - TCP: TLS is the gate (SECURITY.md); a session separates clients from each other, and the calls
-  that create something (PrepareModel, PrepareModelFromCache, Allocate) need one.
+  that create something (PrepareModel, PrepareModelFromCache, Allocate, PutDelegationRecord) need one.
 - Shared memory (a segment named in /dev/shm, a local burst's memfd and socket): only for a
   session on the unix socket whose uid is the service's own. A name is opened with the service's
   rights, so a client of another uid (TCP, or a listed uid) sends tensors and weights inline.

@@ -379,6 +379,7 @@ class Client:
     def __init__(self, channel: grpc.Channel, address: str):
         self.channel = channel
         self.address = address
+        self.version = ""  # the service's getVersionString, read by connect
         #: Shared-memory pools only on a unix socket, to a service of this user: the service refuses
         #: them over TCP and from other users (SECURITY.md; _open_session learns the service's uid).
         self.shared_memory = is_unix(address)
@@ -451,7 +452,7 @@ class Client:
         try:
             grpc.channel_ready_future(channel).result(timeout=timeout_s)
             # A ready channel only means the socket accepted: a stopped service must answer too.
-            client.get_version_string(max(deadline - time.monotonic(), 0.05))
+            client.version = client.get_version_string(max(deadline - time.monotonic(), 0.05))
             client._open_session(max(deadline - time.monotonic(), 0.05))
         except ClientRefusedError:
             channel.close()
@@ -495,6 +496,17 @@ class Client:
         reply = _rpc(self.device.GetSupportedExtensions, pb.Empty())
         _check(reply)
         return list(reply.extensions)
+
+    def get_delegation_record(self, key: bytes) -> bytes | None:
+        """The delegate's record kept under ``key`` in the service's cache (None: none verified)."""
+        reply = _rpc(self.device.GetDelegationRecord, pb.DelegationRecordRequest(key=key))
+        _check(reply)
+        return reply.record if reply.found else None
+
+    def put_delegation_record(self, key: bytes, record: bytes) -> bool:
+        reply = _rpc(self.device.PutDelegationRecord, pb.DelegationRecordRequest(key=key, record=record))
+        _check(reply)
+        return reply.found
 
     def get_number_of_cache_files_needed(self) -> tuple[int, int]:
         reply = _rpc(self.device.GetNumberOfCacheFilesNeeded, pb.Empty())

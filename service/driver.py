@@ -14,7 +14,7 @@ import threading
 import uuid
 
 import hal
-from cache.store import NUM_DATA_FILES, NUM_MODEL_FILES, TOKEN_BYTES, CacheError, CacheStore
+from cache.store import NUM_DATA_FILES, NUM_MODEL_FILES, TOKEN_BYTES, CacheError, CacheKindError, CacheStore
 from hal import backends
 from hal.compiler import CompiledModel, compile_model
 from hal.errors import HalError
@@ -163,6 +163,39 @@ class Driver:
             self.sessions.charge(session, nbytes, "this model")
         return self._register(session, compiled, pref, prio, nbytes)
 
+    # ---- the delegate's records (kept beside the compiled models) ---------------
+    def delegation_record(self, key: bytes) -> bytes | None:
+        """The verified record stored under ``key``; None when caching is off or there is none
+        (a damaged or stale one is removed by the cache: a miss, the client delegates afresh)."""
+        if self.cache is None:
+            return None
+        _check_record_key(key)
+        try:
+            payload, _ = self.cache.get(key, DELEGATION_RECORD)
+        except CacheKindError as e:  # a compiled model's token: not this caller's to read or drop
+            log.info("delegation record %s: %s", key.hex()[:16], e)
+            return None
+        except CacheError:  # no entry, or removed by the cache (logged there)
+            return None
+        except OSError as e:
+            log.warning("delegation record %s unreadable: %s", key.hex()[:16], e.strerror or e)
+            return None
+        return payload
+
+    def store_delegation_record(self, key: bytes, record: bytes) -> bool:
+        """Keep ``record`` under ``key``; False when caching is off or the write failed (logged)."""
+        if self.cache is None:
+            return False
+        _check_record_key(key)
+        if len(record) > MAX_DELEGATION_RECORD_BYTES:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"delegation record of {len(record)} bytes, more than "
+                                                         f"{MAX_DELEGATION_RECORD_BYTES}")
+        try:
+            return self.cache.put(key, record, [], DELEGATION_RECORD)
+        except (CacheError, OSError) as e:
+            log.warning("delegation record write failed: %s", e)
+            return False
+
     def _store(self, token: bytes, compiled: CompiledModel) -> None:
         try:
             payload, arrays = dump_compiled(compiled)
@@ -285,6 +318,18 @@ class Driver:
         if buf is None:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown driver buffer {token}")
         return buf
+
+
+#: The cache entry kind of the delegate's records (cache.store: kinds never load as each other).
+DELEGATION_RECORD = "delegation"
+#: A record describes a graph's delegation (reasons, partitions' boundaries and tokens), not weights.
+MAX_DELEGATION_RECORD_BYTES = 1 << 20
+
+
+def _check_record_key(key: bytes) -> None:
+    if len(key) != TOKEN_BYTES:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"delegation record key must be {TOKEN_BYTES} bytes, "
+                                                     f"got {len(key)}")
 
 
 def _owns(caller: str | None, owner: str | None) -> bool:

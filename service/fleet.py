@@ -120,6 +120,10 @@ class Replica:
 class FleetClient:
     """IDevice over several services (see the module docstring)."""
 
+    #: No one service's version: the delegate keeps no delegation record for a fleet (a record lives
+    #: in one service's cache; delegate.delegation_record) and delegates from a cold start.
+    version = ""
+
     def __init__(self, address: str, tls: dict, *, resolver=resolve):
         self.address = address
         self._tls = {k: v for k, v in tls.items() if v is not None}

@@ -269,6 +269,20 @@ class DeviceServicer(pb_grpc.DeviceServicer):
             return pb.PrepareModelReply(status=convert.status(), prepared_model_id=entry.id, from_cache=True)
         return _guard(pb.PrepareModelReply, body)
 
+    def GetDelegationRecord(self, request, context):
+        def body():
+            self.access.caller(context)  # on the unix socket: a session (service.access)
+            record = self.driver.delegation_record(request.key)
+            return pb.DelegationRecordReply(status=convert.status(), found=record is not None, record=record or b"")
+        return _guard(pb.DelegationRecordReply, body)
+
+    def PutDelegationRecord(self, request, context):
+        def body():
+            self.access.caller(context, session=True)  # it writes to the cache: a session, as PrepareModel
+            stored = self.driver.store_delegation_record(request.key, request.record)
+            return pb.DelegationRecordReply(status=convert.status(), found=stored)
+        return _guard(pb.DelegationRecordReply, body)
+
     def Allocate(self, request, context):
         def body():
             roles = [(r.prepared_model_id, r.io_index, True) for r in request.input_roles] + \

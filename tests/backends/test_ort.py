@@ -347,3 +347,35 @@ def test_low_power_models_get_one_intra_op_thread(monkeypatch):
     with backends.thread_limit(1):
         assert ort_backend.session_options().intra_op_num_threads == 1
     assert ort_backend.session_options().intra_op_num_threads == 2
+
+
+def test_cached_weights_are_external_initializers_read_in_place():
+    """The artifact keeps the optimised graph small and its weights apart: loaded from read-only
+    arrays (the cache entry's mapping), outputs are bit-identical; an initializer of another shape
+    is a failed load (a cache miss), never a crash."""
+    import dataclasses
+
+    from delegate.mapping import convert_partition
+    from delegate.tfl import read_model
+    from hal.serialize import SerializationError, dump_compiled, load_compiled
+    from nnhal.examples import mobilenet_like
+    model = convert_partition(read_model(mobilenet_like(np.float32, input_size=32, width=8))).model
+    compiled = compile_model(model, backend_order=ORDER)
+    (artifact,) = [s.ctx.artifact for s in compiled.static_plan.program if s.backend == "onnxruntime"]
+    assert artifact.initializer_names and artifact.model.nbytes < sum(a.nbytes for a in artifact.initializers)
+    payload, arrays = dump_compiled(compiled)
+    read_only = []
+    for a in arrays:
+        a = a.copy()
+        a.flags.writeable = False
+        read_only.append(a)
+    loaded = load_compiled(payload, read_only, backend_order=ORDER)
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 32, 32, 3)).astype(np.float32)
+    np.testing.assert_array_equal(execute(loaded, [x])[0], execute(compiled, [x])[0])
+    weights = next(i for i, a in enumerate(arrays) if a.dtype == np.float32 and a.ndim >= 2)
+    wrong = list(arrays)
+    wrong[weights] = np.ascontiguousarray(arrays[weights].reshape(-1)[:-1])
+    with pytest.raises(SerializationError, match="could not load"):
+        load_compiled(payload, wrong, backend_order=ORDER)
+    with pytest.raises(ValueError, match="not an onnxruntime partition artifact"):
+        ort_backend.load_partition(None, dataclasses.replace(artifact, initializers=artifact.initializers[1:]))

@@ -1,6 +1,7 @@
 """CacheStore never trusts a file: NNAPI VTS CompilationCachingTests, storage level."""
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import subprocess
@@ -465,3 +466,53 @@ def test_a_writable_data_file_is_a_clean_miss_and_rewritable(tmp_path):
         s.get(TOKEN)
     assert s.put(TOKEN, *want)
     assert_same(s.get(TOKEN), want)
+
+
+def test_entry_kinds_never_load_as_each_other(tmp_path):
+    """A delegate's record and a compiled model share the store: each is found only as its own kind.
+    Asked as the other kind, a sound entry is a miss and stays; damaged or stale, a record is
+    rejected and removed like a compiled entry."""
+    from cache.store import CacheKindError
+    s = make(tmp_path)
+    compiled, record = sample(1), (b'{"record": 1}', [])
+    s.put(TOKEN, *compiled)
+    s.put(OTHER, *record, kind="delegation")
+    assert_same(s.get(TOKEN), compiled)
+    assert_same(s.get(OTHER, kind="delegation"), record)
+    with pytest.raises(CacheKindError, match="'compiled', not a 'delegation'"):
+        s.get(TOKEN, kind="delegation")
+    with pytest.raises(CacheKindError, match="'delegation', not a 'compiled'"):
+        s.get(OTHER)
+    assert all(os.path.exists(p) for p in (*files(s), *files(s, OTHER)))
+    assert s.verify(OTHER) is None and s.verify(TOKEN) is None
+    model_file, _ = files(s, OTHER)
+    raw = bytearray(open(model_file, "rb").read())
+    raw[-40] ^= 0x01  # the payload's last byte
+    replace_file(model_file, bytes(raw))
+    with pytest.raises(CacheError, match="HMAC"):
+        s.get(OTHER, kind="delegation")
+    assert not any(os.path.exists(p) for p in files(s, OTHER))
+    s.put(OTHER, *record, kind="delegation")
+    with pytest.raises(CacheError, match="written by driver"):
+        make(tmp_path, driver_version="nnhal-test+2").get(OTHER, kind="delegation")
+    assert not any(os.path.exists(p) for p in files(s, OTHER))
+
+
+def test_entry_written_before_kinds_is_a_compiled_model(tmp_path, monkeypatch):
+    """Version 2 entries written before the header named a kind hold compiled models."""
+    s = make(tmp_path)
+    original = s._model_body
+
+    def without_kind(*args):
+        body = original(*args)
+        prefix = store_mod._PREFIX
+        magic, version, hlen = prefix.unpack_from(body)
+        header = json.loads(body[prefix.size:prefix.size + hlen])
+        del header["kind"]
+        new = json.dumps(header, separators=(",", ":")).encode()
+        return prefix.pack(magic, version, len(new)) + new + body[prefix.size + hlen:]
+    monkeypatch.setattr(s, "_model_body", without_kind)
+    want = sample(2)
+    s.put(TOKEN, *want)
+    assert b'"kind"' not in open(files(s)[0], "rb").read()
+    assert_same(make(tmp_path).get(TOKEN), want)

@@ -7,10 +7,13 @@ it to the partition's edges: see graph.py) and one ``InferenceSession`` with eve
 on: convolutions re-laid out as NCHWc with bias, Clip and residual Add fused, threads from
 ``hal.backends.compute_threads()``. An execution is one ``run`` call for the whole partition.
 
-The compilation cache stores the optimised model in ORT format, so prepareModelFromCache loads it
-without building or optimising the graph again. The optimised graph is specific to this CPU (block
-size of the NCHWc layout) and onnxruntime version: both are in the backend's version, so a cache
-entry made elsewhere is compiled again, never run.
+The compilation cache stores the optimised model (ONNX, every graph optimisation applied) with its
+large initializers apart, as arrays of the cache entry: prepareModelFromCache parses a graph of a
+few tens of KiB with optimisations off and hands onnxruntime the weights as external initializers,
+read in place from the entry's read-only mapping (no copy; onnxruntime never writes initializers).
+The optimised graph is specific to this CPU (block size of the NCHWc layout) and onnxruntime
+version: both are in the backend's version, so a cache entry made elsewhere is compiled again,
+never run.
 
 Operations it does not lower (quantized types, ops without a lowering, forms a lowering declines)
 run on the next backend of the preference order. Every lowering is tested against the reference
@@ -26,7 +29,9 @@ import tempfile
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 import onnxruntime as ort
+from onnx import helper
 
 from hal import backends
 from hal.backends.graph import GraphBackend
@@ -44,21 +49,33 @@ def _cpu_tag() -> str:
     return hashlib.sha256(f"{platform.machine()}|{' '.join(sorted(flags.split()))}".encode()).hexdigest()[:8]
 
 
+#: Initializers of at least this many bytes are kept apart from the graph (external initializers).
+EXTERNAL_MIN_BYTES = 1024
+#: Where an external initializer's bytes are said to be: never read, each is supplied at load.
+_SUPPLIED = "nnhal-supplied-at-load"
+#: The file onnxruntime writes the optimised graph's large initializers to, beside the graph.
+_WEIGHTS_FILE = "weights.bin"
+
+
 @dataclass
 class OrtArtifact:
-    """What the compilation cache keeps of a partition: the optimised model in ORT format and
-    the names of its graph inputs and outputs (in the partition's order)."""
+    """What the compilation cache keeps of a partition: the optimised model (ONNX) without its
+    large initializers, those initializers by name, and the names of its graph inputs and outputs
+    (in the partition's order)."""
 
-    model: np.ndarray  # uint8 bytes of the ORT-format model
+    model: np.ndarray  # uint8 bytes of the ONNX model, large initializers external (_SUPPLIED)
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    initializer_names: tuple[str, ...] = ()
+    initializers: tuple[np.ndarray, ...] = ()
 
 
 class Executable:
     """One partition's session: called with the partition's inputs, returns its outputs."""
 
-    def __init__(self, session: ort.InferenceSession, artifact: OrtArtifact):
+    def __init__(self, session: ort.InferenceSession, artifact: OrtArtifact, supplied: tuple = ()):
         self.session = session
+        self._supplied = supplied  # external initializers' OrtValues: the session reads their memory
         self.inputs = list(artifact.inputs)
         self.outputs = list(artifact.outputs)
         # The public ``run`` re-checks every feed (~15 µs a call); the executor has validated them.
@@ -130,34 +147,67 @@ def compile_partition(backend: GraphBackend, partition) -> tuple[OrtArtifact, Ex
     g, input_names = _lower(backend, partition)
     model = g.model(partition.inputs, partition.outputs)
     so = session_options()
-    fd, path = tempfile.mkstemp(prefix="nnhal-ort-", suffix=".ort")
-    os.close(fd)
-    try:
+    with tempfile.TemporaryDirectory(prefix="nnhal-ort-") as folder:
+        path = os.path.join(folder, "optimised.onnx")
         so.optimized_model_filepath = path
-        so.add_session_config_entry("session.save_model_format", "ORT")
+        # onnxruntime writes the large initializers of the optimised graph into a file of their own:
+        # the graph parsed here is small, and the weights are sliced from one read of that file.
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", _WEIGHTS_FILE)
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                    str(EXTERNAL_MIN_BYTES))
         session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        with open(path, "rb") as f:
-            optimised = np.frombuffer(f.read(), dtype=np.uint8)
-    finally:
-        os.unlink(path)
-    artifact = OrtArtifact(optimised, input_names, tuple(o.name for o in session.get_outputs()))
+        optimised = onnx.load(path, load_external_data=False)
+        weights_path = os.path.join(folder, _WEIGHTS_FILE)
+        weights = b""  # no file: no initializer was large enough
+        if os.path.exists(weights_path):
+            with open(weights_path, "rb") as f:
+                weights = f.read()
+        names, arrays = _externalise(optimised, weights)
+    artifact = OrtArtifact(np.frombuffer(optimised.SerializeToString(), dtype=np.uint8), input_names,
+                           tuple(o.name for o in session.get_outputs()), names, arrays)
     return artifact, Executable(session, artifact)
 
 
+def _externalise(model: onnx.ModelProto, weights: bytes) -> tuple[tuple[str, ...], tuple[np.ndarray, ...]]:
+    """The initializers onnxruntime wrote to ``weights`` (their names and values, read-only views of
+    it); each is then marked in ``model`` as supplied at load."""
+    names, arrays = [], []
+    for init in model.graph.initializer:
+        if init.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        where = {e.key: e.value for e in init.external_data}
+        if where.get("location") != _WEIGHTS_FILE:
+            raise ValueError(f"initializer {init.name} is stored in {where.get('location')!r}")
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
+        offset, length = int(where.get("offset", 0)), int(where["length"])
+        count = int(np.prod(init.dims, dtype=np.int64))
+        if count * dtype.itemsize != length or offset + length > len(weights):
+            raise ValueError(f"initializer {init.name}: {length} bytes at {offset} do not hold {list(init.dims)}")
+        names.append(init.name)
+        arrays.append(np.frombuffer(weights, dtype, count, offset).reshape(tuple(init.dims)))
+        del init.external_data[:]
+        init.external_data.add(key="location", value=_SUPPLIED)
+    return tuple(names), tuple(arrays)
+
+
 def load_partition(partition, artifact: OrtArtifact) -> Executable:
-    if not isinstance(artifact, OrtArtifact) or not isinstance(artifact.model, np.ndarray):
+    if not isinstance(artifact, OrtArtifact) or not isinstance(artifact.model, np.ndarray) \
+            or len(artifact.initializer_names) != len(artifact.initializers) \
+            or not all(isinstance(a, np.ndarray) for a in artifact.initializers):
         raise ValueError("not an onnxruntime partition artifact")
     so = session_options()
-    so.add_session_config_entry("session.load_model_format", "ORT")
     # The artifact is the optimised graph: optimising it again changes nothing (tested) and costs
-    # up to a third of the load.
+    # most of the load.
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # Not "session.use_ort_model_bytes_directly" (3x faster to load): through the Python binding
-    # the session would point into a temporary copy of the bytes (a service crash, seen).
+    # The weights in place (read-only views of the cache entry's mapping, kept by the prepared
+    # model): onnxruntime reads them through these OrtValues, which the executable keeps.
+    supplied = tuple(ort.OrtValue.ortvalue_from_numpy(a) for a in artifact.initializers)
+    if supplied:
+        so.add_external_initializers(list(artifact.initializer_names), list(supplied))
     session = ort.InferenceSession(artifact.model.tobytes(), so, providers=["CPUExecutionProvider"])
     if [i.name for i in session.get_inputs()] != list(artifact.inputs):
         raise ValueError("the cached model's inputs are not the partition's")
-    return Executable(session, artifact)
+    return Executable(session, artifact, supplied)
 
 
 class OrtBackend(GraphBackend):
