@@ -4,11 +4,14 @@ the CPU runtimes' XNNPACK, measured in one run, configurations interleaved round
 Models are built by the project (random weights, float32): MobileNetV2 and EfficientNet-B0 at
 224x224, a BlazeFace-style detector at 128x128, MediaPipe-style landmark networks (face mesh at
 192x192 and iris at 64x64: per-channel PReLU residual blocks, max-pooled and channel-padded
-shortcuts; pose at 256x256: an encoder-decoder with 2x bilinear upsampling) and a 3-layer
-perceptron (256-512-512-10: its time is the per-invoke overhead, not arithmetic). Rows: LiteRT's
+shortcuts; pose at 256x256: an encoder-decoder with 2x bilinear upsampling), a 3-layer
+perceptron (256-512-512-10: its time is the per-invoke overhead, not arithmetic) and a
+keyword-spotting LSTM (49 MFCC frames, 64 units projected to 32: tests/delegate/kws_model.py;
+its states are TFLite variable tensors, carried from one invoke to the next). Rows: LiteRT's
 default CPU path (XNNPACK) with 1 and 2 threads; tflite-runtime 2.14's (XNNPACK too) with 1
 thread; the delegate (in LiteRT) on a service whose backend preference is
-``onnxruntime,reference`` (``--threads 1``: one intra-op thread, as the CPU's 1-thread rows) and
+``onnxruntime,numba,reference`` (``--threads 1``: one intra-op thread, as the CPU's 1-thread rows;
+numba runs only the sequence LSTM of these models) and
 on one restricted to ``reference``. Ratios are against
 LiteRT 1 thread and tflite-runtime 1 thread, the faster one's in bold. Accuracy: the largest
 |difference| from LiteRT's reference kernels (BUILTIN_REF) over every output, divided by that
@@ -39,6 +42,7 @@ from nnhal.examples import (
     mobilenet_v2,
     pose_landmark_like,
 )
+from tests.delegate.kws_model import FEATURES, FRAMES, kws_model
 
 #: (label, builder, input shape)
 MODELS = [("MobileNetV2 224 f32", lambda: mobilenet_v2(np.float32), (1, 224, 224, 3)),
@@ -47,8 +51,9 @@ MODELS = [("MobileNetV2 224 f32", lambda: mobilenet_v2(np.float32), (1, 224, 224
           ("Face-landmark-style 192 f32", face_landmark_like, (1, 192, 192, 3)),
           ("Iris-landmark-style 64 f32", iris_landmark_like, (1, 64, 64, 3)),
           ("Pose-landmark-style 256 f32", pose_landmark_like, (1, 256, 256, 3)),
-          ("MLP 256-512-512-10 f32", mlp, (1, 256))]
-SERVERS = (("onnxruntime", "onnxruntime,reference"), ("reference", "reference"))
+          ("MLP 256-512-512-10 f32", mlp, (1, 256)),
+          ("KWS LSTM 49x10 f32", kws_model, (1, FRAMES, FEATURES))]
+SERVERS = (("onnxruntime", "onnxruntime,numba,reference"), ("reference", "reference"))
 
 
 def _outputs(it, x) -> list[np.ndarray]:

@@ -121,7 +121,7 @@ _LOG2E = 1.4426950408889634
 _LN2_HI, _LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
 
 
-@numba.njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@numba.njit(inline="always", fastmath=True, error_model="numpy")
 def _exp_into(src, scale, dst, lo, hi, bits):
     """dst[lo:hi] = exp(scale · src[lo:hi]) within a few float64 ulps (Cody-Waite reduction to
     |r| <= ln2/2, degree-11 Taylor polynomial, 2^n from the exponent bits): a loop LLVM vectorises,
@@ -138,7 +138,7 @@ def _exp_into(src, scale, dst, lo, hi, bits):
         dst[k] *= powers[k]
 
 
-@numba.njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@numba.njit(inline="always", fastmath=True, error_model="numpy")
 def _activate(a, lo, hi, act, tmp, bits):
     """a[lo:hi] = the LSTM activation ``act`` of a[lo:hi] (TFLite's codes, LstmActivation):
     sigmoid as 1 / (1 + e^-x), tanh as 1 - 2 / (e^2x + 1), equal to the reference backend's forms
@@ -164,7 +164,7 @@ def _activate(a, lo, hi, act, tmp, bits):
             a[k] = 1.0 / (1.0 + tmp[k])
 
 
-@numba.njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@numba.njit(inline="always", fastmath=True, error_model="numpy")
 def _normalize(acc, base, units, weights, g):
     mean = 0.0
     for u in range(units):
