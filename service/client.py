@@ -16,361 +16,41 @@ import queue
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 
 import grpc
-import numpy as np
 
 from hal.model import Model
-from hal.types import DeviceType, ErrorStatus, ExecutionPreference, OperandType, Priority
+from hal.types import DeviceType, ExecutionPreference, OperandType, Priority
 from service.access import SESSION_KEY
 from service.address import client_address, is_unix, unix_socket_path, untrusted_socket
-from service.local_burst_client import LocalBurstChannel
 from service.peer_gate import PEER_SUFFIX, TICKET_KEY, request_ticket
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
+from service.remote_model import GrpcBurst, LocalBurst, RemotePreparedModel  # noqa: F401 - re-exported
+from service.rpc import (  # noqa: F401 - the errors and types are re-exported: callers catch them from here
+    ClientRefusedError,
+    ExecutionOutput,
+    ServiceError,
+    ServiceTimeoutError,
+    ServiceUnavailableError,
+    Timing,
+    UntrustedServiceError,
+    _check,
+    _prepare_wait_s,
+    _read_stream,
+    _rpc,
+    _rpc_error,
+    _timeout_ns,
+)
 from service.server import default_address
-from service.servicer import MAX_MESSAGE_BYTES, grpc_options
+from service.servicer import grpc_options
 from service.session_calls import SessionStub
-from service.slots import SlotLayout
 from service.tls import connect_failure
 from service.transfer import (
     SHM_THRESHOLD,  # noqa: F401 - re-exported: callers size tensors by it
     ModelTransfer,
-    RequestBuilder,
-    operand_nbytes,
     support_query_proto,
 )
-
-# Every wait for the service is bounded: a stopped or wedged service must not hang its clients.
-#: A control RPC (connect's probe, capabilities, the support query, opening a burst, perf info).
-RPC_TIMEOUT_S = 60.0
-#: PrepareModel / PrepareModelFromCache without a deadline: compiling a large model takes seconds.
-PREPARE_TIMEOUT_S = 300.0
-#: An execution without a deadline waits max(EXECUTE_WAIT_MIN_S, EXECUTE_WAIT_FACTOR x the slowest
-#: execution seen on its prepared model); $NNHAL_EXECUTE_WAIT_MIN_S overrides the minimum (tests).
-EXECUTE_WAIT_MIN_S = 10.0
-EXECUTE_WAIT_FACTOR = 50
-#: With a deadline the service answers MISSED_DEADLINE itself; the client waits this much longer.
-DEADLINE_GRACE_S = 1.0
-
-
-class ServiceError(Exception):
-    """The service answered with an NNAPI error status."""
-
-    def __init__(self, status: int, message: str, output_shapes: list | None = None):
-        try:
-            self.status = ErrorStatus(status)
-        except ValueError:
-            self.status = ErrorStatus.GENERAL_FAILURE
-        self.message = message
-        self.output_shapes = output_shapes
-        super().__init__(f"{self.status.name}: {message}")
-
-
-class ServiceUnavailableError(ServiceError):
-    """Nothing answers at the address, or the connection broke."""
-
-    def __init__(self, message: str):
-        super().__init__(ErrorStatus.DEVICE_UNAVAILABLE, message)
-
-
-class ServiceTimeoutError(ServiceUnavailableError):
-    """The service did not answer within the client's bound (stopped, wedged or overloaded): treat
-    the connection as lost. A request it still holds may complete later, unseen."""
-
-
-class UntrustedServiceError(ServiceUnavailableError):
-    """The unix socket is not provably this user's service (service.address.untrusted_socket):
-    refused before anything is sent on it."""
-
-    def __init__(self, path: str, why: str):
-        super().__init__(f"refusing the nnhal service socket {path}: {why}")
-
-
-class ClientRefusedError(ServiceUnavailableError):
-    """The service refused this client's uid (`nnhal serve --allow-uid`, service.peer_gate)."""
-
-    def __init__(self, path: str, why: str):
-        super().__init__(f"the nnhal service on {path} refused this client: {why}")
-
-
-@dataclass
-class Timing:
-    time_on_device_ns: int
-    time_in_driver_ns: int
-
-
-@dataclass
-class ExecutionOutput:
-    outputs: list[np.ndarray]
-    output_shapes: list[tuple[int, ...]]
-    timing: Timing | None
-
-
-def _check(reply) -> None:
-    if reply.status.code != ErrorStatus.NONE:
-        shapes = [tuple(s.dimensions) for s in getattr(reply, "output_shapes", [])] or None
-        raise ServiceError(reply.status.code, reply.status.message, shapes)
-
-
-def _rpc(fn, request, timeout_s: float | None = None, metadata=None):
-    """Call a unary stub, waiting at most timeout_s (default RPC_TIMEOUT_S); transport faults become
-    ServiceUnavailableError / ServiceTimeoutError / ServiceError."""
-    bound = RPC_TIMEOUT_S if timeout_s is None else timeout_s
-    try:
-        return fn(request, timeout=bound, metadata=metadata)
-    except grpc.RpcError as e:
-        raise _rpc_error(e, bound) from None
-    except ValueError as e:  # grpcio: "Cannot invoke RPC on closed channel!" (the client was closed)
-        if "closed channel" not in str(e):
-            raise
-        raise ServiceUnavailableError("the connection to the nnhal service was closed") from None
-
-
-def _rpc_error(e: grpc.RpcError, bound: float) -> ServiceError:
-    code = e.code() if hasattr(e, "code") else None
-    detail = e.details() if hasattr(e, "details") else str(e)
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return ServiceError(ErrorStatus.INVALID_ARGUMENT,
-                            f"message too large for the service ({detail}); the limit is "
-                            f"{MAX_MESSAGE_BYTES} bytes, use shared memory for large tensors")
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:  # our bound: the service's own deadline is a status
-        return ServiceTimeoutError(f"the nnhal service did not answer within {bound:g} s")
-    return ServiceUnavailableError(f"nnhal service unavailable ({code}: {detail})")
-
-
-def _timeout_ns(timeout_s: float | None) -> int:
-    return int(timeout_s * 1e9) if timeout_s else 0
-
-
-def _timing(reply: pb.ExecuteReply, measure: bool) -> Timing | None:
-    if not measure or not reply.HasField("timing"):
-        return None
-    return Timing(reply.timing.time_on_device_ns, reply.timing.time_in_driver_ns)
-
-
-class RemotePreparedModel:
-    """IPreparedModel on the service."""
-
-    def __init__(self, client: "Client", prepared_id: str, model: Model):
-        self.client = client
-        self.id = prepared_id
-        self._rb = RequestBuilder(model, client.shared_memory)
-        weakref.finalize(self, self._rb.scratch.close)
-        self.slowest_s = 0.0  # the slowest execution seen: scales the default wait
-        self._wait_min_s = float(os.environ.get("NNHAL_EXECUTE_WAIT_MIN_S") or EXECUTE_WAIT_MIN_S)
-
-    def observe(self, seconds: float) -> None:
-        """An execution of this model took ``seconds`` (here or elsewhere, e.g. in-process)."""
-        if seconds > self.slowest_s:
-            self.slowest_s = seconds
-
-    def wait_s(self, timeout_s: float | None, loop_timeout_s: float | None = None) -> float:
-        """How long a client waits for one execution before giving the service up (a WHILE may
-        legitimately run for its whole loop timeout)."""
-        if timeout_s:
-            return timeout_s + DEADLINE_GRACE_S
-        if loop_timeout_s is None and EXECUTE_WAIT_FACTOR * self.slowest_s <= self._wait_min_s >= DEADLINE_GRACE_S:
-            return self._wait_min_s  # the common case, asked on every execution
-        return max(self._wait_min_s, EXECUTE_WAIT_FACTOR * self.slowest_s, (loop_timeout_s or 0) + DEADLINE_GRACE_S)
-
-    def _abandon_scratch(self) -> None:
-        """After a timeout the service may still write into the scratch pool: never reuse it."""
-        self._rb.scratch.close()
-
-    def execute(self, inputs: list[np.ndarray], outputs: list[np.ndarray] | None = None, *,
-                measure_timing: bool = False, timeout_s: float | None = None,
-                loop_timeout_s: float | None = None) -> ExecutionOutput:
-        """``outputs``: arrays the results are written into (each reshaped to its array: the element
-        counts must match), returned as the outputs; None: new arrays. ``loop_timeout_s``: NNAPI's
-        loop timeout for each WHILE (None: the default, 2 s; the service clamps it to 15 s)."""
-        with self._rb.lock:
-            req, layout = self._rb.build(inputs)
-            ex = pb.ExecuteRequest(prepared_model_id=self.id, request=req, measure_timing=measure_timing,
-                                   timeout_ns=_timeout_ns(timeout_s), loop_timeout_ns=_timeout_ns(loop_timeout_s))
-            t0 = time.perf_counter()
-            try:
-                reply = _rpc(self.client.prepared.Execute, ex, self.wait_s(timeout_s, loop_timeout_s))
-                if reply.status.code == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and any(
-                        s.dimensions for s in reply.output_shapes):
-                    # Outputs of unknown size: retry once with the sizes the driver reported.
-                    for k, s in enumerate(reply.output_shapes):
-                        n = operand_nbytes(self._rb.out_ops[k], tuple(s.dimensions), self._rb.prefixes) or 0
-                        out = ex.request.outputs[k]  # ex holds a copy of req: edit what is sent
-                        if out.WhichOneof("where") != "location":
-                            out.inline_capacity = n
-                    reply = _rpc(self.client.prepared.Execute, ex, self.wait_s(timeout_s))
-            except (ServiceTimeoutError, KeyboardInterrupt):  # gRPC cancels an interrupted call
-                self._abandon_scratch()
-                raise
-            _check(reply)
-            self.observe(time.perf_counter() - t0)
-            return ExecutionOutput(self._rb.decode(reply, layout, outputs),
-                                   [tuple(s.dimensions) for s in reply.output_shapes], _timing(reply, measure_timing))
-
-    def burst(self) -> "GrpcBurst":
-        return GrpcBurst(self)
-
-    def local_burst(self, extra_slot_bytes: int = 0) -> "LocalBurst":
-        """Same-machine burst through shared memory (falls back to nothing: raises if unavailable)."""
-        return LocalBurst(self, extra_slot_bytes)
-
-    def perf_info(self) -> pb.PerfInfoReply:
-        reply = _rpc(self.client.prepared.GetPerfInfo, pb.PreparedModelId(prepared_model_id=self.id))
-        _check(reply)
-        return reply
-
-    def reset_perf_info(self) -> None:
-        _check(_rpc(self.client.prepared.ResetPerfInfo, pb.PreparedModelId(prepared_model_id=self.id)))
-
-    def release(self, timeout_s: float | None = None) -> None:
-        try:
-            _check(_rpc(self.client.prepared.Release, pb.PreparedModelId(prepared_model_id=self.id), timeout_s))
-        finally:
-            self._rb.scratch.close()
-
-
-class GrpcBurst:
-    """ExecuteBurst: one bidirectional stream; the scratch pool is registered once per version.
-    A thread reads the replies so that each wait is bounded (a stream has no per-message timeout);
-    after a timeout the stream is cancelled and the burst refuses further executions."""
-
-    _POOL_ID = 1
-
-    def __init__(self, pm: RemotePreparedModel):
-        self.pm = pm
-        self._rb = pm._rb  # shares the model's layout and scratch pool
-        self._send: queue.Queue = queue.Queue()
-        self._serial = 0
-        self._registered_version = -1
-        self._broken: str | None = None
-        self._call = pm.client.prepared.ExecuteBurst(iter(self._send.get, None))
-        self._replies: queue.Queue = queue.Queue()
-        threading.Thread(target=_read_stream, args=(self._call, self._replies), daemon=True,
-                         name="nnhal-burst-replies").start()
-        weakref.finalize(self, self._send.put, None)  # ends the stream if never closed
-
-    def _next_reply(self, bound: float) -> pb.BurstReply:
-        try:
-            reply = self._replies.get(timeout=bound)
-        except queue.Empty:
-            self._abandon(f"the burst was abandoned after the service did not answer within {bound:g} s")
-            raise ServiceTimeoutError(f"the nnhal service did not answer within {bound:g} s") from None
-        except KeyboardInterrupt:  # the reply may still come: it must not be read as the next one's
-            self._abandon("the burst was abandoned when an execution was interrupted")
-            raise
-        if isinstance(reply, grpc.RpcError):
-            self._broken = "the burst stream failed"
-            raise _rpc_error(reply, bound)
-        if reply is None:
-            self._broken = "the service ended the burst stream"
-            raise ServiceUnavailableError(self._broken)
-        return reply
-
-    def _abandon(self, why: str) -> None:
-        self._broken = why
-        self._call.cancel()
-        self._send.put(None)  # releases the thread feeding the stream
-        self.pm._abandon_scratch()
-
-    def execute(self, inputs: list[np.ndarray], outputs: list[np.ndarray] | None = None, *,
-                measure_timing: bool = False, timeout_s: float | None = None,
-                loop_timeout_s: float | None = None) -> ExecutionOutput:
-        """As RemotePreparedModel.execute, on the stream."""
-        if self._broken:
-            raise ServiceUnavailableError(self._broken)
-        with self._rb.lock:
-            req, layout = self._rb.build(inputs, burst_pool_id=self._POOL_ID)
-            msg = pb.BurstRequest(serial=self._serial)
-            self._serial += 1
-            if req.pools and self._registered_version != self._rb.scratch.version:
-                msg.register_pools.add(pool_id=self._POOL_ID, memory=self._rb.scratch.ref())
-                self._registered_version = self._rb.scratch.version
-            msg.execute.CopyFrom(pb.ExecuteRequest(prepared_model_id=self.pm.id, request=req,
-                                                   measure_timing=measure_timing,
-                                                   timeout_ns=_timeout_ns(timeout_s),
-                                                   loop_timeout_ns=_timeout_ns(loop_timeout_s)))
-            t0 = time.perf_counter()
-            self._send.put(msg)
-            reply = self._next_reply(self.pm.wait_s(timeout_s, loop_timeout_s)).result
-            _check(reply)
-            self.pm.observe(time.perf_counter() - t0)
-            return ExecutionOutput(self._rb.decode(reply, layout, outputs),
-                                   [tuple(s.dimensions) for s in reply.output_shapes], _timing(reply, measure_timing))
-
-    def close(self) -> None:
-        self._send.put(None)
-
-    def __enter__(self) -> "GrpcBurst":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _read_stream(call, replies: queue.Queue) -> None:
-    """A burst's replies into ``replies``, then None (stream ended) or the RpcError that ended it."""
-    try:
-        for reply in call:
-            replies.put(reply)
-    except grpc.RpcError as e:
-        replies.put(e)
-    else:
-        replies.put(None)
-
-
-class LocalBurst:
-    """NNAPI FMQ-style burst: shared-memory slots + socket doorbell; gRPC only to open it."""
-
-    def __init__(self, pm: RemotePreparedModel, extra_slot_bytes: int = 0):
-        self.pm = pm
-        rb = pm._rb
-        sizes = [operand_nbytes(op, op.dimensions, rb.prefixes) for op in rb.in_ops + rb.out_ops]
-        if any(s is None for s in sizes):
-            raise ServiceError(ErrorStatus.INVALID_ARGUMENT,
-                               "local bursts need fully specified input and output dimensions")
-        layout = SlotLayout.of(sizes)
-        reply = _rpc(pm.client.prepared.OpenLocalBurst,
-                     pb.LocalBurstRequest(prepared_model_id=pm.id, slot_bytes=layout.total + extra_slot_bytes))
-        _check(reply)
-        try:
-            self.channel = LocalBurstChannel(reply.socket_path, reply.auth_token, layout, len(rb.in_ops),
-                                             rb.out_dtypes)
-        except OSError as e:
-            raise ServiceUnavailableError(f"cannot open the local burst: {e}") from None
-
-    def execute(self, inputs: list[np.ndarray], outputs: list[np.ndarray] | None = None, *,
-                measure_timing: bool = False, timeout_s: float | None = None,
-                loop_timeout_s: float | None = None) -> ExecutionOutput:
-        """As RemotePreparedModel.execute, through the shared-memory slots."""
-        arrays = [np.ascontiguousarray(x) for x in inputs]
-        bound = self.pm.wait_s(timeout_s, loop_timeout_s)
-        try:
-            reply, outs = self.channel.execute(arrays, outputs, measure_timing, _timeout_ns(timeout_s), bound,
-                                               _timeout_ns(loop_timeout_s))
-        except TimeoutError:  # the channel closed itself: the service may still write its slots
-            raise ServiceTimeoutError(f"the nnhal service did not answer the local burst within {bound:g} s; "
-                                      f"the burst is closed") from None
-        except (OSError, ConnectionError) as e:
-            raise ServiceUnavailableError(f"local burst broken: {e}") from None
-        except KeyboardInterrupt:  # the service may still answer into the slots: never use them again
-            self.close()
-            raise
-        if reply.status:  # not ErrorStatus.NONE
-            raise ServiceError(reply.status, reply.message, reply.shapes)
-        self.pm.observe(self.channel.last_s)
-        timing = Timing(reply.time_on_device_ns, reply.time_in_driver_ns) if measure_timing else None
-        return ExecutionOutput(outs, reply.shapes, timing)
-
-    def close(self) -> None:
-        self.channel.close()
-
-    def __enter__(self) -> "LocalBurst":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 class Client:
@@ -563,7 +243,3 @@ def _close_session(send: queue.Queue, call, channel: grpc.Channel) -> None:
     send.put(None)  # ends the stream: the service releases the session's resources
     call.cancel()
     channel.close()
-
-
-def _prepare_wait_s(timeout_s: float | None) -> float:
-    return timeout_s + DEADLINE_GRACE_S if timeout_s else PREPARE_TIMEOUT_S

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import service.client as service_client
+import service.remote_model as remote_model
 from hal.types import ErrorStatus
 from service.client import ServiceError
 from tests.service.models import slow_model
@@ -21,7 +21,7 @@ DEADLINE_S = 0.05
 def patient(monkeypatch):
     """The client waits the deadline plus a grace for the service's answer; the model runs to its
     end before the service can tell, so wait for that answer however loaded the machine is."""
-    monkeypatch.setattr(service_client, "DEADLINE_GRACE_S", 120.0)
+    monkeypatch.setattr(remote_model, "DEADLINE_GRACE_S", 120.0)  # where executions wait
 
 
 @pytest.mark.parametrize("transport", ["unary", "grpc burst", "local burst"])

@@ -192,7 +192,7 @@ def test_stopped_service_every_call_is_bounded(server, client, monkeypatch):
     """A stopped service holds its socket but never answers: executions (unary and burst), prepares,
     the support query and connect all give up at their bound with ServiceTimeoutError (a
     DEVICE_UNAVAILABLE), not MISSED_DEADLINE, which is the service's own answer."""
-    import service.client as sc
+    import service.rpc as sc  # the bounds every call waits within
     from service.client import Client, ServiceTimeoutError, ServiceUnavailableError
     from tests.service.conftest import returns, stopped
     monkeypatch.setenv("NNHAL_EXECUTE_WAIT_MIN_S", "0.5")
