@@ -130,14 +130,20 @@ class Client:
         deadline = time.monotonic() + timeout_s
         client = cls(channel, address)
         try:
-            grpc.channel_ready_future(channel).result(timeout=timeout_s)
-            # A ready channel only means the socket accepted: a stopped service must answer too.
-            client.version = client.get_version_string(max(deadline - time.monotonic(), 0.05))
+            # The first call waits for the connection itself (wait_for_ready, within the bound), and
+            # a stopped service must answer it. Not grpc.channel_ready_future: its connectivity
+            # poller watches in 0.2 s steps, and closing a channel it watched waits for the step.
+            try:
+                reply = client.device.GetVersionString(pb.Empty(), timeout=timeout_s, wait_for_ready=True)
+            except grpc.RpcError as e:
+                raise _rpc_error(e, timeout_s) from None
+            _check(reply)
+            client.version = reply.version
             client._open_session(max(deadline - time.monotonic(), 0.05))
         except ClientRefusedError:
             channel.close()
             raise
-        except (grpc.FutureTimeoutError, ServiceUnavailableError):
+        except ServiceUnavailableError:
             why = connect_failure(address, timeout_s, tls, channel)
             channel.close()
             raise ServiceUnavailableError(why) from None
