@@ -230,34 +230,36 @@ _BLAZE = [(24, 1), (28, 1), (32, 2), (36, 1), (42, 1), (48, 2), (56, 1), (64, 1)
 
 
 def blazeface_like(dtype=np.float32, input_size: int = 128, seed: int = 0) -> bytes:
-    """A BlazeFace-style face detector (float32): 5x5 conv stem, BlazeBlocks (5x5 depthwise, 1x1
-    projection, residual ADD + ReLU; max-pooled and channel-padded shortcuts), and SSD heads at
-    16x16 and 8x8 whose boxes and scores are reshaped and concatenated: outputs [1, 896, 16]
-    regressors and [1, 896, 1] scores (for a 128 input), as MediaPipe's face_detection_short_range."""
-    if np.dtype(dtype) != np.float32:
-        raise ValueError("blazeface_like is float32 only")
+    """A BlazeFace-style face detector: 5x5 conv stem, BlazeBlocks (5x5 depthwise, 1x1 projection,
+    residual ADD + ReLU; max-pooled and channel-padded shortcuts), and SSD heads at 16x16 and 8x8
+    whose boxes and scores are reshaped and concatenated: outputs [1, 896, 16] regressors and
+    [1, 896, 1] scores (for a 128 input; ``input_size`` a multiple of 16), as MediaPipe's
+    face_detection_short_range. float32, or int8 (per-channel filters) / uint8 (per-tensor): the
+    shortcuts' MAX_POOL and PAD and the heads' RESHAPE and CONCATENATION keep their inputs'
+    quantization, each ADD has one of its own."""
+    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8)):
+        raise ValueError("blazeface_like is float32, int8 or uint8")
     net = _Net(dtype, [1, input_size, input_size, 3], seed)
     net.conv(24, k=5, stride=2, act=Act.RELU)
     features = []
     for k, (c, s) in enumerate(_BLAZE):
         _blaze_block(net, c, s)
         if k in (10, 14):  # the 16x16 (88 channels) and 8x8 (96 channels) feature maps
-            features.append((net.cur, list(net.shape)))
+            features.append((net.cur, list(net.shape), net.scale))
     b, regressors, scores = net.b, [], []
-    for (src, shape), anchors in zip(features, (2, 6)):
+    for (src, shape, scale), anchors in zip(features, (2, 6)):
         for per_anchor, into in ((16, regressors), (1, scores)):
-            net.cur, net.shape = src, shape
-            net.conv(anchors * per_anchor, k=1, act=Act.NONE)
+            net.cur, net.shape, net.scale = src, shape, scale
+            net.conv(anchors * per_anchor, k=1, act=Act.NONE)  # every head: act_scale, the zero point
             n, h, w, _ = net.shape
-            flat = b.add_tensor(net._name("flat"), [n, h * w * anchors, per_anchor], np.float32)
-            shp = b.add_constant(net._name("shape"), np.array([n, h * w * anchors, per_anchor], np.int32))
-            b.add_operator("RESHAPE", [net.cur, shp], [flat], ("ReshapeOptions",
-                                                               {"new_shape": [n, h * w * anchors, per_anchor]}))
-            into.append((flat, h * w * anchors, per_anchor))
+            rows = [n, h * w * anchors, per_anchor]
+            flat, _ = net._tensor("flat", rows, scale=net.scale)
+            shp = b.add_constant(net._name("shape"), np.array(rows, np.int32))
+            b.add_operator("RESHAPE", [net.cur, shp], [flat], ("ReshapeOptions", {"new_shape": rows}))
+            into.append((flat, h * w * anchors, per_anchor, net.scale))
     outputs = []
     for parts in (regressors, scores):
-        total = sum(p[1] for p in parts)
-        out = b.add_tensor(net._name("concat"), [1, total, parts[0][2]], np.float32)
+        out, _ = net._tensor("concat", [1, sum(p[1] for p in parts), parts[0][2]], scale=parts[0][3])
         b.add_operator("CONCATENATION", [p[0] for p in parts], [out], ("ConcatenationOptions", {
             "axis": 1, "fused_activation_function": Act.NONE}))
         outputs.append(out)
@@ -265,27 +267,30 @@ def blazeface_like(dtype=np.float32, input_size: int = 128, seed: int = 0) -> by
     return net.build()
 
 
+
+
 def _blaze_block(net: _Net, out_c: int, stride: int) -> None:
     """5x5 depthwise (stride), 1x1 conv to ``out_c``, + shortcut (2x2 max pool when strided,
-    zero channels PADded when widening), ReLU fused into the ADD."""
+    zero channels PADded when widening: quantized, the block input's quantization, PAD filling
+    with its zero point), ReLU fused into the ADD."""
     b = net.b
-    src, (n, _, _, c) = net.cur, list(net.shape)
+    src, (n, _, _, c), src_scale = net.cur, list(net.shape), net.scale
     net.depthwise(k=5, stride=stride, act=Act.NONE).conv(out_c, k=1, act=Act.NONE)
     oh, ow = net.shape[1], net.shape[2]
     if stride == 2:
-        pooled = b.add_tensor(net._name("maxpool"), [n, oh, ow, c], np.float32)
+        pooled, _ = net._tensor("maxpool", [n, oh, ow, c], scale=src_scale)
         b.add_operator("MAX_POOL_2D", [src], [pooled], ("Pool2DOptions", {
             "padding": Padding.VALID, "stride_w": 2, "stride_h": 2, "filter_width": 2, "filter_height": 2,
             "fused_activation_function": Act.NONE}))
         src = pooled
     if out_c > c:
-        padded = b.add_tensor(net._name("pad"), [n, oh, ow, out_c], np.float32)
+        padded, _ = net._tensor("pad", [n, oh, ow, out_c], scale=src_scale)
         pads = b.add_constant(net._name("paddings"), np.array([[0, 0], [0, 0], [0, 0], [0, out_c - c]], np.int32))
         b.add_operator("PAD", [src, pads], [padded])
         src = padded
-    out = b.add_tensor(net._name("add"), [n, oh, ow, out_c], np.float32)
+    out, scale = net._tensor("add", [n, oh, ow, out_c], scale=max(net.scale, src_scale) * 1.5)
     b.add_operator("ADD", [net.cur, src], [out], ("AddOptions", {"fused_activation_function": Act.RELU}))
-    net.cur = out
+    net.cur, net.scale = out, scale
 
 
 # ---- MediaPipe-style landmark networks (float32, per-channel PReLU activations) ------------------
