@@ -307,11 +307,7 @@ class FleetClient:
         """As Client.get_support_reasons (every replica runs the same build: one answers). Through a
         replica's session, not the round_robin channel: a unix-socket service answers the support
         query only within a session (service.access)."""
-        tried: list[Replica] = []
-        for replica in self.place(rotate=False):
-            if len(tried) == 2:
-                break
-            tried.append(replica)
+        for replica in self.place(rotate=False)[:2]:  # a second one if the first went away under it
             client = None
             try:
                 client = self.session(replica)
