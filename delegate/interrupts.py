@@ -17,11 +17,23 @@ bytecode, still inside the callback, and TFLite's RuntimeError would precede it 
 
 Python switches a thread's tracing off when a trace function raises (sys.settrace): a tracer the
 thread already had (a debugger, coverage) stops at the interrupt.
+
+A SIGINT that arrives while TFLite runs C code (its own kernels, between two delegate callbacks) is
+raised by the first Python code that runs next: the next callback, as it starts, before its own
+``try``. ctypes hands such an exception to ``sys.unraisablehook`` and returns an undefined status
+to TFLite, so the interrupt would be printed and lost (an application looping on invoke() until
+Ctrl-C never stops). ``guard`` installs a hook that does for the callbacks it names what their
+``except KeyboardInterrupt`` does, and passes everything else to the hook that was there before.
 """
 from __future__ import annotations
 
 import sys
-from types import FrameType
+from types import CodeType, FrameType
+from typing import Callable
+
+#: The code of the callbacks TFLite calls from C whose KeyboardInterrupt ``_unraisable`` re-raises.
+_guarded: set[CodeType] = set()
+_previous_hook: Callable | None = None
 
 
 def _untraced(frame: FrameType, event: str, arg) -> None:
@@ -38,7 +50,12 @@ def reraise_in_caller(callback: FrameType) -> None:
     the Python frame that called into TFLite, as soon as TFLite returns there. TFLite frees the
     kernels from the Interpreter's ``__del__``, where Python would print and drop an exception: the
     frame that let go of the Interpreter gets it instead."""
-    caller = callback.f_back
+    _arm(callback.f_back)
+
+
+def _arm(caller: FrameType | None) -> None:
+    """Raise KeyboardInterrupt in ``caller``, the frame that called into TFLite, at its next event
+    (a ``__del__`` frame: the frame that let the object go)."""
     while caller is not None and caller.f_code.co_name == "__del__":
         caller = caller.f_back
     if caller is None:  # TFLite called from no Python frame (at interpreter exit): no one to tell
@@ -46,3 +63,20 @@ def reraise_in_caller(callback: FrameType) -> None:
     caller.f_trace = _raise_interrupt
     if sys.gettrace() is None:  # frame trace functions are called only while the thread traces
         sys.settrace(_untraced)
+
+
+def guard(*callbacks: Callable) -> None:
+    """``callbacks`` (functions or bound methods TFLite calls through ctypes): a KeyboardInterrupt
+    raised as one of them starts reaches the application as KeyboardInterrupt, quietly."""
+    global _previous_hook
+    _guarded.update(getattr(c, "__func__", c).__code__ for c in callbacks)
+    if sys.unraisablehook is not _unraisable:
+        _previous_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
+
+
+def _unraisable(unraisable) -> None:
+    code = getattr(getattr(unraisable.object, "__func__", unraisable.object), "__code__", None)
+    if issubclass(unraisable.exc_type, KeyboardInterrupt) and code in _guarded:
+        _arm(sys._getframe(1))  # ctypes calls the hook from C: the next frame called into TFLite
+        return
+    (_previous_hook or sys.__unraisablehook__)(unraisable)

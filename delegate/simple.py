@@ -210,6 +210,8 @@ class PythonDelegate:
         self._free_cb = FreeFn(self._kernel_free)
         self._kprepare_cb = NodeFn(self._kernel_prepare)
         self._invoke_cb = NodeFn(self._kernel_invoke)
+        interrupts.guard(self._delegate_prepare, self._kernel_init, self._kernel_free, self._kernel_prepare,
+                         self._kernel_invoke)
         self._struct = TfLiteDelegate(None, self._prepare_cb, None, None, None, impl.flags, None)
         self._plans: dict[int, list[int]] = {}
         self._graphs: dict[int, TfLiteGraph] = {}

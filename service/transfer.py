@@ -4,8 +4,10 @@ or to a service of another user (``shared=False``) everything inline, since the 
 shared memory only from a client of its own user on its unix socket (service.access, SECURITY.md)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import signal
 import threading
 import uuid
 from multiprocessing import shared_memory
@@ -22,6 +24,43 @@ from service.slots import SlotLayout, slot_bytes
 SHM_THRESHOLD = 64 << 10
 
 
+@contextlib.contextmanager
+def ctrl_c_held():
+    """A Ctrl-C (SIGINT's default handler) is held back until the block ends, then raised: between
+    creating a /dev/shm file and recording it, or between removing it and forgetting it, a
+    KeyboardInterrupt would leak the file (or leave it registered with multiprocessing's resource
+    tracker, which then warns at exit). Blocking the signal in this thread would not do: the kernel
+    hands a process-wide SIGINT to any thread that does not block it, and Python runs the handler
+    in the main thread at its next bytecode."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if held:
+            raise KeyboardInterrupt
+
+
+def _new_segment(size: int) -> shared_memory.SharedMemory:
+    return shared_memory.SharedMemory(name=f"nnhal-{uuid.uuid4().hex[:16]}", create=True, size=size)
+
+
+def _remove(shm: shared_memory.SharedMemory) -> None:
+    try:
+        shm.unlink()
+    except FileNotFoundError:
+        pass
+    try:
+        shm.close()
+    except BufferError:
+        pass  # an exported view is still alive; the mapping goes with it
+
+
 class ScratchPool:
     """A client-owned shared-memory segment reused across executions (grown on demand)."""
 
@@ -32,8 +71,8 @@ class ScratchPool:
     def ensure(self, size: int) -> shared_memory.SharedMemory:
         if self.shm is None or self.shm.size < size:
             self.close()
-            self.shm = shared_memory.SharedMemory(name=f"nnhal-{uuid.uuid4().hex[:16]}", create=True,
-                                                  size=max(size, 1 << 16))
+            with ctrl_c_held():
+                self.shm = _new_segment(max(size, 1 << 16))
             self.version += 1
         return self.shm
 
@@ -42,15 +81,9 @@ class ScratchPool:
 
     def close(self) -> None:
         if self.shm is not None:
-            shm, self.shm = self.shm, None
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
-            try:
-                shm.close()
-            except BufferError:
-                pass  # an exported view is still alive; the mapping goes with it
+            with ctrl_c_held():
+                shm, self.shm = self.shm, None
+                _remove(shm)
 
 
 def operand_nbytes(op: Operand, dims, prefixes: dict[int, str] | None = None) -> int | None:
@@ -185,7 +218,16 @@ class ModelTransfer:
         if not self.shared or len(m.operand_values) <= SHM_THRESHOLD or m.pools:
             return convert.model_to_proto(m)
         data = bytes(m.operand_values)
-        self.shm = shared_memory.SharedMemory(name=f"nnhal-{uuid.uuid4().hex[:16]}", create=True, size=len(data))
+        with ctrl_c_held():
+            self.shm = _new_segment(len(data))
+        try:
+            return self._moved(m, data)
+        except BaseException:  # __exit__ does not run when __enter__ raises
+            self.__exit__()
+            raise
+
+    def _moved(self, m: Model, data: bytes) -> pb.Model:
+        """``m`` with its constants in the segment, as CONSTANT_POOL operands."""
         self.shm.buf[: len(data)] = data
         operands = []
         for op in m.main.operands:
@@ -200,5 +242,6 @@ class ModelTransfer:
 
     def __exit__(self, *exc) -> None:
         if self.shm is not None:
-            self.shm.close()
-            self.shm.unlink()
+            with ctrl_c_held():
+                shm, self.shm = self.shm, None
+                _remove(shm)

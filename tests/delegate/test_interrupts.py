@@ -3,9 +3,12 @@
 RuntimeError from TFLite, no log line, no fallback (delegate.interrupts)."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +17,8 @@ import pytest
 from delegate.partition import PartitionOptions
 from delegate.runtime import Interpreter
 from delegate.simple import PythonDelegate, SimpleDelegateInterface, SimpleDelegateKernel
+from delegate.tfl import TfLiteModelBuilder
+from delegate.tfl.schema import builtin_code
 from nnhal.examples import mobilenet_like
 from tests.delegate.helpers import interpreter
 from tests.delegate.models import add_runs, head_model
@@ -162,6 +167,82 @@ def test_an_application_that_catches_it_and_goes_on(capfd):
             caught += 1
     assert caught == 1
     _quiet(capfd, d)
+
+
+# ---- a real SIGINT while TFLite runs its own kernels between two delegated partitions ------------
+# Python raises the KeyboardInterrupt in the first Python code that runs after the signal: the
+# next callback, as it starts, before its own try (delegate.interrupts.guard).
+
+SLOW_ELEMENTS = 1 << 22
+
+
+def _partitions_around_slow_cpu_ops() -> bytes:
+    """ADD (delegated) -> 60 x COS on 4M floats (TFLite's CPU) -> ADD (delegated)."""
+    b = TfLiteModelBuilder()
+    x = b.add_input("x", [1, SLOW_ELEMENTS])
+    add = ("AddOptions", {"fused_activation_function": 0})
+    cur = b.add_tensor("a0", [1, SLOW_ELEMENTS])
+    b.add_operator("ADD", [x, x], [cur], add)
+    for k in range(60):
+        nxt = b.add_tensor(f"c{k}", [1, SLOW_ELEMENTS])
+        b.add_operator("COS", [cur], [nxt])
+        cur = nxt
+    out = b.add_tensor("out", [1, SLOW_ELEMENTS])
+    b.add_operator("ADD", [cur, x], [out], add)
+    b.set_outputs([out])
+    return b.build()
+
+
+class AddsOnly(SimpleDelegateInterface):
+    """Claims the ADDs; the first partition's eval tells ``entered`` that the CPU ops come next."""
+
+    partition_options = PartitionOptions(partitioning="largest")
+
+    def __init__(self):
+        self.entered = threading.Event()
+
+    def is_node_supported(self, context, node_index):
+        return None if context.graph.nodes[node_index].builtin_code == builtin_code("ADD") else "not an ADD"
+
+    def create_kernel(self):
+        return AddKernel(self)
+
+
+class AddKernel(SimpleDelegateKernel):
+    def __init__(self, owner: AddsOnly):
+        self.owner = owner
+
+    def eval(self, context) -> None:
+        self.owner.entered.set()
+
+
+def test_sigint_while_tflite_runs_its_own_kernels(capfd):
+    impl = AddsOnly()
+    d = PythonDelegate(impl)
+    it = Interpreter(model_content=_partitions_around_slow_cpu_ops(), experimental_delegates=[d])
+    it.allocate_tensors()
+    cpu_s = float("inf")  # almost all of an invoke is in the COS ops
+    for _ in range(3):
+        start = time.perf_counter()
+        it.invoke()
+        cpu_s = min(cpu_s, time.perf_counter() - start)
+    assert len(d.kernels) == 2
+
+    def interrupt():
+        impl.entered.wait()
+        time.sleep(cpu_s / 3)  # inside the COS ops: no Python runs until the second partition's callback
+        os.kill(os.getpid(), signal.SIGINT)
+
+    impl.entered.clear()
+    sender = threading.Thread(target=interrupt)
+    sender.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            it.invoke()
+    finally:
+        sender.join()
+    _quiet(capfd, d)
+    it.invoke()  # the interpreter goes on working
 
 
 # ---- a real Ctrl-C, in a user's own script, against a real service ----------------------------------
