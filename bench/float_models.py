@@ -7,7 +7,9 @@ Models are built by the project (random weights, float32): MobileNetV2 and Effic
 shortcuts; pose at 256x256: an encoder-decoder with 2x bilinear upsampling), a 3-layer
 perceptron (256-512-512-10: its time is the per-invoke overhead, not arithmetic) and a
 keyword-spotting LSTM (49 MFCC frames, 64 units projected to 32: tests/delegate/kws_model.py;
-its states are TFLite variable tensors, carried from one invoke to the next). Rows: LiteRT's
+its states are TFLite variable tensors, carried from one invoke to the next) and a WHILE loop
+(tests/delegate/control_flow_models.py: h = tanh(FULLY_CONNECTED(h) + x), 64 units, run 16 trips,
+then a classifier: the trip count is the model's second input). Rows: LiteRT's
 default CPU path (XNNPACK) with 1 and 2 threads; tflite-runtime 2.14's (XNNPACK too) with 1
 thread; the delegate (in LiteRT) on a service whose backend preference is
 ``onnxruntime,numba,reference`` (``--threads 1``: one intra-op thread, as the CPU's 1-thread rows;
@@ -42,9 +44,15 @@ from nnhal.examples import (
     mobilenet_v2,
     pose_landmark_like,
 )
+from tests.delegate.control_flow_models import RNN_TRIPS, RNN_UNITS, recurrent_loop_model
 from tests.delegate.kws_model import FEATURES, FRAMES, kws_model
 
-#: (label, builder, input shape)
+
+def _loop_feed(rng: np.random.Generator) -> list[np.ndarray]:
+    return [rng.uniform(-1, 1, (1, RNN_UNITS)).astype(np.float32), np.array([RNN_TRIPS], np.int32)]
+
+
+#: (label, builder, input shape of the one float input, or rng -> every input)
 MODELS = [("MobileNetV2 224 f32", lambda: mobilenet_v2(np.float32), (1, 224, 224, 3)),
           ("EfficientNet-B0 224 f32", lambda: efficientnet_b0(np.float32), (1, 224, 224, 3)),
           ("BlazeFace-style 128 f32", blazeface_like, (1, 128, 128, 3)),
@@ -52,21 +60,27 @@ MODELS = [("MobileNetV2 224 f32", lambda: mobilenet_v2(np.float32), (1, 224, 224
           ("Iris-landmark-style 64 f32", iris_landmark_like, (1, 64, 64, 3)),
           ("Pose-landmark-style 256 f32", pose_landmark_like, (1, 256, 256, 3)),
           ("MLP 256-512-512-10 f32", mlp, (1, 256)),
-          ("KWS LSTM 49x10 f32", kws_model, (1, FRAMES, FEATURES))]
+          ("KWS LSTM 49x10 f32", kws_model, (1, FRAMES, FEATURES)),
+          (f"WHILE RNN {RNN_UNITS}x{RNN_TRIPS} f32", recurrent_loop_model, _loop_feed)]
 SERVERS = (("onnxruntime", "onnxruntime,numba,reference"), ("reference", "reference"))
 
 
-def _outputs(it, x) -> list[np.ndarray]:
-    it.set_tensor(it.get_input_details()[0]["index"], x)
+def _feed(spec, rng: np.random.Generator) -> list[np.ndarray]:
+    return spec(rng) if callable(spec) else [rng.uniform(-1, 1, spec).astype(np.float32)]
+
+
+def _outputs(it, xs: list[np.ndarray]) -> list[np.ndarray]:
+    for d, x in zip(it.get_input_details(), xs):
+        it.set_tensor(d["index"], x)
     it.invoke()
     return [it.get_tensor(o["index"]).copy() for o in it.get_output_details()]
 
 
-def _fresh_outputs(it, x) -> list[np.ndarray]:
+def _fresh_outputs(it, xs: list[np.ndarray]) -> list[np.ndarray]:
     """The outputs of one invoke from the model's initial state (an LSTM's states are variable
     tensors that every timed invoke carried forward), as the BUILTIN_REF run computed them."""
     it.reset_all_variables()
-    return _outputs(it, x)
+    return _outputs(it, xs)
 
 
 def _scaled_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
@@ -74,12 +88,12 @@ def _scaled_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
                for g, w in zip(got, want))
 
 
-def _ready_s(path: str, address: str | None, x, token: bytes = b"") -> float:
+def _ready_s(path: str, address: str | None, xs: list[np.ndarray], token: bytes = b"") -> float:
     t = time.perf_counter()
     delegates = [load_delegate(address, cache_token=token)] if address else []
     it = Interpreter(model_path=path, num_threads=1, experimental_delegates=delegates)
     it.allocate_tensors()
-    _outputs(it, x)
+    _outputs(it, xs)
     return time.perf_counter() - t
 
 
@@ -90,12 +104,12 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                    for name, order in SERVERS}
         address = {name: f"unix:{Path(d) / f'{name}.sock'}" for name in servers}
         try:
-            for label, build, shape in MODELS:
+            for label, build, spec in MODELS:
                 if progress:
                     progress(label)
                 path = str(Path(d) / "m.tflite")
                 Path(path).write_bytes(build())
-                x = np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)
+                x = _feed(spec, np.random.default_rng(0))
                 ref = Interpreter(model_path=path, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
                 ref.allocate_tensors()
                 want = _outputs(ref, x)
@@ -110,7 +124,7 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                 for it in configs.values():
                     it.allocate_tensors()
                     _outputs(it, x)  # warm-up
-                with beside(path, [x], d) as tflrt:
+                with beside(path, x, d) as tflrt:
                     times = time_interleaved(configs, lambda it, x=x: _outputs(it, x), rounds, per_round,
                                              tflrt.remote)
                 figures = with_ratios(times, tflrt.config)

@@ -133,3 +133,47 @@ def if_feeds(rng) -> list[list[np.ndarray]]:
     """Inputs of if_model: both branches taken."""
     return [[np.array([c]), rng.standard_normal(SHAPE).astype(np.float32),
              rng.standard_normal(SHAPE).astype(np.float32)] for c in (True, False, True)]
+
+
+RNN_UNITS, RNN_CLASSES, RNN_TRIPS = 64, 10, 16
+
+
+def recurrent_loop_model(seed: int = 0, units: int = RNN_UNITS) -> bytes:
+    """A recurrence as converters write tf.while_loop: x [1, units] float32, n [1] int32 ->
+    WHILE i < n: (i + 1, h = tanh(FULLY_CONNECTED(h) + x)), from i = 0 and h = x; then a
+    FULLY_CONNECTED classifier and SOFTMAX over its final state. Weights seeded, scaled so the
+    state neither vanishes nor saturates over tens of trips (make bench runs it RNN_TRIPS times)."""
+    rng = np.random.default_rng(seed)
+    b = TfLiteModelBuilder(description="while-rnn")
+    x = b.add_input("x", [1, units])
+    n = b.add_input("n", list(COUNTER), np.int32)
+    zero = b.add_constant("zero", np.zeros(COUNTER, np.int32))
+    signature = [("i", list(COUNTER), np.int32), ("h", [1, units], np.float32), ("x", [1, units], np.float32),
+                 ("n", list(COUNTER), np.int32)]
+    cond = b.add_subgraph("cond")
+    ci, _, _, cn = (cond.add_input(*s) for s in signature)
+    less = cond.add_tensor("less", [1], np.bool_)
+    cond.add_operator("LESS", [ci, cn], [less])
+    cond.set_outputs([less])
+    body = b.add_subgraph("body")
+    i, h, bx, bn = (body.add_input(*s) for s in signature)
+    one = body.add_constant("one", np.ones(COUNTER, np.int32))
+    i2 = body.add_tensor("i2", list(COUNTER), np.int32)
+    body.add_operator("ADD", [i, one], [i2], NONE)
+    w = body.add_constant("w", (rng.uniform(-1.5, 1.5, (units, units)) / np.sqrt(units)).astype(np.float32))
+    bias = body.add_constant("b", rng.uniform(-0.1, 0.1, units).astype(np.float32))
+    fc, pre, h2 = (body.add_tensor(k, [1, units]) for k in ("fc", "pre", "h2"))
+    body.add_operator("FULLY_CONNECTED", [h, w, bias], [fc], ("FullyConnectedOptions", {}))
+    body.add_operator("ADD", [fc, bx], [pre], NONE)
+    body.add_operator("TANH", [pre], [h2])
+    body.set_outputs([i2, h2, bx, bn])
+    outs = [b.add_tensor(f"w_{k}", s, t) for k, s, t in signature]
+    b.add_operator("WHILE", [zero, x, x, n], outs,
+                   ("WhileOptions", {"cond_subgraph_index": cond.index, "body_subgraph_index": body.index}))
+    cw = b.add_constant("fc/w", rng.uniform(-0.3, 0.3, (RNN_CLASSES, units)).astype(np.float32))
+    cb = b.add_constant("fc/b", rng.uniform(-0.1, 0.1, RNN_CLASSES).astype(np.float32))
+    logits, probs = b.add_tensor("logits", [1, RNN_CLASSES]), b.add_tensor("probs", [1, RNN_CLASSES])
+    b.add_operator("FULLY_CONNECTED", [outs[1], cw, cb], [logits], ("FullyConnectedOptions", {}))
+    b.add_operator("SOFTMAX", [logits], [probs], ("SoftmaxOptions", {"beta": 1.0}))
+    b.set_outputs([probs])
+    return b.build()

@@ -22,6 +22,7 @@ from tests.delegate.control_flow_models import (
     if_feeds,
     if_model,
     loop_feeds,
+    recurrent_loop_model,
 )
 from tests.delegate.helpers import assert_outputs_equal, interpreter, run
 
@@ -245,6 +246,20 @@ def test_while_loop_delegated_whole_matches_cpu(server, scalar_cond):
     assert rep.partitions == [[0, 1, 2]] and len(d.impl.kernels) == 1
     assert rep.subgraphs == {}  # cond and body were marked skippable: TFLite did not prepare them again
     assert [k.fallbacks for k in d.impl.kernels] == [0]  # the service ran it
+
+
+def test_recurrent_while_of_the_bench_delegated_whole_matches_cpu(server):
+    """bench/float_models.py's WHILE row: a tanh recurrence with its trip count an input."""
+    model = recurrent_loop_model()
+    d = load_delegate(server.address, max_delegated_partitions=0)
+    it, ref = interpreter(model, d), interpreter(model)
+    rng = np.random.default_rng(4)
+    for trips in (0, 1, 16, 40):
+        xs = [rng.uniform(-1, 1, (1, 64)).astype(np.float32), np.int32([trips])]
+        assert_outputs_equal(run(it, xs), run(ref, xs))
+    assert [(n.op, n.placement) for n in d.report.nodes] == [
+        ("WHILE", "nnhal"), ("FULLY_CONNECTED", "nnhal"), ("SOFTMAX", "nnhal")]
+    assert [k.fallbacks for k in d.impl.kernels] == [0]
 
 
 @pytest.mark.parametrize("local_burst", [True, False])

@@ -2,12 +2,13 @@
 in one compiled loop, instead of the reference backend's numpy calls per gate and time step.
 
 The arithmetic is the reference cell's (hal/backends/reference/lstm.py), in the same order where
-it matters: float64 throughout, the input contributions of every step first (one matrix product
-for all steps and gates), then per step the recurrent products, peepholes, layer normalisation,
-biases, the gates (sigmoid as 0.5·(1 + tanh(x/2))), the cell clip, the cell state rounded to
-float32, the output gate on the new state, the projection and its clip, and the output state
-rounded to float32 before the next step reads it. Results differ from the reference backend's
-only by float64 summation order, far inside NNAPI's float32 tolerance (tests/backends compare).
+it matters: float64 throughout, per step the input, auxiliary and recurrent products (the float32
+weights widened exactly as they are read), peepholes, layer normalisation, biases, the gates
+(sigmoid as 0.5·(1 + tanh(x/2))), the cell clip, the cell state rounded to float32, the output
+gate on the new state, the projection and its clip, and the output state rounded to float32
+before the next step reads it. Results differ from the reference backend's only by float64
+summation order, far inside NNAPI's float32 tolerance (tests/backends compare). Sequences are read
+and written in the operation's layout (a batch-major one through a time-major view): no copies.
 The operations' wiring (time order, auxiliary linking, merged and state outputs) is the
 reference backend's (``reference.sequence_lstm.unidirectional`` / ``bidirectional``).
 Weights given as constants are packed once at plan time; weights that are model inputs each run.
@@ -31,16 +32,18 @@ from hal.registry import OperationContext
 
 @dataclass
 class PackedCell:
-    """One cell's weights, float64, gates stacked in NNAPI's order (input, forget, cell, output);
-    an absent gate, peephole or layer norm is zeros and its flag off."""
+    """One cell's weights, gates stacked in NNAPI's order (input, forget, cell, output), each matrix
+    laid out [rows read, 4·units] so a step adds one row per input element; an absent gate,
+    peephole or layer norm is zeros and its flag off. Matrices stay float32 (the model's values:
+    widening them is exact, the kernel does it as it reads, and half the bytes stay in cache)."""
 
-    input_weights: np.ndarray      # [4·units, input_size]
-    aux_weights: np.ndarray | None  # [4·units, aux_size]
-    recurrent: np.ndarray          # [output_size, 4·units]
+    input_weights: np.ndarray      # [input_size, 4·units] float32
+    aux_weights: np.ndarray        # [aux_size, 4·units] float32 ([0, 4·units] without an aux input)
+    recurrent: np.ndarray          # [output_size, 4·units] float32
     bias: np.ndarray               # [4, units]
     peephole: np.ndarray           # [3, units]: input, forget, output
     layer_norm: np.ndarray         # [4, units]
-    projection: np.ndarray         # [output_size, units] (empty without a projection)
+    projection: np.ndarray         # [units, output_size] float32 ([units, 0] without a projection)
     projection_bias: np.ndarray    # [output_size]
 
 
@@ -55,11 +58,11 @@ def _pack(cell: CellConfig, get) -> PackedCell:
     t, u = cell.tensors, cell.num_units
 
     def stacked(indices, cols: int) -> np.ndarray:
-        out = np.zeros((4 * u, cols))
+        out = np.zeros((cols, 4 * u), np.float32)
         for g, i in enumerate(indices):
             w = get(i, not (g == 0 and cell.use_cifg))
             if w is not None:
-                out[g * u:(g + 1) * u] = w
+                out[:, g * u:(g + 1) * u] = w.T
         return out
 
     def rows(indices, used: bool, n: int) -> np.ndarray:
@@ -70,14 +73,15 @@ def _pack(cell: CellConfig, get) -> PackedCell:
                 out[g] = v
         return out
 
-    recurrent = stacked(t.recurrent_weights, cell.output_size).T.copy()
-    aux = stacked(t.aux_weights, get(t.aux_input_to_forget, True).shape[1]) if cell.use_aux else None
+    aux_size = get(t.aux_input_to_forget, True).shape[1] if cell.use_aux else 0
     proj = get(t.projection_weights, cell.use_projection)
     proj_bias = get(t.projection_bias, cell.use_projection_bias)
-    return PackedCell(stacked(t.input_weights, cell.input_size), aux, recurrent, rows(t.biases, True, 4),
+    return PackedCell(stacked(t.input_weights, cell.input_size),
+                      stacked(t.aux_weights, aux_size) if cell.use_aux else np.zeros((0, 4 * u), np.float32),
+                      stacked(t.recurrent_weights, cell.output_size), rows(t.biases, True, 4),
                       rows(t.peepholes, cell.use_peephole, 3),
                       rows(t.layer_norms, cell.use_layer_norm, 4),
-                      np.zeros((0, u)) if proj is None else np.ascontiguousarray(proj),
+                      np.zeros((u, 0), np.float32) if proj is None else np.ascontiguousarray(proj.T, np.float32),
                       np.zeros(cell.output_size) if proj_bias is None else np.ascontiguousarray(proj_bias))
 
 
@@ -112,9 +116,12 @@ def plan(ctx: OperationContext) -> LstmData:
 
 F64, I64 = numba.float64, numba.int64
 SIGMOID = int(LstmActivation.SIGMOID)
-_SIG = numba.void(ro(np.float64, 3), ro(np.float64, 2), ro(np.float64, 2), ro(np.float64, 2), ro(np.float64, 2),
-                  ro(np.float64, 2), ro(np.float64, 1), I64, I64, I64, I64, I64, I64, F64, F64,
-                  ro(np.float32, 2), ro(np.float32, 2), rw(np.float32, 3), rw(np.float32, 2), rw(np.float32, 2))
+#: Sequences and outputs may be strided views (a batch-major tensor read or written time-major).
+_SEQ_IN, _SEQ_OUT = numba.types.Array(numba.float32, 3, "A", readonly=True), numba.types.Array(numba.float32, 3, "A")
+_SIG = numba.void(_SEQ_IN, _SEQ_IN, ro(np.float32, 2), ro(np.float32, 2), ro(np.float32, 2), ro(np.float64, 2),
+                  ro(np.float64, 2), ro(np.float64, 2), ro(np.float32, 2), ro(np.float64, 1), I64, I64, I64, I64,
+                  I64, I64, F64, F64, ro(np.float32, 2), ro(np.float32, 2), _SEQ_OUT, rw(np.float32, 2),
+                  rw(np.float32, 2))
 
 
 _LOG2E = 1.4426950408889634
@@ -179,14 +186,35 @@ def _normalize(acc, base, units, weights, g):
         acc[base + u] = (acc[base + u] - mean) * inv * weights[g, u]
 
 
+@numba.njit(inline="always", fastmath=True, error_model="numpy")
+def _add_rows(acc, v, w, n):
+    """acc += v[:n] @ w[:n] (w float32, widened exactly as read), four rows a pass: acc is loaded
+    and stored once per four rows instead of once per row."""
+    cols = acc.shape[0]
+    k = 0
+    while k + 4 <= n:
+        a0, a1, a2, a3 = v[k], v[k + 1], v[k + 2], v[k + 3]
+        for j in range(cols):
+            acc[j] += (a0 * np.float64(w[k, j]) + a1 * np.float64(w[k + 1, j])
+                       + a2 * np.float64(w[k + 2, j]) + a3 * np.float64(w[k + 3, j]))
+        k += 4
+    while k < n:
+        a0 = v[k]
+        for j in range(cols):
+            acc[j] += a0 * np.float64(w[k, j])
+        k += 1
+
+
 @numba.njit(_SIG, cache=True, nogil=True, fastmath=True, error_model="numpy")
-def _sequence(xc, recurrent, bias, peep, layer_norm, proj, proj_bias, cifg, peephole, use_ln, act, reverse,
-              projection, cell_clip, proj_clip, h0, c0, out, h_out, c_out):
-    steps, batch, gates = xc.shape
+def _sequence(xs, aux, w_in, w_aux, recurrent, bias, peep, layer_norm, proj, proj_bias, cifg, peephole, use_ln, act,
+              reverse, projection, cell_clip, proj_clip, h0, c0, out, h_out, c_out):
+    steps, batch, n_in = xs.shape
+    n_aux = aux.shape[2]
+    gates = recurrent.shape[1]
     units = gates // 4
     size = recurrent.shape[0]
     acc = np.empty(gates)
-    rec = np.empty(gates)
+    xin = np.empty(max(n_in, n_aux))
     tmp = np.empty(gates)
     bits = np.empty(gates, np.int64)
     h = np.empty(units)
@@ -199,20 +227,22 @@ def _sequence(xc, recurrent, bias, peep, layer_norm, proj, proj_bias, cifg, peep
             cp[u] = c0[b, u]
         for n in range(steps):
             t = steps - 1 - n if reverse else n
-            rec[:] = 0.0
-            for k in range(size):
-                hk = hp[k]
-                for j in range(gates):
-                    rec[j] += hk * recurrent[k, j]
+            acc[:] = 0.0
+            for i in range(n_in):
+                xin[i] = xs[t, b, i]
+            _add_rows(acc, xin, w_in, n_in)
+            if n_aux:
+                for i in range(n_aux):
+                    xin[i] = aux[t, b, i]
+                _add_rows(acc, xin, w_aux, n_aux)
+            _add_rows(acc, hp, recurrent, size)
             for g in range(3):  # input, forget, cell: they read the previous cell state
                 if g == 0 and cifg:
                     continue
                 base = g * units
-                for u in range(units):
-                    v = xc[t, b, base + u] + rec[base + u]
-                    if peephole and g < 2:
-                        v += peep[g, u] * cp[u]
-                    acc[base + u] = v
+                if peephole and g < 2:
+                    for u in range(units):
+                        acc[base + u] += peep[g, u] * cp[u]
                 if use_ln:
                     _normalize(acc, base, units, layer_norm, g)
                 for u in range(units):
@@ -229,11 +259,9 @@ def _sequence(xc, recurrent, bias, peep, layer_norm, proj, proj_bias, cifg, peep
                     c = min(max(c, -cell_clip), cell_clip)
                 cp[u] = np.float64(np.float32(c))  # the state is float32
             base = 3 * units
-            for u in range(units):
-                v = xc[t, b, base + u] + rec[base + u]
-                if peephole:
-                    v += peep[2, u] * cp[u]
-                acc[base + u] = v
+            if peephole:
+                for u in range(units):
+                    acc[base + u] += peep[2, u] * cp[u]
             if use_ln:
                 _normalize(acc, base, units, layer_norm, 3)
             for u in range(units):
@@ -245,10 +273,10 @@ def _sequence(xc, recurrent, bias, peep, layer_norm, proj, proj_bias, cifg, peep
                 h[u] *= acc[base + u]
             if projection:
                 for k in range(size):
-                    s = 0.0
-                    for u in range(units):
-                        s += h[u] * proj[k, u]
-                    s += proj_bias[k]
+                    hp[k] = 0.0
+                _add_rows(hp, h, proj, units)
+                for k in range(size):
+                    s = hp[k] + proj_bias[k]
                     if proj_clip > 0:
                         s = min(max(s, -proj_clip), proj_clip)
                     hp[k] = np.float64(np.float32(s))
@@ -263,6 +291,10 @@ def _sequence(xc, recurrent, bias, peep, layer_norm, proj, proj_bias, cifg, peep
             c_out[b, u] = np.float32(cp[u])
 
 
+def _float32(x: np.ndarray) -> np.ndarray:
+    return x if x.dtype == np.float32 else x.astype(np.float32)
+
+
 def _cell_runner(data: LstmData):
     p = data.params
 
@@ -270,18 +302,19 @@ def _cell_runner(data: LstmData):
         cell = p.cells[k]
         w = data.cells[k] or _pack(cell, _getter(lambda i: inputs[i]))
         steps, batch = xs.shape[0], xs.shape[1]
-        xc = xs.reshape(steps * batch, -1).astype(np.float64) @ w.input_weights.T
-        if aux is not None and w.aux_weights is not None:
-            xc += aux.reshape(steps * batch, -1).astype(np.float64) @ w.aux_weights.T
+        if aux is None or not w.aux_weights.shape[0]:
+            aux = np.empty((steps, batch, 0), np.float32)
         t = cell.tensors
         h0 = np.ascontiguousarray(inputs[t.output_state_in], np.float32)
         c0 = np.ascontiguousarray(inputs[t.cell_state_in], np.float32)
-        out = np.empty((steps, batch, cell.output_size), np.float32)
+        # written time-major into the operation's layout: batch-major needs no transposing copy after
+        out = np.empty((steps, batch, cell.output_size), np.float32) if p.time_major else \
+            np.empty((batch, steps, cell.output_size), np.float32).swapaxes(0, 1)
         h, c = np.empty_like(h0), np.empty_like(c0)
-        _sequence(xc.reshape(steps, batch, -1), w.recurrent, w.bias, w.peephole, w.layer_norm, w.projection,
-                  w.projection_bias, int(cell.use_cifg), int(cell.use_peephole), int(cell.use_layer_norm),
-                  int(p.activation), int(reverse), int(cell.use_projection), float(p.cell_clip), float(p.proj_clip),
-                  h0, c0, out, h, c)
+        _sequence(_float32(xs), _float32(aux), w.input_weights, w.aux_weights, w.recurrent, w.bias, w.peephole,
+                  w.layer_norm, w.projection, w.projection_bias, int(cell.use_cifg), int(cell.use_peephole),
+                  int(cell.use_layer_norm), int(p.activation), int(reverse), int(cell.use_projection),
+                  float(p.cell_clip), float(p.proj_clip), h0, c0, out, h, c)
         return out, h, c
     return run
 
