@@ -25,56 +25,30 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bench.client_process import ClientProcess
 from bench.fleet_client import CPU_ONLY, FAILED, FALLBACK, ON_SERVICE, WRONG
 from bench.soak_report import replace_section
 from bench.soak_service import SoakService
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
-REPO = Path(__file__).resolve().parent.parent
 SECTION_TITLE = "## Fleet"
 CLIENT_READY_LIMIT_S = 240.0
 #: Whatever a client does beyond its run (saving its invokes) must end within this.
 CLIENT_EXIT_LIMIT_S = 120.0
 
 
-class Client:
+class Client(ClientProcess):
     """A bench.fleet_client process."""
 
     def __init__(self, index: int, address: str, run_dir: Path, tag: str, args, env: dict):
-        self.index = index
         self.out = run_dir / f"{tag}-client-{index}.npz"
-        self.log_path = run_dir / f"{tag}-client-{index}.log"
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.fleet_client", "--address", address, "--seed", str(index),
-                 "--models", args.models, "--recreate-every", str(args.recreate_every),
-                 "--fresh-token-every", str(args.fresh_token_every), "--dump-dir", str(run_dir),
-                 "--out", str(self.out)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=REPO)
-        self.ready = threading.Event()
-        self.stats: dict = {}
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if msg.get("ready"):
-                self.ready.set()
-            else:
-                self.stats = msg
-
-    def go(self, seconds: float) -> None:
-        self.proc.stdin.write(f"go {seconds}\n")
-        self.proc.stdin.flush()
+        super().__init__("bench.fleet_client", index, address, run_dir, args, env,
+                         run_dir / f"{tag}-client-{index}.log", ("--out", str(self.out)))
 
     def finish(self) -> str:
         """'' when it ended well, else its fate (a hang is killed)."""

@@ -27,13 +27,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from bench.client_process import ClientProcess
 from bench.soak_report import Criterion, growth, replace_section, to_markdown
 from bench.soak_service import SoakService, rss_bytes
 
@@ -43,7 +42,6 @@ READ_ONLY_MIN_S = 2.0
 #: How long clients may take to build their models and expected outputs before the run starts.
 CLIENT_READY_LIMIT_S = 180.0
 RESULTS = Path(__file__).resolve().parent / "results.md"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def schedule(seconds: float, kills: int, stops: int, read_only: int) -> list[tuple[float, str]]:
@@ -69,45 +67,25 @@ def describe(events: list[tuple[float, str]], args) -> str:
             f"{max(READ_ONLY_MIN_S, READ_ONLY_FRACTION * args.seconds):.0f} s from {', '.join(ro) or 'never'} s")
 
 
-class ClientProcess:
-    """A bench.soak_client process and what its status lines say."""
+class SoakClientProcess(ClientProcess):
+    """A bench.soak_client process; ``progress_at``: when its counts last moved (a hang's clock)."""
 
     def __init__(self, index: int, address: str, run_dir: Path, args, env: dict):
-        self.index = index
-        self.log_path = run_dir / f"client-{index}.log"
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.soak_client", "--address", address, "--seed", str(index),
-                 "--models", args.models, "--recreate-every", str(args.recreate_every),
-                 "--fresh-token-every", str(args.fresh_token_every), "--dump-dir", str(run_dir)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=REPO)
-        self.ready = threading.Event()
-        self.stats: dict = {}
         self.done = False
         self.progress_at = time.monotonic()
         self.hung = False
         self.samples: list[tuple[float, int]] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        super().__init__("bench.soak_client", index, address, run_dir, args, env, run_dir / f"client-{index}.log")
 
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if msg.get("ready"):
-                self.ready.set()
-                continue
-            keys = ("executions", "errors", "created", "create_failed")
-            if any(msg.get(k) != self.stats.get(k) for k in keys):
-                self.progress_at = time.monotonic()
-            self.stats = msg
-            self.done = self.done or bool(msg.get("done"))
+    def on_stats(self, msg: dict) -> None:
+        keys = ("executions", "errors", "created", "create_failed")
+        if any(msg.get(k) != self.stats.get(k) for k in keys):
+            self.progress_at = time.monotonic()
+        self.done = self.done or bool(msg.get("done"))
 
     def go(self, seconds: float) -> None:
         self.progress_at = time.monotonic()
-        self.proc.stdin.write(f"go {seconds}\n")
-        self.proc.stdin.flush()
+        super().go(seconds)
 
     def ask_for_stacks(self) -> None:
         """faulthandler in the client writes every thread's stack to its log."""
@@ -131,7 +109,7 @@ class Soak:
         self.origin = time.monotonic()
         serve_args = ["--cache-max-bytes", str(args.cache_max_bytes)] + (args.serve_args or [])
         self.service = SoakService(run_dir, serve_args, self.clock)
-        self.clients: list[ClientProcess] = []
+        self.clients: list[SoakClientProcess] = []
         self.service_samples: dict[int, list[tuple[float, int]]] = {}
         self.events = schedule(args.seconds, args.kills, args.stops, args.read_only)
         self.done_events: list[str] = []
@@ -149,7 +127,7 @@ class Soak:
         self.service.start()
         env = dict(os.environ, NNHAL_EXECUTE_WAIT_MIN_S=str(a.wait_min))
         # The clients build their models and expected outputs while the service starts.
-        self.clients = [ClientProcess(i, self.service.address, self.run_dir, a, env) for i in range(a.clients)]
+        self.clients = [SoakClientProcess(i, self.service.address, self.run_dir, a, env) for i in range(a.clients)]
         if not self.service.wait_ready():
             for c in self.clients:
                 c.proc.kill()
