@@ -25,7 +25,7 @@ from hal.backends import Backend, Kernel
 from hal.backends.graph import GraphBackend
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.extension_registry import extension_name, lookup_in_model, model_prefixes
-from hal.fusion import fuse
+from hal.fusion import chain, fuse, is_fc
 from hal.model import Model
 from hal.operands import decode_constant, operand_infos, operation_context, step_inputs  # noqa: F401  (decode_constant: API)
 from hal.operations.control_flow import CONTROL_FLOW
@@ -406,6 +406,12 @@ def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order:
         while end < len(steps) and steps[end].backend == backend.name:
             end += 1
         part = make_partition(model, steps, k, end, infos, keep)
+        handed = _fc_chain_instead(model, steps, k, end, part, infos, order, backend, subgraphs)
+        if handed is not None:
+            steps[k:end] = handed
+            program.extend(handed)  # fused into one step by ``fuse``
+            k = end
+            continue
         if not part.outputs:  # nothing reads what the run computes (valid NNAPI): a graph needs outputs
             fallback = [b for b in order if b is not backend]
             for m in range(k, end):
@@ -426,6 +432,28 @@ def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order:
             program.append(partition_step(backend, part, artifact, executable))
         k = end
     return program
+
+
+def _fc_chain_instead(model: Model, steps: list[Step], start: int, end: int, part, infos: list[OperandInfo],
+                      order: list[Backend], graph: Backend, subgraphs) -> list[Step] | None:
+    """A graph backend's run that is only chained FULLY_CONNECTED layers (a perceptron), planned
+    on the first per-operation backend after it that runs them as one ``fc_chain`` step, else None.
+    Why: such a chain's time is its weights streamed through the core once, plus the call around
+    it, which the numba step makes smaller than onnxruntime's run (bench/results.md's MLP row)."""
+    members = steps[start:end]
+    if len(members) < 2 or not all(is_fc(s) for s in members) \
+            or any(b.inputs[0] != a.outputs[0] for a, b in zip(members, members[1:])) \
+            or part.outputs != members[-1].outputs:
+        return None
+    after = order[order.index(graph) + 1:]
+    fallback = [b for b in after if not isinstance(b, GraphBackend)]
+    try:
+        planned = [prepare_operation(s.index, model, infos, order=fallback, subgraphs=subgraphs) for s in members]
+    except HalError:
+        return None
+    if len({s.backend for s in planned}) != 1 or planned[0].backend == backends.REFERENCE or chain(planned) is None:
+        return None
+    return planned
 
 
 def per_operation(order: list[Backend]) -> list[Backend]:

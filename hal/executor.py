@@ -245,17 +245,22 @@ def _run_step(step: Step, values: dict[int, np.ndarray], infos: list[OperandInfo
 def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.ndarray]):
     """A runner for fixed input and output arrays (a local burst's shared-memory slots), or None.
 
-    When a static model's whole program is one graph-backend partition that reads exactly the
-    model's inputs and writes exactly its outputs, the partition binds the arrays once: each
-    ``runner(timings, deadline_ns)`` then computes from the inputs' current contents straight into
-    the outputs, with no per-execution argument handling and no copy. Otherwise (several steps,
-    a per-operation backend) the caller uses ``execute`` and copies."""
+    When a static model's whole program is one step that binds arrays (a graph-backend
+    partition's executable, or a fused step's plan with a ``bind``: the numba backend's
+    ``fc_chain``) and reads exactly the model's inputs and writes exactly its outputs, the step
+    binds the arrays once: each ``runner(timings, deadline_ns)`` then computes from the inputs'
+    current contents straight into the outputs, with no per-execution argument handling and no
+    copy. Otherwise (several steps, a per-operation backend) the caller uses ``execute`` and
+    copies."""
     plan = compiled.static_plan
     if plan is None or len(plan.program) != 1:
         return None
     step = plan.program[0]
-    binder = getattr(step.ctx, "executable", None)
-    binder = getattr(binder, "bind", None)
+    holder = None
+    if step.spec is None:  # a partition (its executable) or a fused step (its plan)
+        holder = getattr(step.ctx, "executable", None)
+        holder = getattr(step.ctx, "data", None) if holder is None else holder
+    binder = getattr(holder, "bind", None)
     if binder is None or sorted(step.inputs) != sorted(compiled.input_indexes) \
             or sorted(step.outputs) != sorted(compiled.output_indexes) \
             or len(set(compiled.output_indexes)) != len(compiled.output_indexes):

@@ -21,6 +21,11 @@ Patterns:
   Inputs the producer's kernel packed at plan time (filters, biases) are not read again: the
   fused step lists them as omitted.
 
+* ``fc_chain``: consecutive FULLY_CONNECTED operations, each reading the one before as its input
+  (a multi-layer perceptron): one step runs every layer (the numba backend's float layers of a
+  small batch: numba_kernels/fc_float.py). Its inputs are the first layer's input only (the
+  backend packed every weight and bias at plan time).
+
 A fused step's timing record covers its member operations (``OperationTiming.count``), which are
 consecutive, as a graph backend's partition's are; its type is its first member's (the service
 names it so, "CONV_2D (+1 fused)": a graph backend's partition has none, type -1).
@@ -39,7 +44,8 @@ _log = logging.getLogger(__name__)
 
 SWISH = "swish"
 TABLE_AFTER = "table_after"
-PATTERNS = (SWISH, TABLE_AFTER)
+FC_CHAIN = "fc_chain"
+PATTERNS = (SWISH, TABLE_AFTER, FC_CHAIN)
 #: Element-wise operations of one input that a ``table_after`` step may apply.
 UNARY = frozenset(int(t) for t in (OperationType.LOGISTIC, OperationType.TANH, OperationType.HARD_SWISH,
                                     OperationType.RELU, OperationType.RELU1, OperationType.RELU6))
@@ -84,7 +90,45 @@ def fuse(program: list[Step], keep: frozenset[int]) -> list[Step]:
                 fused.append(program[k])
                 k += 1
         program = fused
-    return program
+    return _fc_chains(program, keep)
+
+
+def _fc_chains(program: list[Step], keep: frozenset[int]) -> list[Step]:
+    """``program`` with each maximal run of chained FULLY_CONNECTED steps of one backend that
+    fuses ``fc_chain`` replaced by the fused step (a run it declines stays as it was)."""
+    readers: dict[int, int] = {}
+    for s in program:
+        for i in s.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    out: list[Step] = []
+    k = 0
+    while k < len(program):
+        end = k + 1
+        if is_fc(program[k]):
+            while end < len(program) and _chained(program[end - 1], program[end], readers, keep):
+                end += 1
+        step = chain(program[k:end]) if end - k > 1 else None
+        out.extend([step] if step is not None else program[k:end])
+        k = end
+    return out
+
+
+def is_fc(s: Step) -> bool:
+    """A FULLY_CONNECTED step (not a fused one)."""
+    return s.spec is not None and s.ctx.op_type == OperationType.FULLY_CONNECTED and len(s.outputs) == 1
+
+
+def _chained(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]) -> bool:
+    y = a.outputs[0]
+    return is_fc(b) and a.backend == b.backend and b.index == a.index + 1 and b.inputs[0] == y \
+        and y not in keep and readers.get(y) == 1
+
+
+def chain(steps: list[Step]) -> Step | None:
+    """The ``fc_chain`` step running ``steps`` (FULLY_CONNECTED steps of one backend, each reading
+    the one before, whose intermediate outputs nothing else reads), or None when their backend
+    does not fuse them."""
+    return _fused(FC_CHAIN, tuple(steps), (steps[0].inputs[0],), steps[-1].outputs)
 
 
 def _swish(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]) -> Step | None:

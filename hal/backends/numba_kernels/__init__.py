@@ -24,6 +24,9 @@ loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
 - Float UNIDIRECTIONAL_SEQUENCE_LSTM / BIDIRECTIONAL_SEQUENCE_LSTM (lstm.py): each cell's whole
   sequence in one compiled loop (the reference cell's float64 arithmetic, within CTS's float
   tolerance of it), instead of numpy calls per gate and time step.
+- Float FULLY_CONNECTED of a batch of 1-4 rows (fc_float.py): weights packed in column tiles,
+  every row's sums in registers; chained layers (a perceptron) as one step (hal.fusion's
+  ``fc_chain``), which the compiler also takes from a graph backend's run of only such layers.
 Operations or forms it does not take (other float operations, NCHW, non-constant filters, ...) fall back to the
 next backend of the preference order, ultimately the reference backend.
 

@@ -16,8 +16,9 @@ import numba
 import numpy as np
 
 from hal import quant
-from hal.backends.numba_kernels import BACKEND, depthwise, gemm, lut, vnni
+from hal.backends.numba_kernels import BACKEND, depthwise, fc_float, gemm, lut, vnni
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, multiply_right_shift, ro, rw
+from hal.operations.common import F32 as FLOAT32
 from hal.operations.common import QPC, QS8, QU8, QUANT8
 from hal.operations.conv import BIAS, CONV, DW, FILTER, GROUPED, INPUT, ConvParams
 from hal.operations.fully_connected import FullyConnectedParams
@@ -191,14 +192,23 @@ def plan_grouped(ctx: OperationContext) -> GroupedData | IntGemm:
     return GroupedData(groups, p.in_c, p.out_c)
 
 
-def plan_fully_connected(ctx: OperationContext) -> GemmData | IntGemm:
+def plan_fully_connected(ctx: OperationContext) -> GemmData | IntGemm | fc_float.FloatFc:
     p: FullyConnectedParams = ctx.params
+    if ctx.input(INPUT).type == FLOAT32:
+        return fc_float.plan(ctx)
     if vnni.AVAILABLE:
         return _int_gemm(ctx, p.num_units, 1, None, batch=p.batch)
     w = ctx.input(FILTER).value  # [num_units, input_size]
     d = _gemm_data(ctx, w.reshape(p.num_units, p.input_size).T, p.num_units)
     d.out_h = p.batch  # execute reads ctx.data only (a cached plan has no params): [batch, input_size]
     return d
+
+
+def supports_fully_connected(ctx: OperationContext) -> str | None:
+    if ctx.input(INPUT).type == FLOAT32:
+        return fc_float.supports(ctx)
+    return None if ctx.input(FILTER).is_constant and ctx.input(BIAS).is_constant \
+        else "weights or bias is not a constant"
 
 
 # ---- native kernels ---------------------------------------------------------------------------
@@ -346,6 +356,8 @@ def _gemm_conv(d: GemmData, x: np.ndarray) -> np.ndarray:
 
 def execute_fully_connected(ctx: OperationContext, inputs: list) -> list:
     d = ctx.data
+    if isinstance(d, fc_float.FloatFc):
+        return fc_float.execute(ctx, inputs)
     if isinstance(d, IntGemm):
         x = np.ascontiguousarray(inputs[INPUT]).reshape(d.batch, 1, 1, d.in_c)
         return [_run_int(d, x, np.empty((d.batch, d.out_c), dtype=x.dtype))]
@@ -384,6 +396,6 @@ BACKEND.register([CONV, DW], plan=plan_conv, execute=execute_conv, types=QUANT8,
                  prepacked_inputs=(FILTER, BIAS))
 BACKEND.register(GROUPED, plan=plan_grouped, execute=execute_conv, types=QUANT8, supports=supports,
                  prepacked_inputs=(FILTER, BIAS))
-BACKEND.register(FC, plan=plan_fully_connected, execute=execute_fully_connected, types=(QU8, QS8),
-                 supports=lambda ctx: None if ctx.input(FILTER).is_constant and ctx.input(BIAS).is_constant
-                 else "weights or bias is not a constant", prepacked_inputs=(FILTER, BIAS))
+BACKEND.register(FC, plan=plan_fully_connected, execute=execute_fully_connected, types=(QU8, QS8, FLOAT32),
+                 supports=supports_fully_connected, prepacked_inputs=(FILTER, BIAS))
+BACKEND.register_fusion("fc_chain", plan=fc_float.plan_chain, execute=fc_float.execute)

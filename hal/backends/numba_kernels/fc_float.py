@@ -1,0 +1,255 @@
+"""Float32 FULLY_CONNECTED for small batches, and chains of them as one step (hal.fusion's
+``fc_chain``: a multi-layer perceptron).
+
+With a batch of a few rows a fully connected layer is a matrix-vector product: each weight is
+used once per row, so its time is the time to stream the weights through the core. The weights
+are packed at plan time into column tiles of ``TILE`` units, each tile's K rows of ``TILE``
+floats contiguous (the bias padded to whole tiles). Every row's ``TILE`` sums stay in vector
+registers while the tile's K rows stream past: per K step one load of the weights, shared by
+the batch's rows, and one fused multiply-add per 16 weights and row; then the activation's
+clamp and one (masked) store per 16 outputs. A chain runs every layer in one compiled call, its
+intermediate rows in a scratch buffer.
+
+Sums are float32 in tile order (TFLite's float kernels accumulate in float32 too); the reference
+backend sums in float64, so results differ by float32 rounding, far inside NNAPI's float32
+tolerance (tests/backends/test_numba_fc_float.py compares, with CTS's criteria).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from hal import quant
+from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.simd import _data, splat
+from hal.operations.fully_connected import BIAS, WEIGHTS, FullyConnectedParams
+from hal.registry import OperationContext
+
+LANES = 16
+#: Output units per tile: two 16-lane vectors of sums (more registers measured no faster: the
+#: weights' stream is the bound).
+VECTORS = 2
+TILE = VECTORS * LANES
+#: Rows up to this batch take the matrix-vector form; a larger batch is a GEMM (other backends).
+MAX_BATCH = 4
+
+
+def _vector_ptr(builder, ptr, at, vec):
+    return builder.bitcast(builder.gep(ptr, [at]), vec.as_pointer())
+
+
+def _tile_of(rows: int):
+    """The intrinsic for ``rows`` rows (see ``_tile``)."""
+    @intrinsic
+    def tile(typingctx, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count):
+        sig = types.void(w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count)
+
+        def codegen(context, builder, signature, args):
+            w_arr, w_off_v, x_arr, x_off_v, k_v, b_arr, b_off_v, lo_v, hi_v, o_arr, o_off_v, o_step, count_v = args
+            f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+            vf = ir.VectorType(f32, LANES)
+            sa = signature.args
+            wp, xp = _data(context, builder, sa[0], w_arr, f32), _data(context, builder, sa[2], x_arr, f32)
+            bp, op = _data(context, builder, sa[5], b_arr, f32), _data(context, builder, sa[9], o_arr, f32)
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
+
+            def load(ptr, at):
+                return builder.load(_vector_ptr(builder, ptr, at, vf), align=4)
+            bias = [load(bp, builder.add(b_off_v, ir.Constant(i64, v * LANES))) for v in range(VECTORS)]
+            entry = builder.block
+            head, body, done = (builder.append_basic_block(f"fc.{n}") for n in ("head", "body", "done"))
+            builder.branch(head)
+            builder.position_at_end(head)
+            k = builder.phi(i64)
+            k.add_incoming(ir.Constant(i64, 0), entry)
+            sums = []  # [row][vector]
+            for _ in range(rows):
+                sums.append([])
+                for v in range(VECTORS):
+                    p = builder.phi(vf)
+                    p.add_incoming(bias[v], entry)
+                    sums[-1].append(p)
+            builder.cbranch(builder.icmp_signed("<", k, k_v), body, done)
+            builder.position_at_end(body)
+            at = builder.add(w_off_v, builder.mul(k, ir.Constant(i64, TILE)))
+            weights = [load(wp, builder.add(at, ir.Constant(i64, v * LANES))) for v in range(VECTORS)]
+            for r in range(rows):  # each weight loaded once, used by every row
+                xi = builder.add(builder.add(x_off_v, builder.mul(ir.Constant(i64, r), k_v)), k)
+                xk = splat(builder, builder.load(builder.gep(xp, [xi])), vf)
+                for v in range(VECTORS):
+                    sums[r][v].add_incoming(builder.call(fma, [xk, weights[v], sums[r][v]]), body)
+            k.add_incoming(builder.add(k, ir.Constant(i64, 1)), body)
+            builder.branch(head)
+            builder.position_at_end(done)
+            lo_s, hi_s = splat(builder, lo_v, vf), splat(builder, hi_v, vf)
+            lanes = ir.Constant(ir.VectorType(i32, LANES), list(range(LANES)))
+            mask = ir.VectorType(ir.IntType(1), LANES)
+            store = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, mask]),
+                "llvm.masked.store.v16f32.p0")
+            for v in range(VECTORS):
+                left = builder.trunc(builder.sub(count_v, ir.Constant(i64, v * LANES)), i32)
+                keep = builder.icmp_signed("<", lanes, splat(builder, left, ir.VectorType(i32, LANES)))
+                for r in range(rows):
+                    # NaN stays NaN (both comparisons false), as the reference's clip keeps it
+                    s = sums[r][v]
+                    s = builder.select(builder.fcmp_ordered("<", s, lo_s), lo_s, s)
+                    s = builder.select(builder.fcmp_ordered(">", s, hi_s), hi_s, s)
+                    o = builder.add(o_off_v, builder.add(builder.mul(ir.Constant(i64, r), o_step),
+                                                         ir.Constant(i64, v * LANES)))
+                    builder.call(store, [s, _vector_ptr(builder, op, o, vf), ir.Constant(i32, 4), keep])
+            return context.get_dummy_value()
+        return sig, codegen
+    return tile
+
+
+#: ``_tile[rows](w, w_off, x, x_off, K, b, b_off, lo, hi, out, o_off, o_stride, count)``: for rows
+#: r < ``rows``, out[o_off + r·o_stride:][:count] = clamp(b[b_off:][:count] + x[x_off + r·K:][:K] @
+#: tile, lo, hi) for the packed tile at w[w_off:] (K rows of TILE floats; count <= TILE). Every
+#: row's sums in registers, each weight vector loaded once per K step for all rows.
+_tile1, _tile2, _tile3, _tile4 = (_tile_of(r) for r in range(1, MAX_BATCH + 1))
+
+
+_SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(np.int64, 2), ro(np.float32, 2),
+                   numba.int64, rw(np.float32, 1), rw(np.float32, 1))]
+
+
+@numba.njit(inline="always")
+def _layer(src, weights, biases, k_count, n_units, w_at, b_at, lo, hi, batch, dst):
+    for t in range((n_units + TILE - 1) // TILE):
+        w, b, o, count = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE, min(TILE, n_units - t * TILE)
+        if batch == 1:
+            _tile1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+        elif batch == 2:
+            _tile2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+        elif batch == 3:
+            _tile3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+        else:
+            _tile4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+
+
+@numba.njit(_SIG, cache=True, nogil=True)
+def run_chain(x, weights, biases, layers, clamps, batch, scratch, out):
+    """Every layer of a chain on ``batch`` rows: layer l (``layers[l]`` = K, N, its packed weights'
+    offset in ``weights``, its padded bias's offset in ``biases``; ``clamps[l]`` = its activation's
+    bounds) reads the previous layer's rows (``x`` for the first) and writes ``out`` (the last) or
+    one half of ``scratch`` (the others; each half holds batch × the widest layer)."""
+    n_layers = layers.shape[0]
+    half = scratch.shape[0] // 2
+    for layer in range(n_layers):
+        k_count, n_units, w_at, b_at = layers[layer, 0], layers[layer, 1], layers[layer, 2], layers[layer, 3]
+        lo, hi = clamps[layer, 0], clamps[layer, 1]
+        dst = out if layer == n_layers - 1 else scratch[(layer % 2) * half:(layer % 2 + 1) * half]
+        if layer == 0:
+            _layer(x, weights, biases, k_count, n_units, w_at, b_at, lo, hi, batch, dst)
+        else:
+            src = scratch[((layer - 1) % 2) * half:((layer - 1) % 2 + 1) * half]
+            _layer(src, weights, biases, k_count, n_units, w_at, b_at, lo, hi, batch, dst)
+
+
+@dataclass
+class FloatFc:
+    """FULLY_CONNECTED layers ready to run (one, or a chain): packed weights and padded biases of
+    every layer back to back, each layer's (K, N, weight offset, bias offset) and clamp bounds."""
+
+    weights: np.ndarray  # float32, flat
+    biases: np.ndarray  # float32, flat
+    layers: np.ndarray  # int64 [L, 4]
+    clamps: np.ndarray  # float32 [L, 2]
+    batch: int
+    widest: int  # the largest output width of a layer before the last (0: one layer)
+
+    def run(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        scratch = np.empty(2 * self.batch * self.widest, np.float32)
+        run_chain(x.reshape(-1), self.weights, self.biases, self.layers, self.clamps, self.batch, scratch,
+                  out.reshape(-1))
+        return out
+
+    def bind(self, inputs: list[np.ndarray], outputs: list[np.ndarray]):
+        """A runner computing from ``inputs[0]``'s current contents into ``outputs[0]`` (fixed
+        C-contiguous float32 arrays: a burst's slots), with no per-call allocation."""
+        x, out = inputs[0].reshape(-1), outputs[0].reshape(-1)
+        scratch = np.empty(2 * self.batch * self.widest, np.float32)
+        args = (x, self.weights, self.biases, self.layers, self.clamps, self.batch, scratch, out)
+
+        def run() -> None:
+            run_chain(*args)
+        return run
+
+
+def pack(weights: np.ndarray) -> np.ndarray:
+    """[N, K] weights as ceil(N / TILE) tiles of [K, TILE] (zero columns past N), flat."""
+    n, k = weights.shape
+    padded = np.zeros((-(-n // TILE) * TILE, k), np.float32)
+    padded[:n] = weights
+    return np.ascontiguousarray(padded.reshape(-1, TILE, k).transpose(0, 2, 1)).reshape(-1)
+
+
+def layers_of(params: list[FullyConnectedParams], weights: list[np.ndarray], biases: list[np.ndarray]) -> FloatFc:
+    """The packed chain of these layers (each [N, K] weights, [N] or empty bias), in order."""
+    packed, padded, rows, clamps = [], [], [], []
+    w_at = b_at = 0
+    for p, w, b in zip(params, weights, biases):
+        tiles = -(-p.num_units // TILE)
+        packed.append(pack(np.asarray(w, np.float32)))
+        bias = np.zeros(tiles * TILE, np.float32)
+        if b is not None and b.size:
+            bias[:p.num_units] = b
+        padded.append(bias)
+        rows.append((p.input_size, p.num_units, w_at, b_at))
+        clamps.append(quant.activation_range_float(p.act))
+        w_at += packed[-1].size
+        b_at += bias.size
+    widest = max((p.num_units for p in params[:-1]), default=0)
+    return FloatFc(np.concatenate(packed), np.concatenate(padded), np.array(rows, np.int64),
+                   np.array(clamps, np.float32), params[0].batch, widest)
+
+
+def supports(ctx: OperationContext) -> str | None:
+    p: FullyConnectedParams = ctx.params
+    if not (ctx.input(WEIGHTS).is_constant and ctx.input(BIAS).is_constant):
+        return "weights or bias is not a constant"
+    if not 0 < p.batch <= MAX_BATCH:
+        return f"a batch of {p.batch} rows (the float kernel takes 1-{MAX_BATCH})"
+    return None
+
+
+def plan(ctx: OperationContext) -> FloatFc:
+    p: FullyConnectedParams = ctx.params
+    return layers_of([p], [ctx.input(WEIGHTS).value], [ctx.input(BIAS).value])
+
+
+def execute(ctx: OperationContext, inputs: list) -> list:
+    d: FloatFc = ctx.data
+    x = np.ascontiguousarray(inputs[0], np.float32)
+    return [d.run(x, np.empty((d.batch, int(d.layers[-1, 1])), np.float32))]
+
+
+def plan_chain(ctx) -> FloatFc | None:
+    """hal.fusion's ``fc_chain`` (a ``FusedContext``): the members' packed layers as one chain.
+    Reads the members' plans only (a plan from the compilation cache has no parameters)."""
+    datas = [s.ctx.data for s in ctx.members]
+    if not all(isinstance(d, FloatFc) and d.layers.shape[0] == 1 for d in datas) \
+            or len({d.batch for d in datas}) != 1:
+        return None
+    widths = [(int(d.layers[0, 0]), int(d.layers[0, 1])) for d in datas]
+    if any(n != k for (_, n), (k, _) in zip(widths, widths[1:])):
+        return None
+    rows, at_w, at_b = [], 0, 0
+    for (k, n), d in zip(widths, datas):
+        rows.append((k, n, at_w, at_b))
+        at_w += d.weights.size
+        at_b += d.biases.size
+    return FloatFc(np.concatenate([d.weights for d in datas]), np.concatenate([d.biases for d in datas]),
+                   np.array(rows, np.int64), np.concatenate([d.clamps for d in datas]), datas[0].batch,
+                   max(n for _, n in widths[:-1]))
+
+
+__all__ = ["FloatFc", "MAX_BATCH", "TILE", "execute", "layers_of", "pack", "plan", "plan_chain", "run_chain",
+           "supports"]

@@ -1,0 +1,183 @@
+"""The numba backend's float32 FULLY_CONNECTED (numba_kernels/fc_float.py) and its ``fc_chain``
+step against the reference backend, with NNAPI CTS's float criteria: every CTS case of float
+FULLY_CONNECTED it takes, perceptrons of several shapes, activations and batches (one fused step,
+also after the compilation cache and when bound to fixed arrays), and the rule that hands a graph
+backend's run of chained FULLY_CONNECTED layers to it (and the runs it leaves alone)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hal.backends.numba_kernels")
+pytest.importorskip("hal.backends.ort")
+
+from hal.backends.numba_kernels import fc_float  # noqa: E402
+from hal.backends.numba_kernels.conv import FC  # noqa: E402
+from hal.compiler import compile_model  # noqa: E402
+from hal.executor import OperationTiming, execute  # noqa: E402
+from hal.executor import bind as hal_bind  # noqa: E402
+from hal.fusion import FC_CHAIN, FusedContext  # noqa: E402
+from hal.model import ModelBuilder  # noqa: E402
+from hal.plan import PartitionContext  # noqa: E402
+from hal.serialize import dump_compiled, load_compiled  # noqa: E402
+from hal.types import ExecutionPreference, OperandType, OperationType, Priority  # noqa: E402
+from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases  # noqa: E402
+from nnhal.cts.judge import judge  # noqa: E402
+from service.execution import PreparedModel  # noqa: E402
+from tests.backends.differential import compare  # noqa: E402
+
+F32 = OperandType.TENSOR_FLOAT32
+ORDER = ["onnxruntime", "numba", "reference"]
+
+
+def test_cts_float_cases_it_takes_meet_the_cts_and_the_reference():
+    cases = [c for c in load_cases(operations=["FULLY_CONNECTED"]) if not c.expect_failure]
+    ran = 0
+    for case in cases:
+        try:
+            model = build_model(case)
+        except CorpusError:
+            continue
+        if model.main.operands[model.main.operations[0].inputs[0]].type != F32:
+            continue
+        compiled = compile_model(model, backend_order=["numba", "reference"])
+        want_model = compile_model(model, backend_order=["reference"])
+        for n, ex in enumerate(examples(case)):
+            if any(x is None for x in ex.inputs):
+                continue
+            timings: list[OperationTiming] = []
+            got = execute(compiled, list(ex.inputs), timings)
+            ran += any(t.backend == "numba" and t.type == FC for t in timings)
+            for k, (g, w) in enumerate(zip(got, execute(want_model, list(ex.inputs)), strict=True)):
+                why = compare(g, w, model.relax_computation_float32_to_float16)
+                assert why is None, f"{case.name} example {n} output {k} vs the reference backend: {why}"
+            why = judge(case, ex, got)
+            assert why is None, f"{case.name} example {n} vs the CTS: {why}"
+    assert ran >= 5, f"only {ran} float CTS examples ran on the numba kernel"
+
+
+def _mlp(sizes, acts, batch=1, rng=None, *, tail=None, middle_out=False, weight_input=False):
+    """x [batch, sizes[0]] through FULLY_CONNECTED layers of sizes[1:] units (activations ``acts``);
+    ``tail``: an operation after the last layer (SOFTMAX); ``middle_out``: the first layer's
+    output is a model output too; ``weight_input``: the last layer's weights are a model input."""
+    rng = rng or np.random.default_rng(0)
+    mb = ModelBuilder()
+    x = cur = mb.add_operand(F32, (batch, sizes[0]))
+    inputs, outputs = [x], []
+    for n, (k, units, act) in enumerate(zip(sizes, sizes[1:], acts)):
+        w = (rng.standard_normal((units, k)) / np.sqrt(k)).astype(np.float32)
+        if weight_input and n == len(acts) - 1:
+            wi = mb.add_operand(F32, (units, k))
+            inputs.append(wi)
+        else:
+            wi = mb.add_constant(F32, w)
+        b = mb.add_constant(F32, rng.uniform(-0.5, 0.5, units).astype(np.float32))
+        y = mb.add_operand(F32, (batch, units))
+        mb.add_operation(OperationType.FULLY_CONNECTED, [cur, wi, b, mb.add_int32(act)], [y])
+        if middle_out and n == 0:
+            outputs.append(y)
+        cur = y
+    if tail is not None:
+        z = mb.add_operand(F32, (batch, sizes[-1]))
+        mb.add_operation(tail, [cur, mb.add_float32(1.0)], [z])
+        cur = z
+    mb.identify_inputs_and_outputs(inputs, [*outputs, cur])
+    return mb.finish()
+
+
+def _inputs(model, rng):
+    sg = model.main
+    return [rng.uniform(-2, 2, sg.operands[i].dimensions).astype(np.float32) for i in sg.input_indexes]
+
+
+def _assert_matches_reference(model, compiled, args):
+    got = execute(compiled, args)
+    want = execute(compile_model(model, backend_order=["reference"]), args)
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        why = compare(g, w)
+        assert why is None, f"output {k}: {why}"
+    return got
+
+
+@pytest.mark.parametrize("sizes,acts,batch", [
+    ((256, 512, 512, 10), (1, 1, 0), 1),
+    ((37, 33, 70, 5), (3, 2, 1), 1),   # widths off the 32-unit tile, RELU6 / RELU1 / RELU
+    ((16, 16), (0,), 1),
+    ((64, 40, 3), (1, 0), 4),
+    ((9, 100, 31, 1), (0, 3, 0), 2),
+])
+def test_a_perceptron_is_one_numba_step_that_matches_the_reference(sizes, acts, batch):
+    rng = np.random.default_rng(len(sizes) * 7 + batch)
+    model = _mlp(sizes, acts, batch, rng)
+    compiled = compile_model(model, backend_order=ORDER)
+    program = compiled.static_plan.program
+    if len(acts) == 1:  # a single layer is not a chain: the graph backend keeps it
+        assert [type(s.ctx) for s in program] == [PartitionContext]
+        return
+    assert len(program) == 1 and isinstance(program[0].ctx, FusedContext), program
+    assert program[0].ctx.pattern == FC_CHAIN and program[0].backend == "numba"
+    assert program[0].operations == tuple(range(len(acts)))
+    for _ in range(3):
+        _assert_matches_reference(model, compiled, _inputs(model, rng))
+
+
+def test_nan_and_infinity_propagate_as_in_the_reference():
+    rng = np.random.default_rng(3)
+    model = _mlp((8, 40, 6), (1, 0), 1, rng)
+    compiled = compile_model(model, backend_order=ORDER)
+    x = _inputs(model, rng)
+    x[0][0, 2] = np.nan
+    got = _assert_matches_reference(model, compiled, x)
+    assert np.isnan(got[0]).all()
+    x[0][0, 2] = np.inf  # inf times weights of both signs: NaN after the sum, as in the reference
+    _assert_matches_reference(model, compiled, x)
+
+
+@pytest.mark.parametrize("kind", ["batch", "tail", "middle_out", "weight_input"])
+def test_runs_that_are_not_a_small_batch_chain_stay_with_the_graph_backend(kind):
+    rng = np.random.default_rng(11)
+    model = {"batch": lambda: _mlp((32, 48, 8), (1, 0), fc_float.MAX_BATCH + 1, rng),
+             "tail": lambda: _mlp((32, 48, 8), (1, 0), 1, rng, tail=OperationType.SOFTMAX),
+             "middle_out": lambda: _mlp((32, 48, 8), (1, 0), 1, rng, middle_out=True),
+             "weight_input": lambda: _mlp((32, 48, 8), (1, 0), 1, rng, weight_input=True)}[kind]()
+    compiled = compile_model(model, backend_order=ORDER)
+    assert not any(isinstance(s.ctx, FusedContext) for s in compiled.static_plan.program)
+    assert {s.backend for s in compiled.static_plan.steps} == {"onnxruntime"}
+    _assert_matches_reference(model, compiled, _inputs(model, rng))
+
+
+def test_without_the_graph_backend_the_layers_are_chained_on_numba():
+    rng = np.random.default_rng(5)
+    model = _mlp((20, 30, 40, 7), (1, 1, 0), 1, rng)
+    compiled = compile_model(model, backend_order=["numba", "reference"])
+    assert [s.ctx.pattern for s in compiled.static_plan.program] == [FC_CHAIN]
+    _assert_matches_reference(model, compiled, _inputs(model, rng))
+
+
+def test_the_chain_survives_the_compilation_cache():
+    rng = np.random.default_rng(9)
+    model = _mlp((50, 64, 10), (1, 0), 2, rng)
+    compiled = compile_model(model, backend_order=ORDER)
+    loaded = load_compiled(*dump_compiled(compiled), backend_order=ORDER)
+    assert [s.ctx.pattern for s in loaded.static_plan.program] == [FC_CHAIN]
+    args = _inputs(model, rng)
+    np.testing.assert_array_equal(execute(loaded, args)[0], execute(compiled, args)[0])
+
+
+def test_bound_to_fixed_arrays_it_computes_into_them_with_one_perf_record():
+    rng = np.random.default_rng(13)
+    model = _mlp((64, 96, 96, 10), (1, 1, 0), 1, rng)
+    compiled = compile_model(model, backend_order=ORDER)
+    x = np.zeros((1, 64), np.float32)
+    out = np.zeros((1, 10), np.float32)
+    assert hal_bind(compiled, [x], [out]) is not None  # the fused step binds: no copy per execution
+    pm = PreparedModel("m", compiled, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM)
+    bound = pm.bind([x], [out])
+    for _ in range(3):
+        x[...] = rng.uniform(-2, 2, x.shape)
+        result = bound(None, 0)
+        want = execute(compile_model(model, backend_order=["reference"]), [x.copy()])[0]
+        assert compare(out, want) is None
+        assert [(t.backend, t.count) for t in result.timings] == [("numba", 3)]
+    executions, records = pm.perf.snapshot()
+    assert executions == 3 and [(r.backend, r.count, r.executions) for r in records] == [("numba", 3, 3)]
