@@ -56,7 +56,7 @@ def test_cts_cases_run_on_numba_and_match_the_reference_and_the_cts(operation):
 
 def test_keyword_spotting_lstm_matches_the_reference():
     """49 steps of a projected, clipped LSTM (tests/delegate/kws_model.py) as the delegate maps it;
-    the LSTM step must be the numba backend's."""
+    the LSTM step must be the numba backend's (and the classifier's FULLY_CONNECTED: batch 1)."""
     from delegate.mapping import convert_partition
     from delegate.tfl.reader import read_model
     from tests.backends.differential import assert_matches_reference
@@ -69,4 +69,5 @@ def test_keyword_spotting_lstm_matches_the_reference():
                   for i in sg.input_indexes[1:]]
         result = assert_matches_reference(model, [x, *states], "numba")
         ops = model.main.operations
-        assert [ops[i].type for i in result.assigned] == [OperationType.UNIDIRECTIONAL_SEQUENCE_LSTM]
+        assert [ops[i].type for i in result.assigned] == [OperationType.UNIDIRECTIONAL_SEQUENCE_LSTM,
+                                                          OperationType.FULLY_CONNECTED]
