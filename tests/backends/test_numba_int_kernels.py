@@ -122,7 +122,7 @@ needs_vnni = pytest.mark.skipif(not vnni.AVAILABLE, reason="no AVX-512 VNNI: the
 @needs_vnni
 @pytest.mark.parametrize("x_type", [QU8, QS8])
 @pytest.mark.parametrize("batch,k,n", [(1, 1, 1), (5, 3, 17), (13, 5, 33), (7, 16, 16), (9, 64, 70), (6, 131, 65),
-                                       (31, 40, 129)])
+                                       (31, 40, 129), (4, 12, 56), (9, 20, 64)])
 def test_fully_connected_tails(x_type, batch, k, n):
     model = _fc_model(x_type, batch, k, n, seed=k * n)
     d = _data(model)
@@ -135,11 +135,12 @@ def test_fully_connected_tails(x_type, batch, k, n):
 def test_multipliers_above_one_and_int32_wrap_around(x_type):
     """Left shifts (an output scale far below input × filter scale) and a bias near INT32_MAX, so
     the int32 accumulator wraps as TFLite's does."""
-    for kwargs in (dict(y_scale=1e-5), dict(big_bias=True), dict(y_scale=1e-5, big_bias=True)):
-        model = _fc_model(x_type, 11, 24, 20, **kwargs)
-        if "y_scale" in kwargs:
-            assert (_data(model).groups[0].left[:20] > 0).all()
-        _check(model, (11, 24), x_type)
+    for n in (20, 72):  # 72: the four-panel tiles' packed epilogue too
+        for kwargs in (dict(y_scale=1e-5), dict(big_bias=True), dict(y_scale=1e-5, big_bias=True)):
+            model = _fc_model(x_type, 11, 24, n, **kwargs)
+            if "y_scale" in kwargs:
+                assert (_data(model).groups[0].left[:n] > 0).all()
+            _check(model, (11, 24), x_type)
 
 
 @needs_vnni

@@ -57,6 +57,15 @@ class GemmPlan:
     #: 0 where the row term is 0 and simd.floor_at_zero_point holds (the tiles' cheaper
     #: epilogue), else 1
     general: int = 1
+    #: 1 where the output is int8 (the activations' type), 0 for uint8
+    signed_output: int = 0
+
+    @functools.cached_property
+    def flags(self) -> int:
+        """The tiles' ``general`` argument: ``general`` in bit 0, ``signed_output`` in bit 1, bit 2
+        where the general requantization needs neither the row term nor a left shift."""
+        lean = self.general and self.row_coef == 0 and not self.left.any()
+        return self.general | self.signed_output << 1 | int(lean) << 2
 
     @property
     def kq(self) -> int:
@@ -104,7 +113,8 @@ def make_plan(w2d: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x
     general = 0 if cw == zw0 and floor_at_zero_point(np.maximum(shifts, 0), output_zp, lo) else 1
     return GemmPlan(np.ascontiguousarray(packed).reshape(-1), per_column(_wrap32(folded)), cw - zw0,
                     XOR80 if ca else 0, x_zp & 0xFF, k, n, per_column(multipliers),
-                    per_column(np.maximum(shifts, 0)), per_column(np.maximum(-shifts, 0)), output_zp, lo, hi, general)
+                    per_column(np.maximum(shifts, 0)), per_column(np.maximum(-shifts, 0)), output_zp, lo, hi, general,
+                    int(ca != 0))
 
 
 # ---- native kernels ---------------------------------------------------------------------------
@@ -195,8 +205,9 @@ if vnni.AVAILABLE:
         """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
         ``a`` (``4·kq`` bytes at ``a_off + m·lda``). ``rows``: the matrix's row count (a partial
         tile repeats its last row, never reads past it). ``table`` (256 bytes, or empty): looked up
-        on the output, TABLE_ROWS rows at a time right after they are computed. ``general``: 0 where
-        ``row_coef`` is 0 and simd.floor_at_zero_point holds (the tiles' cheaper epilogue), else 1."""
+        on the output, TABLE_ROWS rows at a time right after they are computed. ``general``: the plan's
+        ``flags`` (bit 0 clear where ``row_coef`` is 0 and simd.floor_at_zero_point holds: the tiles'
+        cheaper epilogue; bit 1: an int8 output; bit 2: no row term nor left shift)."""
         panels = (n + 15) // 16
         pstride = kq * 64
         xb = a_xor & 0xFF
@@ -299,14 +310,14 @@ def run(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.nda
     ldo = p.n if ldo is None else ldo
     threads = (backends.compute_threads() or 1) if rows * p.k * p.n >= PARALLEL_MACS else 1
     if threads == 1:
-        _gemm_rows(a, a_off, lda, rows, *p.kernel_args, out, o_off, ldo, 0, rows, table, p.general)
+        _gemm_rows(a, a_off, lda, rows, *p.kernel_args, out, o_off, ldo, 0, rows, table, p.flags)
         return
     args = (a, a_off, lda, rows, *p.kernel_args, out, o_off, ldo)
     per_thread = -(-rows // threads)
     step = -(-per_thread // 8) * 8  # a multiple of 8 rows: whole tiles per thread
     parts = [(r, min(rows, r + step)) for r in range(0, rows, step)]
-    futures = [_workers(threads).submit(_gemm_rows, *args, r0, r1, table, p.general) for r0, r1 in parts[1:]]
-    _gemm_rows(*args, *parts[0], table, p.general)
+    futures = [_workers(threads).submit(_gemm_rows, *args, r0, r1, table, p.flags) for r0, r1 in parts[1:]]
+    _gemm_rows(*args, *parts[0], table, p.flags)
     for f in futures:
         f.result()
 

@@ -43,9 +43,20 @@ def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi, general: bool 
     or above the output zero point (a RELU-type activation; ``floor_at_zero_point``). Its negative
     values round half up instead of away from zero: they differ only on negative results, which
     such a clamp maps to its lower bound either way."""
+    v = builder.add(multiply_lanes(builder, acc, mult, left, right, general), zp)
+    v = builder.select(builder.icmp_signed("<", v, lo), lo, v)
+    return builder.select(builder.icmp_signed(">", v, hi), hi, v)
+
+
+def multiply_lanes(builder, acc, mult, left, right, general: bool = True, shifts_left: bool | None = None):
+    """``requantize_lanes`` before the zero point and the clamp: MultiplyByQuantizedMultiplier
+    alone (``general=False`` valid only where a clamp at or above the zero point follows).
+    ``shifts_left=False``: every lane's left shift is 0 (default: ``general``)."""
     i32, i64 = ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
-    x = builder.shl(acc, left) if general else acc  # int32 wrap-around, as TFLite's shift of an int32
+    if shifts_left is None:
+        shifts_left = general
+    x = builder.shl(acc, left) if shifts_left else acc  # int32 wrap-around, as TFLite's shift of an int32
     # SaturatingRoundingDoublingHighMul then RoundingDivideByPOT by e = right, as one rounding of
     # the 64-bit product p = x·m. The first is h = floor((p + 2^30) / 2^31) for every product (the
     # truncating division of a negative product with its nudge 1 − 2^30 is the same); its one
@@ -77,11 +88,8 @@ def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi, general: bool 
     odd = rounded_shift(builder.mul(builder.ashr(xq, c_half(32)), builder.ashr(mq, c_half(32))),
                         builder.lshr(eq, c_half(32)))
     # each result is the low half of its 64-bit lane: even lanes from ``even``, odd from ``odd``
-    rounded = builder.shuffle_vector(builder.bitcast(even, v32), builder.bitcast(odd, v32),
-                                     ir.Constant(v32, [k + (LANES - 1) * (k % 2) for k in range(LANES)]))
-    v = builder.add(rounded, zp)  # RoundingDivideByPOT + the output zero point
-    v = builder.select(builder.icmp_signed("<", v, lo), lo, v)
-    return builder.select(builder.icmp_signed(">", v, hi), hi, v)
+    return builder.shuffle_vector(builder.bitcast(even, v32), builder.bitcast(odd, v32),
+                                  ir.Constant(v32, [k + (LANES - 1) * (k % 2) for k in range(LANES)]))
 
 
 def floor_at_zero_point(left, output_zp: int, act_min: int) -> bool:

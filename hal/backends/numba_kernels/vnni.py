@@ -31,7 +31,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from hal.backends.numba_kernels.simd import byte_blocks, masked_load, masked_store
-from hal.backends.numba_kernels.simd import requantize_lanes as _requantize
+from hal.backends.numba_kernels.simd import multiply_lanes as _multiply
 from hal.backends.numba_kernels.simd import splat as _splat
 
 _REQUIRED = ("avx512f", "avx512bw", "avx512vnni")
@@ -68,8 +68,11 @@ def _tile_intrinsic(mr: int, nr: int):
     - then per row ``corr[corr_off + r]`` and per column ``bias``, ``mult``, ``left``, ``right``
       (int32 arrays read from ``col0``, padded to whole panels) requantize the sums;
     - the bytes go to ``out[o_off + r · ldo + c]`` for rows r < ``rv`` and columns c < ``nc``;
-    - ``general`` 0: no row term (``corr`` unread) and simd.floor_at_zero_point holds, so the
-      requantization takes its cheaper form (``requantize_lanes(general=False)``); else 1.
+    - ``general`` bit 0 clear: no row term (``corr`` unread) and simd.floor_at_zero_point holds, so
+      the requantization takes its cheaper form (``requantize_lanes(general=False)``); bit 1: the
+      output is int8 (else uint8), which the NR = 4 tiles' packed epilogue needs to know; bit 2
+      with bit 0: the general requantization without its row term and left shift (no row term,
+      every left shift 0: a layer with no RELU-type clamp, the int8 projections).
     """
     @intrinsic
     def tile(typingctx, a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
@@ -149,7 +152,58 @@ def _tile_intrinsic(mr: int, nr: int):
                 "llvm.masked.store.v16i8.p0")
             nc32 = builder.trunc(nc_v, i32)
 
-            def epilogue(general: bool):
+            def packed_epilogue(general: bool, lean: bool):
+                """nr = 4: a row's 64 columns requantized together, narrowed with saturating packs
+                (int32 -> int16, + zero point, -> uint8), clamped and stored as one 64-byte vector.
+                Bytes are computed in the unsigned domain (an int8 output offset by 128, flipped
+                back by the XOR with 0x80); saturation is monotone and the clamp lies within
+                every saturated range, so the result is the 32-bit lane's clamp."""
+                i16 = ir.IntType(16)
+                v32i16, v64i8 = ir.VectorType(i16, 2 * PANEL), ir.VectorType(i8, 4 * PANEL)
+                signed = builder.and_(builder.lshr(general_v, ir.Constant(i64, 1)), ir.Constant(i64, 1))
+                offset = builder.mul(signed, ir.Constant(i64, 128))
+                zp16 = _splat(builder, builder.trunc(builder.add(zp_v, offset), i16), v32i16)
+                lo8, hi8, flip = (_splat(builder, builder.trunc(v, i8), v64i8) for v in
+                                  (builder.add(lo_v, offset), builder.add(hi_v, offset), offset))
+                pack_dw = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v32i16, [v16, v16]),
+                                                         "llvm.x86.avx512.packssdw.512")
+                pack_wb = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v64i8, [v32i16, v32i16]),
+                                                         "llvm.x86.avx512.packuswb.512")
+                add_sat = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v32i16, [v32i16, v32i16]),
+                                                         "llvm.sadd.sat.v32i16")
+                lanes64 = ir.Constant(v64i8, list(range(4 * PANEL)))
+                ncap = builder.select(builder.icmp_signed("<", nc_v, ir.Constant(i64, 4 * PANEL)), nc_v,
+                                      ir.Constant(i64, 4 * PANEL))
+                in_row = builder.icmp_unsigned("<", lanes64, _splat(builder, builder.trunc(ncap, i8), v64i8))
+                # the packs interleave 128-bit lanes: dword 4L + j holds panel j's columns 4L .. 4L + 3
+                order = ir.Constant(v16, [4 * (k % 4) + k // 4 for k in range(PANEL)])
+                consts = [[column_vector(k, arr, p) for k, arr in ((12, mult_arr), (13, left_arr), (14, right_arr))]
+                          for p in range(nr)]
+                v64i1 = ir.VectorType(i1, 4 * PANEL)
+                for r in range(mr):
+                    rr = ir.Constant(i64, r)
+                    qs = []
+                    for p in range(nr):
+                        acc = accs[r][p]
+                        if general and not lean:
+                            row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
+                            acc = builder.add(acc, _splat(builder, row_corr, v16))  # int32 wrap-around
+                        qs.append(_multiply(builder, acc, *consts[p], general, general and not lean))
+                    ab = builder.call(add_sat, [builder.call(pack_dw, [qs[0], qs[1]]), zp16])
+                    cd = builder.call(add_sat, [builder.call(pack_dw, [qs[2], qs[3]]), zp16])
+                    b = builder.call(pack_wb, [ab, cd])
+                    b = builder.select(builder.icmp_unsigned("<", b, lo8), lo8, b)
+                    b = builder.xor(builder.select(builder.icmp_unsigned(">", b, hi8), hi8, b), flip)
+                    b = builder.bitcast(builder.shuffle_vector(builder.bitcast(b, v16), ir.Constant(v16, ir.Undefined),
+                                                               order), v64i8)
+                    keep = builder.and_(in_row, _splat(builder, builder.icmp_signed("<", rr, rv_v), v64i1))
+                    dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, builder.mul(rr, ldo_v)), col0_v)])
+                    masked_store(builder, b, dst, keep)
+
+            def epilogue(general: bool, lean: bool = False):
+                if nr == 4:
+                    packed_epilogue(general, lean)
+                    return
                 for p in range(nr):
                     col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
                     mult, left, right = (column_vector(k, arr, p) for k, arr in
@@ -159,19 +213,26 @@ def _tile_intrinsic(mr: int, nr: int):
                     for r in range(mr):
                         rr = ir.Constant(i64, r)
                         acc = accs[r][p]
-                        if general:
+                        if general and not lean:
                             row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
                             acc = builder.add(acc, _splat(builder, row_corr, v16))  # int32 wrap-around
-                        qv = builder.trunc(_requantize(builder, acc, mult, left, right, zp, lo, hi, general), v16i8)
+                        qv = builder.add(_multiply(builder, acc, mult, left, right, general, general and not lean), zp)
+                        qv = builder.select(builder.icmp_signed("<", qv, lo), lo, qv)
+                        qv = builder.trunc(builder.select(builder.icmp_signed(">", qv, hi), hi, qv), v16i8)
                         keep = builder.and_(in_panel, _splat(builder, builder.icmp_signed("<", rr, rv_v), v16i1))
                         dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, builder.mul(rr, ldo_v)), col)])
                         builder.call(store, [qv, builder.bitcast(dst, v16i8.as_pointer()),
                                              ir.Constant(i32, 1), keep])
-            with builder.if_else(builder.icmp_signed("!=", general_v, ir.Constant(i64, 0))) as (then, otherwise):
-                with then:
-                    epilogue(True)
-                with otherwise:
+            mode = builder.and_(general_v, ir.Constant(i64, 5))  # bit 0: general, bit 2: lean (below)
+            with builder.if_else(builder.icmp_signed("==", mode, ir.Constant(i64, 0))) as (cheap, other):
+                with cheap:
                     epilogue(False)
+                with other:
+                    with builder.if_else(builder.icmp_signed("==", mode, ir.Constant(i64, 5))) as (lean, full):
+                        with lean:
+                            epilogue(True, lean=True)
+                        with full:
+                            epilogue(True)
             return context.get_dummy_value()
         return sig, codegen
     return tile
