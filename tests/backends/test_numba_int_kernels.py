@@ -151,12 +151,18 @@ def test_multipliers_above_one_and_int32_wrap_around(x_type):
     dict(x_shape=(1, 9, 11, 3), out_c=33, k=3, stride=2, pads=(1, 1, 1, 1)),
     dict(x_shape=(1, 10, 10, 5), out_c=16, k=3, dilation=2, pads=(2, 1, 0, 2)),
     dict(x_shape=(1, 6, 7, 12), out_c=70, k=2, stride=1, pads=(0, 1, 1, 0), act=1),
+    # channels a multiple of 4: taps read in place through gemm.indirection's table
+    dict(x_shape=(2, 9, 8, 8), out_c=40, k=3, stride=2, pads=(1, 1, 1, 1)),
+    dict(x_shape=(1, 10, 9, 16), out_c=72, k=3, dilation=2, pads=(2, 1, 1, 2)),
+    dict(x_shape=(1, 7, 7, 4), out_c=56, k=3, pads=(1, 1, 1, 1), act=1),
+    dict(x_shape=(1, 7, 7, 8), out_c=24, k=1, stride=2),
 ])
 def test_convolutions(x_type, w_type, case):
     model = _conv_model(x_type, w_type, **case)
     d = _data(model)
     assert isinstance(d, conv.IntGemm)
-    assert d.direct == (case["k"] == 1 and case["x_shape"][3] % 4 == 0)
+    assert d.direct == (case["k"] == 1 and case.get("stride", 1) == 1 and case["x_shape"][3] % 4 == 0)
+    assert (d.ind is not None) == (not d.direct and case["x_shape"][3] % 4 == 0)
     # RELU's clamp and no row term (int8 filters, zero point 0): the tiles' cheaper epilogue
     assert all(g.general == (0 if case.get("act") and w_type != QU8 else 1) for g in d.groups)
     _check(model, case["x_shape"], x_type)
