@@ -13,7 +13,9 @@ modulo 2^32 like TFLite's int32 accumulator, so the whole identity holds in int3
 Each tile's int32 sums are requantized while still in cache (bias, row term,
 MultiplyByQuantizedMultiplier, output zero point, activation clamp, one byte out), so no int32
 or float matrix ever reaches memory. A 1×1 convolution with stride 1 (and a FULLY_CONNECTED) reads
-its NHWC input in place when K is a multiple of 4; other shapes gather their rows in bytes first.
+its NHWC input in place when K is a multiple of 4; a convolution whose input channels are a
+multiple of 4 reads each tap's channels in place through ``indirection``'s table
+(``run_indirect``); other shapes gather their rows in bytes first.
 """
 from __future__ import annotations
 
