@@ -122,7 +122,7 @@ needs_vnni = pytest.mark.skipif(not vnni.AVAILABLE, reason="no AVX-512 VNNI: the
 @needs_vnni
 @pytest.mark.parametrize("x_type", [QU8, QS8])
 @pytest.mark.parametrize("batch,k,n", [(1, 1, 1), (5, 3, 17), (13, 5, 33), (7, 16, 16), (9, 64, 70), (6, 131, 65),
-                                       (31, 40, 129)])
+                                       (31, 40, 129), (4, 12, 56), (9, 20, 64)])
 def test_fully_connected_tails(x_type, batch, k, n):
     model = _fc_model(x_type, batch, k, n, seed=k * n)
     d = _data(model)
@@ -135,11 +135,12 @@ def test_fully_connected_tails(x_type, batch, k, n):
 def test_multipliers_above_one_and_int32_wrap_around(x_type):
     """Left shifts (an output scale far below input × filter scale) and a bias near INT32_MAX, so
     the int32 accumulator wraps as TFLite's does."""
-    for kwargs in (dict(y_scale=1e-5), dict(big_bias=True), dict(y_scale=1e-5, big_bias=True)):
-        model = _fc_model(x_type, 11, 24, 20, **kwargs)
-        if "y_scale" in kwargs:
-            assert (_data(model).groups[0].left[:20] > 0).all()
-        _check(model, (11, 24), x_type)
+    for n in (20, 72):  # 72: the four-panel tiles' packed epilogue too
+        for kwargs in (dict(y_scale=1e-5), dict(big_bias=True), dict(y_scale=1e-5, big_bias=True)):
+            model = _fc_model(x_type, 11, 24, n, **kwargs)
+            if "y_scale" in kwargs:
+                assert (_data(model).groups[0].left[:n] > 0).all()
+            _check(model, (11, 24), x_type)
 
 
 @needs_vnni
@@ -150,12 +151,18 @@ def test_multipliers_above_one_and_int32_wrap_around(x_type):
     dict(x_shape=(1, 9, 11, 3), out_c=33, k=3, stride=2, pads=(1, 1, 1, 1)),
     dict(x_shape=(1, 10, 10, 5), out_c=16, k=3, dilation=2, pads=(2, 1, 0, 2)),
     dict(x_shape=(1, 6, 7, 12), out_c=70, k=2, stride=1, pads=(0, 1, 1, 0), act=1),
+    # channels a multiple of 4: taps read in place through gemm.indirection's table
+    dict(x_shape=(2, 9, 8, 8), out_c=40, k=3, stride=2, pads=(1, 1, 1, 1)),
+    dict(x_shape=(1, 10, 9, 16), out_c=72, k=3, dilation=2, pads=(2, 1, 1, 2)),
+    dict(x_shape=(1, 7, 7, 4), out_c=56, k=3, pads=(1, 1, 1, 1), act=1),
+    dict(x_shape=(1, 7, 7, 8), out_c=24, k=1, stride=2),
 ])
 def test_convolutions(x_type, w_type, case):
     model = _conv_model(x_type, w_type, **case)
     d = _data(model)
     assert isinstance(d, conv.IntGemm)
-    assert d.direct == (case["k"] == 1 and case["x_shape"][3] % 4 == 0)
+    assert d.direct == (case["k"] == 1 and case.get("stride", 1) == 1 and case["x_shape"][3] % 4 == 0)
+    assert (d.ind is not None) == (not d.direct and case["x_shape"][3] % 4 == 0)
     # RELU's clamp and no row term (int8 filters, zero point 0): the tiles' cheaper epilogue
     assert all(g.general == (0 if case.get("act") and w_type != QU8 else 1) for g in d.groups)
     _check(model, case["x_shape"], x_type)

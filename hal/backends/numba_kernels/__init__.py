@@ -7,9 +7,12 @@ How it stays exact and fast:
   TFLite's int32 accumulator), zero points and the uint8/int8 shifts folded into a per-column bias
   (and a per-row term for weight zero points), MR × 16·NR tiles in registers, TFLite's
   requantization (SaturatingRoundingDoublingHighMul, rounding shift, zero point, clamp) fused into
-  each tile's epilogue on 16 lanes. A 1×1 stride-1 layer reads its NHWC input in place; others
-  gather their rows in bytes. Without VNNI: float32 BLAS sgemm (exact for 8-bit products in K
-  chunks below 2^24), then one fused requantization pass.
+  each tile's epilogue on 16 lanes (a four-panel tile narrows a row's 64 columns with saturating
+  packs, one 64-byte store). A 1×1 stride-1 layer reads its NHWC input in place; a single-group
+  layer whose input channels are a multiple of 4 reads its taps in place through a plan-time
+  indirection table (zero-point bytes for padding); others gather their rows in bytes. Without
+  VNNI: float32 BLAS sgemm (exact for 8-bit products in K chunks below 2^24), then one fused
+  requantization pass.
 - DEPTHWISE_CONV_2D (depthwise.py): 16 channels × a run of output pixels per call, out-of-image
   taps reading the zero point (folded into the bias), so the interior needs no bounds checks. With
   VNNI (dw_vnni.py) each input column's filter rows become one ``vpdpbusd`` operand, built once and

@@ -120,6 +120,10 @@ class IntGemm:
     pad_left: int = 0
     out_h: int = 1
     out_w: int = 1
+    #: gemm.indirection's table (a single-group convolution whose input channels are a multiple of
+    #: 4): each row's taps read in place, with ``zeros`` (the input zero point's bytes) for padding
+    ind: np.ndarray | None = None
+    zeros: np.ndarray | None = None
 
 
 def _int_gemm(ctx: OperationContext, out_c: int, groups: int, geometry: dict | None, batch: int = 1) -> IntGemm:
@@ -140,7 +144,12 @@ def _int_gemm(ctx: OperationContext, out_c: int, groups: int, geometry: dict | N
     one = p.rows.filter == p.cols.filter == p.rows.stride == p.cols.stride == 1
     direct = one and p.rows.pad_head == p.cols.pad_head == 0 and (p.rows.out, p.cols.out) == tuple(x.shape[1:3]) \
         and in_g % gemm.KSTEP == 0
-    return IntGemm(plans, in_c, out_c, direct, filter_h=p.rows.filter, filter_w=p.cols.filter, **geometry)
+    d = IntGemm(plans, in_c, out_c, direct, filter_h=p.rows.filter, filter_w=p.cols.filter, **geometry)
+    if not direct and groups == 1 and in_c % gemm.KSTEP == 0 and len(x.shape) == 4 and all(x.shape):
+        d.ind = gemm.indirection(*x.shape, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w,
+                                 d.pad_top, d.pad_left, d.out_h, d.out_w)
+        d.zeros = np.full(in_c, plans[0].pad_byte, dtype=np.uint8)
+    return d
 
 
 def plan_conv(ctx: OperationContext):
@@ -296,6 +305,10 @@ def _run_int(d: IntGemm, x: np.ndarray, out: np.ndarray, table: np.ndarray = gem
     ob = out.reshape(-1).view(np.uint8)
     count = len(d.groups)
     in_g, oc_g = d.in_c // count, d.out_c // count
+    taps = d.filter_h * d.filter_w
+    if d.ind is not None and d.ind.size == rows * taps:  # planned for this batch size
+        gemm.run_indirect(d.groups[0], x.reshape(-1).view(np.uint8), d.ind, d.zeros, taps, rows, ob, table)
+        return out
     for g, p in enumerate(d.groups):
         if d.direct:
             gemm.run(p, x.reshape(-1).view(np.uint8), g * in_g, d.in_c, rows, ob, g * oc_g, d.out_c, table)

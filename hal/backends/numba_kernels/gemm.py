@@ -13,7 +13,9 @@ modulo 2^32 like TFLite's int32 accumulator, so the whole identity holds in int3
 Each tile's int32 sums are requantized while still in cache (bias, row term,
 MultiplyByQuantizedMultiplier, output zero point, activation clamp, one byte out), so no int32
 or float matrix ever reaches memory. A 1×1 convolution with stride 1 (and a FULLY_CONNECTED) reads
-its NHWC input in place when K is a multiple of 4; other shapes gather their rows in bytes first.
+its NHWC input in place when K is a multiple of 4; a convolution whose input channels are a
+multiple of 4 reads each tap's channels in place through ``indirection``'s table
+(``run_indirect``); other shapes gather their rows in bytes first.
 """
 from __future__ import annotations
 
@@ -57,6 +59,15 @@ class GemmPlan:
     #: 0 where the row term is 0 and simd.floor_at_zero_point holds (the tiles' cheaper
     #: epilogue), else 1
     general: int = 1
+    #: 1 where the output is int8 (the activations' type), 0 for uint8
+    signed_output: int = 0
+
+    @functools.cached_property
+    def flags(self) -> int:
+        """The tiles' ``general`` argument: ``general`` in bit 0, ``signed_output`` in bit 1, bit 2
+        where the general requantization needs neither the row term nor a left shift."""
+        lean = self.general and self.row_coef == 0 and not self.left.any()
+        return self.general | self.signed_output << 1 | int(lean) << 2
 
     @property
     def kq(self) -> int:
@@ -104,7 +115,8 @@ def make_plan(w2d: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x
     general = 0 if cw == zw0 and floor_at_zero_point(np.maximum(shifts, 0), output_zp, lo) else 1
     return GemmPlan(np.ascontiguousarray(packed).reshape(-1), per_column(_wrap32(folded)), cw - zw0,
                     XOR80 if ca else 0, x_zp & 0xFF, k, n, per_column(multipliers),
-                    per_column(np.maximum(shifts, 0)), per_column(np.maximum(-shifts, 0)), output_zp, lo, hi, general)
+                    per_column(np.maximum(shifts, 0)), per_column(np.maximum(-shifts, 0)), output_zp, lo, hi, general,
+                    int(ca != 0))
 
 
 # ---- native kernels ---------------------------------------------------------------------------
@@ -113,6 +125,9 @@ I64 = numba.int64
 _SIG_GEMM = numba.void(ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64, I64, ro(np.int32, 1), I64,
                        ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64, rw(np.uint8, 1), I64, I64,
                        I64, I64, ro(np.uint8, 1), I64)
+_SIG_GEMM_IND = numba.void(ro(np.uint8, 1), ro(np.int32, 1), ro(np.uint8, 1), I64, I64, I64, ro(np.int8, 1), I64, I64,
+                           ro(np.int32, 1), I64, ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64,
+                           rw(np.uint8, 1), I64, I64, I64, I64, ro(np.uint8, 1), I64)
 #: Rows per block when a table follows the GEMM: each block's output is looked up while in cache.
 TABLE_ROWS = 48  # whole 6- and 8-row tiles
 
@@ -133,6 +148,14 @@ else:
 
 if vnni.AVAILABLE:
     from hal.backends.numba_kernels.vnni import (
+        ind_1x1,
+        ind_1x2,
+        ind_1x3,
+        ind_1x4,
+        ind_6x4,
+        ind_8x1,
+        ind_8x2,
+        ind_8x3,
         tile_1x1,
         tile_1x2,
         tile_1x3,
@@ -145,8 +168,11 @@ if vnni.AVAILABLE:
 
     @numba.njit(inline="always")
     def _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
-                    r0, b0, r1, corr, panels, pstride, general):
-        """Rows [b0, r1) of ``_gemm_rows``' rows [r0, ..) (``corr`` is indexed from r0)."""
+                    r0, b0, r1, corr, panels, pstride, general, ind, zeros):
+        """Rows [b0, r1) of ``_gemm_rows``' rows [r0, ..) (``corr`` is indexed from r0). With an
+        indirection table ``ind`` (non-empty: ``lda`` segments of ``kq`` blocks per row, vnni's
+        ``indirect`` tiles) rows are read through it, else ``lda`` bytes apart from ``a_off``."""
+        indirect = ind.shape[0] > 0
         for p0 in range(0, panels, 4):
             nr = min(4, panels - p0)
             mr = 6 if nr == 4 else 8
@@ -158,11 +184,37 @@ if vnni.AVAILABLE:
                 left_rows = r1 - i
                 one = left_rows <= mr // 2  # a short tail: single rows waste nothing
                 rv = 1 if one else min(mr, left_rows)
-                off = a_off + i * lda
+                off = i if indirect else a_off + i * lda
                 last = rows - i
                 co = i - r0
                 oo = o_off + i * ldo
-                if one:
+                if indirect:
+                    if one:
+                        if nr == 4:
+                            ind_1x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                    c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
+                        elif nr == 3:
+                            ind_1x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                    c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
+                        elif nr == 2:
+                            ind_1x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                    c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
+                        else:
+                            ind_1x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                    c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
+                    elif nr == 4:
+                        ind_6x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
+                    elif nr == 3:
+                        ind_8x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
+                    elif nr == 2:
+                        ind_8x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
+                    else:
+                        ind_8x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                                c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
+                elif one:
                     if nr == 4:
                         tile_1x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
                                  c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
@@ -189,36 +241,61 @@ if vnni.AVAILABLE:
                              c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 i += rv
 
-    @numba.njit(_SIG_GEMM, cache=True, nogil=True)
-    def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right, out_zp, lo, hi, out,
-                   o_off, ldo, r0, r1, table, general):
-        """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
-        ``a`` (``4·kq`` bytes at ``a_off + m·lda``). ``rows``: the matrix's row count (a partial
-        tile repeats its last row, never reads past it). ``table`` (256 bytes, or empty): looked up
-        on the output, TABLE_ROWS rows at a time right after they are computed. ``general``: 0 where
-        ``row_coef`` is 0 and simd.floor_at_zero_point holds (the tiles' cheaper epilogue), else 1."""
+    @numba.njit(inline="always")
+    def _blocks(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
+                r0, r1, table, general, corr, pstride, ind, zeros):
+        """Rows [r0, r1) in blocks of TABLE_ROWS where a table follows (looked up while in cache)."""
         panels = (n + 15) // 16
-        pstride = kq * 64
-        xb = a_xor & 0xFF
-        corr = np.zeros(r1 - r0 + 8, dtype=np.int32)  # + 8: the rows a partial tile computes and drops
-        if row_coef != 0:
-            for m in range(r0, r1):
-                s = np.int32(0)
-                base = a_off + m * lda
-                for kk in range(4 * kq):
-                    s += np.int32(a[base + kk] ^ xb)
-                corr[m - r0] = np.int32(np.int64(s) * row_coef)  # int32 wrap, as the accumulator
         block = TABLE_ROWS if table.shape[0] == 256 else max(r1 - r0, 1)
         for b0 in range(r0, r1, block):
             b1 = min(r1, b0 + block)
             _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off,
-                        ldo, r0, b0, b1, corr, panels, pstride, general)
+                        ldo, r0, b0, b1, corr, panels, pstride, general, ind, zeros)
             if table.shape[0] == 256:
                 if ldo == n:
                     lookup_in_place(out, o_off + b0 * ldo, (b1 - b0) * n, table)
                 else:
                     for m in range(b0, b1):
                         lookup_in_place(out, o_off + m * ldo, n, table)
+
+    @numba.njit(_SIG_GEMM, cache=True, nogil=True)
+    def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right, out_zp, lo, hi, out,
+                   o_off, ldo, r0, r1, table, general):
+        """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
+        ``a`` (``4·kq`` bytes at ``a_off + m·lda``). ``rows``: the matrix's row count (a partial
+        tile repeats its last row, never reads past it). ``table`` (256 bytes, or empty): looked up
+        on the output, TABLE_ROWS rows at a time right after they are computed. ``general``: the plan's
+        ``flags`` (bit 0 clear where ``row_coef`` is 0 and simd.floor_at_zero_point holds: the tiles'
+        cheaper epilogue; bit 1: an int8 output; bit 2: no row term nor left shift)."""
+        corr = np.zeros(r1 - r0 + 8, dtype=np.int32)  # + 8: the rows a partial tile computes and drops
+        if row_coef != 0:
+            xb = a_xor & 0xFF
+            for m in range(r0, r1):
+                s = np.int32(0)
+                base = a_off + m * lda
+                for kk in range(4 * kq):
+                    s += np.int32(a[base + kk] ^ xb)
+                corr[m - r0] = np.int32(np.int64(s) * row_coef)  # int32 wrap, as the accumulator
+        _blocks(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
+                r0, r1, table, general, corr, kq * 64, np.empty(0, np.int32), np.empty(0, np.uint8))
+
+    @numba.njit(_SIG_GEMM_IND, cache=True, nogil=True)
+    def _gemm_rows_indirect(a, ind, zeros, segs, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right, out_zp,
+                            lo, hi, out, o_off, ldo, r0, r1, table, general):
+        """``_gemm_rows`` with row m made of the ``segs`` segments of ``4·kq`` bytes at
+        ``ind[m·segs + s]`` in ``a`` (or ``zeros`` where negative): a convolution's taps in place."""
+        corr = np.zeros(r1 - r0 + 8, dtype=np.int32)
+        if row_coef != 0:
+            xb = a_xor & 0xFF
+            for m in range(r0, r1):
+                s = np.int32(0)
+                for g in range(segs):
+                    base = ind[m * segs + g]
+                    for kk in range(4 * kq):
+                        s += np.int32((a[base + kk] if base >= 0 else zeros[kk]) ^ xb)
+                corr[m - r0] = np.int32(np.int64(s) * row_coef)
+        _blocks(a, 0, segs, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
+                r0, r1, table, general, corr, segs * kq * 64, ind, zeros)
 
 
 _SIG_GATHER = numba.void(ro(np.uint8, 1), *[I64] * 16, rw(np.uint8, 1))
@@ -296,19 +373,46 @@ def run(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.nda
     int8/uint8 output) from row m of ``a`` (``lda`` apart from ``a_off`` in a flat uint8 view).
     The rows are split over ``hal.backends.compute_threads()`` threads (the kernels release the
     GIL); 1 thread unless ``--threads`` says otherwise."""
-    ldo = p.n if ldo is None else ldo
+    _split(_gemm_rows, (a, a_off, lda, rows, *p.kernel_args, out, o_off, p.n if ldo is None else ldo), p, rows,
+           table)
+
+
+def run_indirect(p: GemmPlan, a: np.ndarray, ind: np.ndarray, zeros: np.ndarray, segs: int, rows: int,
+                 out: np.ndarray, table: np.ndarray = _NO_TABLE) -> None:
+    """``run`` with row m made of the ``segs`` segments ``ind[m·segs:(m + 1)·segs]`` locate in
+    ``a`` (``indirection``'s table; ``zeros`` for a negative entry), ``out`` rows n bytes apart."""
+    args = p.kernel_args
+    _split(_gemm_rows_indirect, (a, ind, zeros, segs, rows, args[0], args[1], p.kq // segs, *args[3:], out, 0, p.n),
+           p, rows, table)
+
+
+def _split(kernel, args: tuple, p: GemmPlan, rows: int, table: np.ndarray) -> None:
+    """``kernel(*args, r0, r1, table, flags)`` over the rows, split over the compute threads."""
     threads = (backends.compute_threads() or 1) if rows * p.k * p.n >= PARALLEL_MACS else 1
     if threads == 1:
-        _gemm_rows(a, a_off, lda, rows, *p.kernel_args, out, o_off, ldo, 0, rows, table, p.general)
+        kernel(*args, 0, rows, table, p.flags)
         return
-    args = (a, a_off, lda, rows, *p.kernel_args, out, o_off, ldo)
     per_thread = -(-rows // threads)
     step = -(-per_thread // 8) * 8  # a multiple of 8 rows: whole tiles per thread
     parts = [(r, min(rows, r + step)) for r in range(0, rows, step)]
-    futures = [_workers(threads).submit(_gemm_rows, *args, r0, r1, table, p.general) for r0, r1 in parts[1:]]
-    _gemm_rows(*args, *parts[0], table, p.general)
+    futures = [_workers(threads).submit(kernel, *args, r0, r1, table, p.flags) for r0, r1 in parts[1:]]
+    kernel(*args, *parts[0], table, p.flags)
     for f in futures:
         f.result()
+
+
+def indirection(n_b: int, h: int, w: int, c: int, fh: int, fw: int, sh: int, sw: int, dh: int, dw: int, top: int,
+                left: int, out_h: int, out_w: int) -> np.ndarray | None:
+    """int32 [rows · fh·fw]: for output pixel (n, oy, ox) and tap (fy, fx), the byte offset of its
+    ``c`` input channels in the flat NHWC input, or −1 outside the image (``run_indirect``'s
+    table, in the im2col column order); None where an offset would not fit in int32."""
+    if n_b * h * w * c >= 1 << 31:
+        return None
+    n = np.arange(n_b)[:, None, None, None, None]
+    iy = (np.arange(out_h) * sh - top)[None, :, None, None, None] + (np.arange(fh) * dh)[None, None, None, :, None]
+    ix = (np.arange(out_w) * sw - left)[None, None, :, None, None] + (np.arange(fw) * dw)[None, None, None, None, :]
+    inside = (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
+    return np.ascontiguousarray(np.where(inside, ((n * h + iy) * w + ix) * c, -1).astype(np.int32).reshape(-1))
 
 
 def gather(p: GemmPlan, x: np.ndarray, fh: int, fw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int,

@@ -34,7 +34,8 @@ def splat(builder, value, vec_type):
     return builder.shuffle_vector(builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef, mask)
 
 
-def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi, general: bool = True):
+def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi, general: bool = True,
+                     shifts_left: bool | None = None):
     """TFLite's MultiplyByQuantizedMultiplier on 16 int32 lanes (per-lane multiplier, left and
     right shift), then the output zero point and the activation clamp: the same integer steps as
     fixedpoint.multiply_by_quantized_multiplier, as vector instructions.
@@ -42,10 +43,21 @@ def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi, general: bool 
     ``general=False``: for a layer whose left shifts are all 0 and whose clamp's lower bound is at
     or above the output zero point (a RELU-type activation; ``floor_at_zero_point``). Its negative
     values round half up instead of away from zero: they differ only on negative results, which
-    such a clamp maps to its lower bound either way."""
+    such a clamp maps to its lower bound either way. ``shifts_left``: as ``multiply_lanes``'."""
+    v = builder.add(multiply_lanes(builder, acc, mult, left, right, general, shifts_left), zp)
+    v = builder.select(builder.icmp_signed("<", v, lo), lo, v)
+    return builder.select(builder.icmp_signed(">", v, hi), hi, v)
+
+
+def multiply_lanes(builder, acc, mult, left, right, general: bool = True, shifts_left: bool | None = None):
+    """``requantize_lanes`` before the zero point and the clamp: MultiplyByQuantizedMultiplier
+    alone (``general=False`` valid only where a clamp at or above the zero point follows).
+    ``shifts_left=False``: every lane's left shift is 0 (default: ``general``)."""
     i32, i64 = ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
-    x = builder.shl(acc, left) if general else acc  # int32 wrap-around, as TFLite's shift of an int32
+    if shifts_left is None:
+        shifts_left = general
+    x = builder.shl(acc, left) if shifts_left else acc  # int32 wrap-around, as TFLite's shift of an int32
     # SaturatingRoundingDoublingHighMul then RoundingDivideByPOT by e = right, as one rounding of
     # the 64-bit product p = x·m. The first is h = floor((p + 2^30) / 2^31) for every product (the
     # truncating division of a negative product with its nudge 1 − 2^30 is the same); its one
@@ -77,11 +89,8 @@ def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi, general: bool 
     odd = rounded_shift(builder.mul(builder.ashr(xq, c_half(32)), builder.ashr(mq, c_half(32))),
                         builder.lshr(eq, c_half(32)))
     # each result is the low half of its 64-bit lane: even lanes from ``even``, odd from ``odd``
-    rounded = builder.shuffle_vector(builder.bitcast(even, v32), builder.bitcast(odd, v32),
-                                     ir.Constant(v32, [k + (LANES - 1) * (k % 2) for k in range(LANES)]))
-    v = builder.add(rounded, zp)  # RoundingDivideByPOT + the output zero point
-    v = builder.select(builder.icmp_signed("<", v, lo), lo, v)
-    return builder.select(builder.icmp_signed(">", v, hi), hi, v)
+    return builder.shuffle_vector(builder.bitcast(even, v32), builder.bitcast(odd, v32),
+                                  ir.Constant(v32, [k + (LANES - 1) * (k % 2) for k in range(LANES)]))
 
 
 def floor_at_zero_point(left, output_zp: int, act_min: int) -> bool:
@@ -294,39 +303,63 @@ def _binary(is_mul: bool):
             if not is_mul:
                 scale_x = _shifted_input(builder, prm[2], prm[3], prm[4])
                 scale_y = _shifted_input(builder, prm[2], prm[5], prm[6])
-            # rows of ``period`` elements (the last one cut at n); b restarts at b_off in each
-            with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_v, period_v) as (r, _):
-                left = builder.sub(n_v, r)
-                width = builder.select(builder.icmp_signed("<", left, period_v), left, period_v)
-                entry = builder.block
-                head = builder.append_basic_block("bin.head")
-                body = builder.append_basic_block("bin.body")
-                done = builder.append_basic_block("bin.done")
-                builder.branch(head)
-                builder.position_at_end(head)
-                j = builder.phi(i64)
-                j.add_incoming(ir.Constant(i64, 0), entry)
-                builder.cbranch(builder.icmp_signed("<", j, width), body, done)
-                builder.position_at_end(body)
-                keep = builder.icmp_signed("<", lanes, splat(builder, builder.trunc(builder.sub(width, j), i32), v32))
 
-                def operand(ptr, at, offset):
-                    v = masked_load(builder, builder.gep(ptr, [at]), v8, keep, zero8)
-                    return builder.add(builder.sext(v, v32) if signed else builder.zext(v, v32), offset)
-                rj = builder.add(r, j)
-                x = operand(a_ptr, builder.add(a_off_v, rj), prm[0])
-                y = operand(b_ptr, builder.add(b_off_v, j), prm[1])
-                if is_mul:
-                    q = requantize_lanes(builder, builder.mul(x, y), prm[2], prm[3], prm[4], prm[9], prm[10], prm[11])
-                else:
-                    sx, sy = scale_x(x), scale_y(y)
-                    q = requantize_lanes(builder, builder.add(sx, sy), prm[7], zero, prm[8], prm[9], prm[10],
-                                         prm[11])
-                masked_store(builder, builder.trunc(q, v8), builder.gep(o_ptr, [builder.add(o_off_v, rj)]), keep)
-                j_next = builder.add(j, ir.Constant(i64, LANES))
-                builder.branch(head)
-                j.add_incoming(j_next, body)
-                builder.position_at_end(done)
+            def rows(general: bool, shifts_left: bool):
+                """The loop over the rows, with requantize_lanes(general=...) (see below)."""
+                # rows of ``period`` elements (the last one cut at n); b restarts at b_off in each
+                with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_v, period_v) as (r, _):
+                    left = builder.sub(n_v, r)
+                    width = builder.select(builder.icmp_signed("<", left, period_v), left, period_v)
+                    entry = builder.block
+                    head = builder.append_basic_block("bin.head")
+                    body = builder.append_basic_block("bin.body")
+                    done = builder.append_basic_block("bin.done")
+                    builder.branch(head)
+                    builder.position_at_end(head)
+                    j = builder.phi(i64)
+                    j.add_incoming(ir.Constant(i64, 0), entry)
+                    builder.cbranch(builder.icmp_signed("<", j, width), body, done)
+                    builder.position_at_end(body)
+                    left_j = builder.trunc(builder.sub(width, j), i32)
+                    keep = builder.icmp_signed("<", lanes, splat(builder, left_j, v32))
+
+                    def operand(ptr, at, offset):
+                        v = masked_load(builder, builder.gep(ptr, [at]), v8, keep, zero8)
+                        return builder.add(builder.sext(v, v32) if signed else builder.zext(v, v32), offset)
+                    rj = builder.add(r, j)
+                    x = operand(a_ptr, builder.add(a_off_v, rj), prm[0])
+                    y = operand(b_ptr, builder.add(b_off_v, j), prm[1])
+                    if is_mul:
+                        q = requantize_lanes(builder, builder.mul(x, y), prm[2], prm[3], prm[4], prm[9], prm[10],
+                                             prm[11], general, shifts_left)
+                    else:
+                        sx, sy = scale_x(x), scale_y(y)
+                        q = requantize_lanes(builder, builder.add(sx, sy), prm[7], zero, prm[8], prm[9], prm[10],
+                                             prm[11], general, False)
+                    masked_store(builder, builder.trunc(q, v8), builder.gep(o_ptr, [builder.add(o_off_v, rj)]), keep)
+                    j_next = builder.add(j, ir.Constant(i64, LANES))
+                    builder.branch(head)
+                    j.add_incoming(j_next, body)
+                    builder.position_at_end(done)
+
+            # the cheaper requantization where simd.floor_at_zero_point holds (a RELU-type clamp and,
+            # for MUL, no left shift), else the general one (without MUL's left shift where it is 0)
+            scalar = [builder.load(builder.gep(p_ptr, [ir.Constant(i64, k)])) for k in (3, 9, 10)]
+            no_left = builder.icmp_signed("==", scalar[0], ir.Constant(i32, 0)) if is_mul \
+                else ir.Constant(ir.IntType(1), 1)
+            cheap = builder.and_(no_left, builder.icmp_signed(">=", scalar[2], scalar[1]))
+            with builder.if_else(cheap) as (then, otherwise):
+                with then:
+                    rows(False, False)
+                with otherwise:
+                    if is_mul:
+                        with builder.if_else(no_left) as (lean, full):
+                            with lean:
+                                rows(True, False)
+                            with full:
+                                rows(True, True)
+                    else:
+                        rows(True, False)
             return context.get_dummy_value()
         return sig, codegen
     return binary

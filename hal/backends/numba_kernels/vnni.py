@@ -31,7 +31,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from hal.backends.numba_kernels.simd import byte_blocks, masked_load, masked_store
-from hal.backends.numba_kernels.simd import requantize_lanes as _requantize
+from hal.backends.numba_kernels.simd import multiply_lanes as _multiply
 from hal.backends.numba_kernels.simd import splat as _splat
 
 _REQUIRED = ("avx512f", "avx512bw", "avx512vnni")
@@ -55,7 +55,7 @@ PANEL = 16
 KSTEP = 4
 
 
-def _tile_intrinsic(mr: int, nr: int):
+def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
     """The MR × NR·16 micro-kernel with its requantization, as an intrinsic with the signature
     ``tile(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
     right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general)``:
@@ -68,46 +68,49 @@ def _tile_intrinsic(mr: int, nr: int):
     - then per row ``corr[corr_off + r]`` and per column ``bias``, ``mult``, ``left``, ``right``
       (int32 arrays read from ``col0``, padded to whole panels) requantize the sums;
     - the bytes go to ``out[o_off + r · ldo + c]`` for rows r < ``rv`` and columns c < ``nc``;
-    - ``general`` 0: no row term (``corr`` unread) and simd.floor_at_zero_point holds, so the
-      requantization takes its cheaper form (``requantize_lanes(general=False)``); else 1.
+    - ``general`` bit 0 clear: no row term (``corr`` unread) and simd.floor_at_zero_point holds, so
+      the requantization takes its cheaper form (``requantize_lanes(general=False)``); bit 1: the
+      output is int8 (else uint8), which the NR = 4 tiles' packed epilogue needs to know; bit 2
+      with bit 0: the general requantization without its row term and left shift (no row term,
+      every left shift 0: a layer with no RELU-type clamp, the int8 projections).
+
+    ``indirect``: two more arguments, ``ind`` (int32) and ``zeros`` (bytes), and each row made of
+    ``lda`` segments of ``4 · kq`` bytes: segment s of row r is at byte ``ind[(a_off + min(r, rows
+    − 1)) · lda + s]`` of ``a``, or at ``zeros`` where that is negative (a convolution's taps read
+    in place, the padding's from a block of zero-point bytes: no im2col copy); its weight blocks
+    are ``s · kq`` on.
     """
-    @intrinsic
-    def tile(typingctx, a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-             right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general):
-        sig = types.void(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-                         right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general)
+    def codegen(context, builder, signature, args):
+        (a_arr, a_off_v, lda_v, rows_v, xor_v, w_arr, w_off_v, pstride_v, kq_v, corr_arr, corr_off_v, bias_arr,
+         mult_arr, left_arr, right_arr, col0_v, zp_v, lo_v, hi_v, out_arr, o_off_v, ldo_v, rv_v, nc_v,
+         general_v) = args[:25]
+        i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+        i8p = i8.as_pointer()
+        v16 = ir.VectorType(i32, PANEL)
 
-        def codegen(context, builder, signature, args):
-            (a_arr, a_off_v, lda_v, rows_v, xor_v, w_arr, w_off_v, pstride_v, kq_v, corr_arr, corr_off_v, bias_arr,
-             mult_arr, left_arr, right_arr, col0_v, zp_v, lo_v, hi_v, out_arr, o_off_v, ldo_v, rv_v, nc_v,
-             general_v) = args
-            i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-            i8p = i8.as_pointer()
-            v16 = ir.VectorType(i32, PANEL)
+        def data(k, arr, ptr_type):
+            return builder.bitcast(context.make_array(signature.args[k])(context, builder, arr).data, ptr_type)
 
-            def data(k, arr, ptr_type):
-                return builder.bitcast(context.make_array(signature.args[k])(context, builder, arr).data, ptr_type)
+        a_ptr, w_ptr, o_ptr = data(0, a_arr, i8p), data(5, w_arr, i8p), data(19, out_arr, i8p)
+        corr_ptr = data(9, corr_arr, i32.as_pointer())
+        xor32 = builder.trunc(xor_v, i32)
+        last = builder.sub(rows_v, ir.Constant(i64, 1))
+        clamped_rows = [builder.select(builder.icmp_signed("<", ir.Constant(i64, r), rows_v), ir.Constant(i64, r),
+                                       last) for r in range(mr)]
+        panel_ptrs = [builder.gep(w_ptr, [builder.add(w_off_v, builder.mul(ir.Constant(i64, p), pstride_v))])
+                      for p in range(nr)]
+        dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16, v16, v16]),
+                                             "llvm.x86.avx512.vpdpbusd.512")
 
-            a_ptr, w_ptr, o_ptr = data(0, a_arr, i8p), data(5, w_arr, i8p), data(19, out_arr, i8p)
-            corr_ptr = data(9, corr_arr, i32.as_pointer())
-            xor32 = builder.trunc(xor_v, i32)
-            last = builder.sub(rows_v, ir.Constant(i64, 1))
-            row_ptrs = []
-            for r in range(mr):
-                rr = ir.Constant(i64, r)
-                clamped = builder.select(builder.icmp_signed("<", rr, rows_v), rr, last)
-                row_ptrs.append(builder.gep(a_ptr, [builder.add(a_off_v, builder.mul(clamped, lda_v))]))
-            panel_ptrs = [builder.gep(w_ptr, [builder.add(w_off_v, builder.mul(ir.Constant(i64, p), pstride_v))])
-                          for p in range(nr)]
-            dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16, v16, v16]),
-                                                 "llvm.x86.avx512.vpdpbusd.512")
+        def column_vector(k, arr, p):  # 16 int32 per-column values of panel p
+            base = data(k, arr, i32.as_pointer())
+            col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
+            return builder.load(builder.bitcast(builder.gep(base, [col]), v16.as_pointer()), align=4)
+        biases = [column_vector(11, bias_arr, p) for p in range(nr)]  # the sums start from the bias
 
-            def column_vector(k, arr, p):  # 16 int32 per-column values of panel p
-                base = data(k, arr, i32.as_pointer())
-                col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
-                return builder.load(builder.bitcast(builder.gep(base, [col]), v16.as_pointer()), align=4)
-            biases = [column_vector(11, bias_arr, p) for p in range(nr)]  # the sums start from the bias
-
+        def k_loop(row_ptrs, block0, count, init):
+            """``count`` blocks of 4 k from the rows at ``row_ptrs`` and weight block ``block0``
+            on: the accumulators from ``init``, left at the loop's exit (the builder too)."""
             entry = builder.block
             head = builder.append_basic_block("vnni.head")
             body = builder.append_basic_block("vnni.body")
@@ -117,20 +120,20 @@ def _tile_intrinsic(mr: int, nr: int):
             q = builder.phi(i64)
             q.add_incoming(ir.Constant(i64, 0), entry)
             accs = [[builder.phi(v16) for _ in range(nr)] for _ in range(mr)]
-            for row in accs:
-                for p, acc in enumerate(row):
-                    acc.add_incoming(biases[p], entry)
-            builder.cbranch(builder.icmp_signed("<", q, kq_v), body, done)
+            for row, start in zip(accs, init):
+                for acc, v in zip(row, start):
+                    acc.add_incoming(v, entry)
+            builder.cbranch(builder.icmp_signed("<", q, count), body, done)
 
             builder.position_at_end(body)
             koff = builder.mul(q, ir.Constant(i64, KSTEP))
-            woff = builder.mul(q, ir.Constant(i64, PANEL * KSTEP))
+            woff = builder.mul(builder.add(block0, q), ir.Constant(i64, PANEL * KSTEP))
             wv = [builder.load(builder.bitcast(builder.gep(panel_ptrs[p], [woff]), v16.as_pointer()), align=1)
                   for p in range(nr)]
             new = []
             for r in range(mr):
-                word = builder.xor(builder.load(builder.bitcast(builder.gep(row_ptrs[r], [koff]), i32.as_pointer()),
-                                                align=1), xor32)
+                word = builder.xor(builder.load(builder.bitcast(builder.gep(row_ptrs[r], [koff]),
+                                                                i32.as_pointer()), align=1), xor32)
                 bc = _splat(builder, word, v16)
                 new.append([builder.call(dot, [accs[r][p], bc, wv[p]]) for p in range(nr)])
             q_next = builder.add(q, ir.Constant(i64, 1))
@@ -139,41 +142,151 @@ def _tile_intrinsic(mr: int, nr: int):
             for r in range(mr):
                 for p in range(nr):
                     accs[r][p].add_incoming(new[r][p], body)
-
             builder.position_at_end(done)
-            zp, lo, hi = (_splat(builder, builder.trunc(v, i32), v16) for v in (zp_v, lo_v, hi_v))
-            lanes = ir.Constant(v16, list(range(PANEL)))
-            v16i8, v16i1 = ir.VectorType(i8, PANEL), ir.VectorType(i1, PANEL)
-            store = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [v16i8, v16i8.as_pointer(), i32, v16i1]),
-                "llvm.masked.store.v16i8.p0")
-            nc32 = builder.trunc(nc_v, i32)
+            return accs
 
-            def epilogue(general: bool):
+        biases = [[column_vector(11, bias_arr, p) for p in range(nr)]] * mr  # the sums start from the bias
+        if not indirect:
+            row_ptrs = [builder.gep(a_ptr, [builder.add(a_off_v, builder.mul(c, lda_v))]) for c in clamped_rows]
+            accs = k_loop(row_ptrs, ir.Constant(i64, 0), kq_v, biases)
+        else:  # a_off: the tile's first row; lda: segments per row; kq: blocks per segment
+            ind_ptr = data(25, args[25], i32.as_pointer())
+            zeros_ptr = data(26, args[26], i8p)
+            entry = builder.block
+            head = builder.append_basic_block("ind.head")
+            body = builder.append_basic_block("ind.body")
+            done = builder.append_basic_block("ind.done")
+            builder.branch(head)
+            builder.position_at_end(head)
+            seg = builder.phi(i64)
+            seg.add_incoming(ir.Constant(i64, 0), entry)
+            outer = [[builder.phi(v16) for _ in range(nr)] for _ in range(mr)]
+            for row, start in zip(outer, biases):
+                for acc, v in zip(row, start):
+                    acc.add_incoming(v, entry)
+            builder.cbranch(builder.icmp_signed("<", seg, lda_v), body, done)
+            builder.position_at_end(body)
+            row_ptrs = []
+            for c in clamped_rows:
+                at = builder.add(builder.mul(builder.add(a_off_v, c), lda_v), seg)
+                off = builder.sext(builder.load(builder.gep(ind_ptr, [at])), i64)
+                row_ptrs.append(builder.select(builder.icmp_signed("<", off, ir.Constant(i64, 0)), zeros_ptr,
+                                               builder.gep(a_ptr, [off])))
+            inner = k_loop(row_ptrs, builder.mul(seg, kq_v), kq_v, outer)
+            seg_end = builder.block
+            seg_next = builder.add(seg, ir.Constant(i64, 1))
+            builder.branch(head)
+            seg.add_incoming(seg_next, seg_end)
+            for r in range(mr):
                 for p in range(nr):
-                    col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
-                    mult, left, right = (column_vector(k, arr, p) for k, arr in
-                                         ((12, mult_arr), (13, left_arr), (14, right_arr)))
-                    left_in_panel = builder.sub(nc32, ir.Constant(i32, p * PANEL))
-                    in_panel = builder.icmp_signed("<", lanes, _splat(builder, left_in_panel, v16))
-                    for r in range(mr):
-                        rr = ir.Constant(i64, r)
-                        acc = accs[r][p]
-                        if general:
-                            row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
-                            acc = builder.add(acc, _splat(builder, row_corr, v16))  # int32 wrap-around
-                        qv = builder.trunc(_requantize(builder, acc, mult, left, right, zp, lo, hi, general), v16i8)
-                        keep = builder.and_(in_panel, _splat(builder, builder.icmp_signed("<", rr, rv_v), v16i1))
-                        dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, builder.mul(rr, ldo_v)), col)])
-                        builder.call(store, [qv, builder.bitcast(dst, v16i8.as_pointer()),
-                                             ir.Constant(i32, 1), keep])
-            with builder.if_else(builder.icmp_signed("!=", general_v, ir.Constant(i64, 0))) as (then, otherwise):
-                with then:
-                    epilogue(True)
-                with otherwise:
-                    epilogue(False)
-            return context.get_dummy_value()
-        return sig, codegen
+                    outer[r][p].add_incoming(inner[r][p], seg_end)
+            builder.position_at_end(done)
+            accs = outer
+
+        zp, lo, hi = (_splat(builder, builder.trunc(v, i32), v16) for v in (zp_v, lo_v, hi_v))
+        lanes = ir.Constant(v16, list(range(PANEL)))
+        v16i8, v16i1 = ir.VectorType(i8, PANEL), ir.VectorType(i1, PANEL)
+        store = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [v16i8, v16i8.as_pointer(), i32, v16i1]),
+            "llvm.masked.store.v16i8.p0")
+        nc32 = builder.trunc(nc_v, i32)
+
+        def packed_epilogue(general: bool, lean: bool):
+            """nr = 4: a row's 64 columns requantized together, narrowed with saturating packs
+            (int32 -> int16, + zero point, -> uint8), clamped and stored as one 64-byte vector.
+            Bytes are computed in the unsigned domain (an int8 output offset by 128, flipped
+            back by the XOR with 0x80); saturation is monotone and the clamp lies within
+            every saturated range, so the result is the 32-bit lane's clamp."""
+            i16 = ir.IntType(16)
+            v32i16, v64i8 = ir.VectorType(i16, 2 * PANEL), ir.VectorType(i8, 4 * PANEL)
+            signed = builder.and_(builder.lshr(general_v, ir.Constant(i64, 1)), ir.Constant(i64, 1))
+            offset = builder.mul(signed, ir.Constant(i64, 128))
+            zp16 = _splat(builder, builder.trunc(builder.add(zp_v, offset), i16), v32i16)
+            lo8, hi8, flip = (_splat(builder, builder.trunc(v, i8), v64i8) for v in
+                              (builder.add(lo_v, offset), builder.add(hi_v, offset), offset))
+            pack_dw = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v32i16, [v16, v16]),
+                                                     "llvm.x86.avx512.packssdw.512")
+            pack_wb = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v64i8, [v32i16, v32i16]),
+                                                     "llvm.x86.avx512.packuswb.512")
+            add_sat = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v32i16, [v32i16, v32i16]),
+                                                     "llvm.sadd.sat.v32i16")
+            lanes64 = ir.Constant(v64i8, list(range(4 * PANEL)))
+            ncap = builder.select(builder.icmp_signed("<", nc_v, ir.Constant(i64, 4 * PANEL)), nc_v,
+                                  ir.Constant(i64, 4 * PANEL))
+            in_row = builder.icmp_unsigned("<", lanes64, _splat(builder, builder.trunc(ncap, i8), v64i8))
+            # the packs interleave 128-bit lanes: dword 4L + j holds panel j's columns 4L .. 4L + 3
+            order = ir.Constant(v16, [4 * (k % 4) + k // 4 for k in range(PANEL)])
+            consts = [[column_vector(k, arr, p) for k, arr in ((12, mult_arr), (13, left_arr), (14, right_arr))]
+                      for p in range(nr)]
+            v64i1 = ir.VectorType(i1, 4 * PANEL)
+            for r in range(mr):
+                rr = ir.Constant(i64, r)
+                qs = []
+                for p in range(nr):
+                    acc = accs[r][p]
+                    if general and not lean:
+                        row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
+                        acc = builder.add(acc, _splat(builder, row_corr, v16))  # int32 wrap-around
+                    qs.append(_multiply(builder, acc, *consts[p], general, general and not lean))
+                ab = builder.call(add_sat, [builder.call(pack_dw, [qs[0], qs[1]]), zp16])
+                cd = builder.call(add_sat, [builder.call(pack_dw, [qs[2], qs[3]]), zp16])
+                b = builder.call(pack_wb, [ab, cd])
+                b = builder.select(builder.icmp_unsigned("<", b, lo8), lo8, b)
+                b = builder.xor(builder.select(builder.icmp_unsigned(">", b, hi8), hi8, b), flip)
+                b = builder.bitcast(builder.shuffle_vector(builder.bitcast(b, v16), ir.Constant(v16, ir.Undefined),
+                                                           order), v64i8)
+                keep = builder.and_(in_row, _splat(builder, builder.icmp_signed("<", rr, rv_v), v64i1))
+                dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, builder.mul(rr, ldo_v)), col0_v)])
+                masked_store(builder, b, dst, keep)
+
+        def epilogue(general: bool, lean: bool = False):
+            if nr == 4:
+                packed_epilogue(general, lean)
+                return
+            for p in range(nr):
+                col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
+                mult, left, right = (column_vector(k, arr, p) for k, arr in
+                                     ((12, mult_arr), (13, left_arr), (14, right_arr)))
+                left_in_panel = builder.sub(nc32, ir.Constant(i32, p * PANEL))
+                in_panel = builder.icmp_signed("<", lanes, _splat(builder, left_in_panel, v16))
+                for r in range(mr):
+                    rr = ir.Constant(i64, r)
+                    acc = accs[r][p]
+                    if general and not lean:
+                        row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
+                        acc = builder.add(acc, _splat(builder, row_corr, v16))  # int32 wrap-around
+                    qv = builder.add(_multiply(builder, acc, mult, left, right, general, general and not lean), zp)
+                    qv = builder.select(builder.icmp_signed("<", qv, lo), lo, qv)
+                    qv = builder.trunc(builder.select(builder.icmp_signed(">", qv, hi), hi, qv), v16i8)
+                    keep = builder.and_(in_panel, _splat(builder, builder.icmp_signed("<", rr, rv_v), v16i1))
+                    dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, builder.mul(rr, ldo_v)), col)])
+                    builder.call(store, [qv, builder.bitcast(dst, v16i8.as_pointer()),
+                                         ir.Constant(i32, 1), keep])
+        mode = builder.and_(general_v, ir.Constant(i64, 5))  # bit 0: general, bit 2: lean (below)
+        with builder.if_else(builder.icmp_signed("==", mode, ir.Constant(i64, 0))) as (cheap, other):
+            with cheap:
+                epilogue(False)
+            with other:
+                with builder.if_else(builder.icmp_signed("==", mode, ir.Constant(i64, 5))) as (lean, full):
+                    with lean:
+                        epilogue(True, lean=True)
+                    with full:
+                        epilogue(True)
+        return context.get_dummy_value()
+
+    if indirect:
+        @intrinsic
+        def tile(typingctx, a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+                 right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general, ind, zeros):
+            return types.void(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+                              right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general, ind, zeros), codegen
+        return tile
+
+    @intrinsic
+    def tile(typingctx, a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+             right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general):
+        return types.void(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+                          right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general), codegen
     return tile
 
 
@@ -187,6 +300,9 @@ if AVAILABLE:
     tile_1x3 = _tile_intrinsic(1, 3)
     tile_1x2 = _tile_intrinsic(1, 2)
     tile_1x1 = _tile_intrinsic(1, 1)
+    #: The same tiles reading their rows through an indirection table (``indirect``'s arguments).
+    ind_6x4, ind_8x3, ind_8x2, ind_8x1 = (_tile_intrinsic(m, n, True) for m, n in ((6, 4), (8, 3), (8, 2), (8, 1)))
+    ind_1x4, ind_1x3, ind_1x2, ind_1x1 = (_tile_intrinsic(1, n, True) for n in (4, 3, 2, 1))
 
 
 @intrinsic
