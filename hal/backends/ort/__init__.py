@@ -13,10 +13,12 @@ prepareModel and prepareModelFromCache alike: a graph of a few tens of KiB, pars
 optimisations off, whose large weights are graph inputs fed on every run from those arrays (at
 prepareModelFromCache, read-only views of the entry's mapping). onnxruntime copies every
 initializer it is given into memory of its own (external initializers included), and faulting in
-a fresh copy of the weights was most of a load; an input is read in place. The weights a kernel
-pre-packs (a Gemm's or MatMul's B, a ConvTranspose's filter) stay initializers, handed over as
-external initializers: pre-packing copies them anyway, and the packed layout is what makes those
-kernels fast on one row. The optimised graph
+a fresh copy of the weights was most of a load; an input is read in place. The weights of up to
+PREPACK_MAX_BYTES a kernel pre-packs (a Gemm's or MatMul's B, a ConvTranspose's filter) stay
+initializers, handed over as external initializers: pre-packing copies them anyway, and the
+packed layout is what makes a small matrix fast on one row (an MLP's layers). A larger one is an
+input: on one row its kernel reads it as fast unpacked, and a copy of it costs a load more than
+packing gains. The optimised graph
 is specific to this CPU (block size of the NCHWc layout), onnxruntime version and artifact form:
 all three are in the backend's version, so a cache entry made elsewhere or before is compiled
 again, never run.
@@ -62,6 +64,9 @@ _SUPPLIED = "nnhal-supplied-at-load"
 #: Operators whose onnxruntime CPU kernels pre-pack a constant input (MLAS packed B, ConvTranspose's
 #: transposed filter): their weights stay initializers.
 PREPACKING_OPS = frozenset({"Gemm", "MatMul", "FusedGemm", "FusedMatMul", "ConvTranspose"})
+#: The largest weight pre-packed (MobileNetV2's 5 MB classifier is not: copying it at load cost
+#: more than packing gained per run).
+PREPACK_MAX_BYTES = 1 << 20
 #: The artifact's form, in the backend's version: 2 = large weights are graph inputs unless a
 #: kernel pre-packs them (1 held all as external initializers, which onnxruntime copies at load).
 ARTIFACT_FORM = 2
@@ -189,10 +194,10 @@ def compile_partition(backend: GraphBackend, partition) -> tuple[OrtArtifact, Ex
 
 
 def _externalise(model: onnx.ModelProto, weights: bytes) -> tuple[tuple[str, ...], tuple[np.ndarray, ...], int]:
-    """The initializers onnxruntime wrote to ``weights`` (their names and values, read-only views of
-    it), those a kernel pre-packs first, and how many those are. Those stay in ``model`` marked as
-    supplied at load; each other one leaves its initializers and becomes a graph input of its type
-    and shape."""
+    """The initializers onnxruntime wrote to ``weights`` (their names and values, 64-byte aligned
+    copies), those a kernel pre-packs (up to PREPACK_MAX_BYTES) first, and how many those are. Those
+    stay in ``model`` marked as supplied at load; each other one leaves its initializers and becomes
+    a graph input of its type and shape."""
     packed = {i for n in model.graph.node if n.op_type in PREPACKING_OPS for i in n.input}
     found, kept = [], []
     for init in model.graph.initializer:
@@ -207,9 +212,10 @@ def _externalise(model: onnx.ModelProto, weights: bytes) -> tuple[tuple[str, ...
         count = int(np.prod(init.dims, dtype=np.int64))
         if count * dtype.itemsize != length or offset + length > len(weights):
             raise ValueError(f"initializer {init.name}: {length} bytes at {offset} do not hold {list(init.dims)}")
-        found.append((init.name not in packed, init.name,
-                      np.frombuffer(weights, dtype, count, offset).reshape(tuple(init.dims))))
-        if init.name in packed:
+        prepacked = init.name in packed and length <= PREPACK_MAX_BYTES
+        found.append((not prepacked, init.name, _aligned(np.frombuffer(weights, dtype, count, offset),
+                                                           tuple(init.dims))))
+        if prepacked:
             kept.append(init)
             del init.external_data[:]
             init.external_data.add(key="location", value=_SUPPLIED)
@@ -219,6 +225,16 @@ def _externalise(model: onnx.ModelProto, weights: bytes) -> tuple[tuple[str, ...
     model.graph.initializer.extend(kept)
     found.sort(key=lambda f: f[0])  # stable: the pre-packed first, each group in the model's order
     return tuple(f[1] for f in found), tuple(f[2] for f in found), sum(not f[0] for f in found)
+
+
+def _aligned(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A copy of ``values`` at a 64-byte aligned address, as the cache entry's arrays are: the
+    kernels read a fed weight where it is, and misaligned vector loads made them slower."""
+    buf = np.empty(values.nbytes + 64, np.uint8)
+    start = -buf.ctypes.data % 64
+    out = buf[start:start + values.nbytes].view(values.dtype).reshape(shape)
+    out[...] = values.reshape(shape)
+    return out
 
 
 def load_partition(partition, artifact: OrtArtifact) -> Executable:
