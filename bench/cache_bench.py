@@ -90,7 +90,8 @@ def to_markdown(r: dict) -> str:
         f"{r['e2e_cache_ms']:.1f} | {r['e2e_compile_ms'] / r['e2e_cache_ms']:.1f}x |\n\n"
         f"Each run: prepareModel {runs(r['compile_all_ms'])} ms; fromCache {runs(r['from_cache_all_ms'])} ms. "
         "prepareModel includes sending the weights (shared memory) and writing the entry (fsync'd); "
-        "fromCache verifies every byte of it (HMAC, SHA-256 payload, BLAKE3 data). The delegate rows also "
+        "fromCache verifies every byte of it (HMAC, SHA-256 payload, BLAKE3 data; the service hashes a data "
+        "file once, and the warm delegate row loads entries it verified before). The delegate rows also "
         "read the TFLite file, convert the partition and compute the token in both cases. For scale, "
         f"{label()} alone (1 thread) is ready to invoke in {r['cpu_prepare_ms']:.1f} ms ({beside}).\n\n"
         + ready_ratios(r))

@@ -8,9 +8,11 @@ version, capabilities fingerprint, token, lengths, the SHA-256 of the payload, t
 BLAKE3 digest of the data file and an HMAC-SHA256 keyed by a per-cache secret
 before anything is used. The data file is memory-mapped, not copied: it is
 checked to be a read-only regular file of ours first, and its digest is
-verified on the mapping (BLAKE3's tree mode hashes it on every core). A bad
-entry is removed and reported, never loaded. Storage only: payloads are
-opaque bytes plus numpy arrays.
+verified on the mapping (BLAKE3's tree mode hashes it on every core), once per
+file: a data file this store verified is not hashed again while its status
+(device, inode, size, modification and change times) is unchanged (see
+_Verified). A bad entry is removed and reported, never loaded. Storage only:
+payloads are opaque bytes plus numpy arrays.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import shutil
 import stat
 import struct
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,6 +104,7 @@ class CacheStore:
         self.key = load_or_create_key(self.key_path, repair=repair_key) \
             if create or os.path.lexists(self.key_path) else None
         self._lock = threading.Lock()
+        self._verified = _Verified()
 
     # ---- paths --------------------------------------------------------------
     def _paths(self, token: bytes) -> tuple[str, str]:
@@ -182,7 +186,7 @@ class CacheStore:
             payload, header = self._read_model(model_path, token)
             if kind is not None and header.get("kind", COMPILED) != kind:
                 raise CacheKindError(f"the entry holds a {header.get('kind', COMPILED)!r}, not a {kind!r}")
-            data = _map_data(data_path, header)
+            data = _map_data(data_path, header, self._verified)
             arrays = []
             for a in header["arrays"]:
                 off, n = int(a["offset"]), int(a["nbytes"])
@@ -387,11 +391,48 @@ class _DataFileMissing(CacheError):
     """The model file named a data file that is not there."""
 
 
-def _map_data(path: str, header: dict):
-    """Open, check and map the data file; verify its digest on the mapping."""
+class _Verified:
+    """The data files this store hashed, by status: (device, inode, size, mtime, ctime) -> digest.
+
+    Changing a file's bytes (write, truncate, or the chmod an 0400 file needs first) sets its
+    change time to the kernel's clock, and a file put in its place is another inode or, reusing
+    one, changes it too: a file whose status is as it was when it verified has the bytes it had.
+    The kernel stamps with a coarse clock (a tick of a few ms), so a change within one tick of the
+    previous one could keep the time: a file is remembered only if its last change was at least
+    SETTLED_NS before the status was read."""
+
+    SETTLED_NS = 100_000_000
+    LIMIT = 1024  # files remembered (the oldest forgotten first)
+
+    def __init__(self) -> None:
+        self._digests: dict[tuple, str] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def status(st: os.stat_result) -> tuple:
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+    def known(self, st: os.stat_result, want: str) -> bool:
+        with self._lock:
+            got = self._digests.get(self.status(st))
+        return got is not None and hmac.compare_digest(got, want)
+
+    def remember(self, st: os.stat_result, read_at_ns: int, verified: str) -> None:
+        if read_at_ns - st.st_ctime_ns < self.SETTLED_NS:
+            return
+        with self._lock:
+            self._digests[self.status(st)] = verified
+            while len(self._digests) > self.LIMIT:
+                del self._digests[next(iter(self._digests))]
+
+
+def _map_data(path: str, header: dict, verified: _Verified):
+    """Open, check and map the data file; verify its digest on the mapping (unless ``verified``
+    hashed this very file before)."""
     length, want = header["data_length"], header["data_blake3"]
     if not isinstance(length, int) or length < 0 or not isinstance(want, str):
         raise CacheError("data description in the header is malformed")
+    read_at_ns = time.time_ns()  # before the status: a change after it has a later change time
     try:
         fd, st = open_regular(path, "data file")
     except FileNotFoundError:
@@ -408,6 +449,9 @@ def _map_data(path: str, header: dict):
             data = mmap.mmap(fd, length, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)
+    if verified.known(st, want):
+        return data
     if not hmac.compare_digest(digest(data), want):
         raise CacheError("data file checksum mismatch")
+    verified.remember(st, read_at_ns, want)
     return data

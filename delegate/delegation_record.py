@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from dataclasses import dataclass
 
 import blake3
@@ -156,26 +157,55 @@ def recordable(graph: TfLiteGraph) -> bool:
     return not any(n.builtin_code in _CONTROL_FLOW for n in graph.nodes)
 
 
-def graph_fingerprint(graph: TfLiteGraph) -> bytes:
-    """Digest of everything the mapping reads of ``graph``: the constants' bytes (BLAKE3, read in
-    place) and every other field of its tensors and nodes."""
-    weights = blake3.blake3(max_threads=blake3.blake3.AUTO)
+def graph_fingerprint(graph: TfLiteGraph, weights: bytes | None = None) -> bytes:
+    """Digest of everything the mapping reads of ``graph``: the constants' bytes (``weights``:
+    weights_digest's, computed here if not given) and every other field of its tensors and nodes."""
     described = []
     for t in graph.tensors:
-        data = t.data
-        if data is not None:
-            view = memoryview(data if data.flags.c_contiguous else data.copy()).cast("B")
-            weights.update(len(view).to_bytes(8, "little"))
-            weights.update(view)
-            data = (data.dtype.str, data.shape)
+        data = None if t.data is None else (t.data.dtype.str, t.data.shape)
         described.append((t.index, t.name, t.type, t.shape, t.shape_signature, t.scales, t.zero_points,
                           t.quantized_dimension, data, t.is_variable, t.sparsity, t.runtime_shape))
     for n in graph.nodes:
         described.append((n.index, n.builtin_code, n.inputs, n.outputs, _canonical(n.options), n.custom_code,
                           n.custom_options, n.version, n.intermediates))
     h = hashlib.sha256(repr(described).encode())
-    h.update(weights.digest())
+    h.update(weights_digest(graph) if weights is None else weights)
     return h.digest()
+
+
+def weights_digest(graph: TfLiteGraph) -> bytes:
+    """BLAKE3 of every constant's bytes (read in place), each preceded by its length. BLAKE3 runs
+    without the GIL: the delegate computes this in a thread while it connects to the service."""
+    weights = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    for t in graph.tensors:
+        data = t.data
+        if data is not None:
+            view = memoryview(data if data.flags.c_contiguous else data.copy()).cast("B")
+            weights.update(len(view).to_bytes(8, "little"))
+            weights.update(view)
+    return weights.digest()
+
+
+class WeightsDigest:
+    """weights_digest(graph), computed in a thread started now; ``result()`` waits for it."""
+
+    def __init__(self, graph: TfLiteGraph) -> None:
+        self._out: list = []
+        self._thread = threading.Thread(target=self._run, args=(graph,), daemon=True, name="nnhal-fingerprint")
+        self._thread.start()
+
+    def _run(self, graph: TfLiteGraph) -> None:
+        try:
+            self._out.append((weights_digest(graph), None))
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread by result()
+            self._out.append((None, e))
+
+    def result(self) -> bytes:
+        self._thread.join()
+        digest, error = self._out[0]
+        if error is not None:
+            raise error
+        return digest
 
 
 def record_key(fingerprint: bytes, options: object, salt: bytes, service_version: str,

@@ -31,6 +31,7 @@ from delegate.cost import CostModel
 from delegate.delegation_record import (
     DelegationRecord,
     PartitionRecord,
+    WeightsDigest,
     fetch_record,
     graph_fingerprint,
     record_key,
@@ -140,16 +141,17 @@ class NnhalDelegate(SimpleDelegateInterface):
         else:
             self.report = report
         self._current = report
+        # the record's key hashes every weight: in a thread (BLAKE3 runs without the GIL) while connecting
+        weights = WeightsDigest(as_read) if context.subgraph == 0 and recordable(as_read) else None
         if self.connect() is None:
             for r in report.nodes:
                 r.reason = "nnhal service unreachable"
             return False
         self.partition_options = dataclasses.replace(self.partition_options, cost=self._cost_model())
         self._record_key, self._record, self._probed, self._made = None, None, None, []
-        if context.subgraph == 0 and self._cost and self._cost[0] is self.client and self.client.version \
-                and recordable(as_read):
-            self._record_key = record_key(graph_fingerprint(as_read), self.options, self.options.token_salt(),
-                                          self.client.version, self._cost[2])
+        if weights is not None and self._cost and self._cost[0] is self.client and self.client.version:
+            self._record_key = record_key(graph_fingerprint(as_read, weights.result()), self.options,
+                                          self.options.token_salt(), self.client.version, self._cost[2])
             self._record = fetch_record(self.client, self._record_key, len(context.graph.nodes))
         return True
 

@@ -6,6 +6,7 @@ import multiprocessing as mp
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -182,6 +183,43 @@ def test_file_replaced_after_verification_is_not_used(tmp_path, monkeypatch):
     payload, arrays = s.get(TOKEN)
     assert open(files(s)[1], "rb").read(4) == b"\xff" * 4  # the swap did happen
     assert_same((payload, arrays), want)
+
+
+def test_a_verified_data_file_is_hashed_again_only_when_it_changed(tmp_path, monkeypatch):
+    """A data file verified once is not hashed again while its status is unchanged; changing its
+    bytes in place (made writable, written, made read-only again) is still detected."""
+    monkeypatch.setattr(store_mod._Verified, "SETTLED_NS", 20_000_000)
+    s = make(tmp_path)
+    want = sample(0)
+    s.put(TOKEN, *want)
+    time.sleep(0.05)  # the entry's last change is older than SETTLED_NS: its status can be remembered
+    hashed = []
+    real = store_mod.digest
+    monkeypatch.setattr(store_mod, "digest", lambda buf: hashed.append(len(buf)) or real(buf))
+    assert_same(s.get(TOKEN), want)
+    assert_same(s.get(TOKEN), want)
+    assert len(hashed) == 1
+    data = files(s)[1]
+    os.chmod(data, 0o600)
+    with open(data, "r+b") as f:
+        f.write(bytes([f.read(1)[0] ^ 1]))
+    os.chmod(data, 0o400)
+    rejected(s, match="checksum")
+    assert len(hashed) == 2
+
+
+def test_a_data_file_changed_just_before_it_was_read_is_hashed_on_every_load(tmp_path, monkeypatch):
+    """Within SETTLED_NS of a file's last change, its change time could survive another change
+    (the kernel's clock is coarse): such a file is not remembered."""
+    monkeypatch.setattr(store_mod._Verified, "SETTLED_NS", 1 << 62)
+    s = make(tmp_path)
+    s.put(TOKEN, *sample(0))
+    hashed = []
+    real = store_mod.digest
+    monkeypatch.setattr(store_mod, "digest", lambda buf: hashed.append(len(buf)) or real(buf))
+    for _ in range(3):
+        s.get(TOKEN)
+    assert len(hashed) == 3
 
 
 def test_entries_are_read_only_and_mapped_read_only(tmp_path):

@@ -8,12 +8,20 @@ on: convolutions re-laid out as NCHWc with bias, Clip and residual Add fused, th
 ``hal.backends.compute_threads()``. An execution is one ``run`` call for the whole partition.
 
 The compilation cache stores the optimised model (ONNX, every graph optimisation applied) with its
-large initializers apart, as arrays of the cache entry: prepareModelFromCache parses a graph of a
-few tens of KiB with optimisations off and hands onnxruntime the weights as external initializers,
-read in place from the entry's read-only mapping (no copy; onnxruntime never writes initializers).
-The optimised graph is specific to this CPU (block size of the NCHWc layout) and onnxruntime
-version: both are in the backend's version, so a cache entry made elsewhere is compiled again,
-never run.
+large initializers apart, as arrays of the cache entry, and the session runs that stored form at
+prepareModel and prepareModelFromCache alike: a graph of a few tens of KiB, parsed with
+optimisations off, whose large weights are graph inputs fed on every run from those arrays (at
+prepareModelFromCache, read-only views of the entry's mapping). onnxruntime copies every
+initializer it is given into memory of its own (external initializers included), and faulting in
+a fresh copy of the weights was most of a load; an input is read in place. The weights of up to
+PREPACK_MAX_BYTES a kernel pre-packs (a Gemm's or MatMul's B, a ConvTranspose's filter) stay
+initializers, handed over as external initializers: pre-packing copies them anyway, and the
+packed layout is what makes a small matrix fast on one row (an MLP's layers). A larger one is an
+input: on one row its kernel reads it as fast unpacked, and a copy of it costs a load more than
+packing gains. The optimised graph
+is specific to this CPU (block size of the NCHWc layout), onnxruntime version and artifact form:
+all three are in the backend's version, so a cache entry made elsewhere or before is compiled
+again, never run.
 
 Operations it does not lower (quantized types, ops without a lowering, forms a lowering declines)
 run on the next backend of the preference order. Every lowering is tested against the reference
@@ -49,10 +57,19 @@ def _cpu_tag() -> str:
     return hashlib.sha256(f"{platform.machine()}|{' '.join(sorted(flags.split()))}".encode()).hexdigest()[:8]
 
 
-#: Initializers of at least this many bytes are kept apart from the graph (external initializers).
+#: Initializers of at least this many bytes are kept apart from the graph (fed as graph inputs).
 EXTERNAL_MIN_BYTES = 1024
-#: Where an external initializer's bytes are said to be: never read, each is supplied at load.
+#: Where a pre-packed weight's bytes are said to be: never read, each is supplied at load.
 _SUPPLIED = "nnhal-supplied-at-load"
+#: Operators whose onnxruntime CPU kernels pre-pack a constant input (MLAS packed B, ConvTranspose's
+#: transposed filter): their weights stay initializers.
+PREPACKING_OPS = frozenset({"Gemm", "MatMul", "FusedGemm", "FusedMatMul", "ConvTranspose"})
+#: The largest weight pre-packed (MobileNetV2's 5 MB classifier is not: copying it at load cost
+#: more than packing gained per run).
+PREPACK_MAX_BYTES = 1 << 20
+#: The artifact's form, in the backend's version: 2 = large weights are graph inputs unless a
+#: kernel pre-packs them (1 held all as external initializers, which onnxruntime copies at load).
+ARTIFACT_FORM = 2
 #: The file onnxruntime writes the optimised graph's large initializers to, beside the graph.
 _WEIGHTS_FILE = "weights.bin"
 
@@ -60,22 +77,27 @@ _WEIGHTS_FILE = "weights.bin"
 @dataclass
 class OrtArtifact:
     """What the compilation cache keeps of a partition: the optimised model (ONNX) without its
-    large initializers, those initializers by name, and the names of its graph inputs and outputs
-    (in the partition's order)."""
+    large initializers, those initializers by name, and the names of the partition's inputs and
+    outputs (in the partition's order). The first ``prepacked`` initializers are the model's
+    external initializers (_SUPPLIED); the others are graph inputs after the partition's own."""
 
-    model: np.ndarray  # uint8 bytes of the ONNX model, large initializers external (_SUPPLIED)
+    model: np.ndarray  # uint8 bytes of the ONNX model
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     initializer_names: tuple[str, ...] = ()
     initializers: tuple[np.ndarray, ...] = ()
+    prepacked: int = 0
 
 
 class Executable:
     """One partition's session: called with the partition's inputs, returns its outputs."""
 
-    def __init__(self, session: ort.InferenceSession, artifact: OrtArtifact, supplied: tuple = ()):
+    def __init__(self, session: ort.InferenceSession, artifact: OrtArtifact):
         self.session = session
-        self._supplied = supplied  # external initializers' OrtValues: the session reads their memory
+        #: The large weights fed on every run (the session reads them in place; they keep the
+        #: cache entry's mapping alive).
+        k = artifact.prepacked
+        self.weights = dict(zip(artifact.initializer_names[k:], artifact.initializers[k:]))
         self.inputs = list(artifact.inputs)
         self.outputs = list(artifact.outputs)
         # The public ``run`` re-checks every feed (~15 µs a call); the executor has validated them.
@@ -84,13 +106,15 @@ class Executable:
             (lambda names, feeds, options: session.run(names, feeds, options))
 
     def __call__(self, arrays: list) -> list:
-        return self._run(self.outputs, dict(zip(self.inputs, arrays)), None)  # (non-contiguous: copied by ORT)
+        feeds = dict(self.weights)
+        feeds.update(zip(self.inputs, arrays))  # (non-contiguous: copied by ORT)
+        return self._run(self.outputs, feeds, None)
 
     def bind(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> "BoundRun":
         """A runner over fixed arrays (a local burst's shared-memory slots): inputs read and
         outputs written in place, both bound once, so an execution is one call and no copy."""
         binding = self.session.io_binding()
-        for name, a in zip(self.inputs, inputs):
+        for name, a in (*self.weights.items(), *zip(self.inputs, inputs)):
             binding.bind_cpu_input(name, a)
         for name, o in zip(self.outputs, outputs):
             binding.bind_output(name, "cpu", 0, o.dtype, list(o.shape), o.ctypes.data)
@@ -162,18 +186,23 @@ def compile_partition(backend: GraphBackend, partition) -> tuple[OrtArtifact, Ex
         if os.path.exists(weights_path):
             with open(weights_path, "rb") as f:
                 weights = f.read()
-        names, arrays = _externalise(optimised, weights)
+        names, arrays, prepacked = _externalise(optimised, weights)
     artifact = OrtArtifact(np.frombuffer(optimised.SerializeToString(), dtype=np.uint8), input_names,
-                           tuple(o.name for o in session.get_outputs()), names, arrays)
-    return artifact, Executable(session, artifact)
+                           tuple(o.name for o in session.get_outputs()), names, arrays, prepacked)
+    del session  # optimising was its purpose: the partition runs the artifact, as a cached one does
+    return artifact, load_partition(partition, artifact)
 
 
-def _externalise(model: onnx.ModelProto, weights: bytes) -> tuple[tuple[str, ...], tuple[np.ndarray, ...]]:
-    """The initializers onnxruntime wrote to ``weights`` (their names and values, read-only views of
-    it); each is then marked in ``model`` as supplied at load."""
-    names, arrays = [], []
+def _externalise(model: onnx.ModelProto, weights: bytes) -> tuple[tuple[str, ...], tuple[np.ndarray, ...], int]:
+    """The initializers onnxruntime wrote to ``weights`` (their names and values, 64-byte aligned
+    copies), those a kernel pre-packs (up to PREPACK_MAX_BYTES) first, and how many those are. Those
+    stay in ``model`` marked as supplied at load; each other one leaves its initializers and becomes
+    a graph input of its type and shape."""
+    packed = {i for n in model.graph.node if n.op_type in PREPACKING_OPS for i in n.input}
+    found, kept = [], []
     for init in model.graph.initializer:
         if init.data_location != onnx.TensorProto.EXTERNAL:
+            kept.append(init)
             continue
         where = {e.key: e.value for e in init.external_data}
         if where.get("location") != _WEIGHTS_FILE:
@@ -183,31 +212,60 @@ def _externalise(model: onnx.ModelProto, weights: bytes) -> tuple[tuple[str, ...
         count = int(np.prod(init.dims, dtype=np.int64))
         if count * dtype.itemsize != length or offset + length > len(weights):
             raise ValueError(f"initializer {init.name}: {length} bytes at {offset} do not hold {list(init.dims)}")
-        names.append(init.name)
-        arrays.append(np.frombuffer(weights, dtype, count, offset).reshape(tuple(init.dims)))
-        del init.external_data[:]
-        init.external_data.add(key="location", value=_SUPPLIED)
-    return tuple(names), tuple(arrays)
+        prepacked = init.name in packed and length <= PREPACK_MAX_BYTES
+        found.append((not prepacked, init.name, _aligned(np.frombuffer(weights, dtype, count, offset),
+                                                           tuple(init.dims))))
+        if prepacked:
+            kept.append(init)
+            del init.external_data[:]
+            init.external_data.add(key="location", value=_SUPPLIED)
+        else:
+            model.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    found.sort(key=lambda f: f[0])  # stable: the pre-packed first, each group in the model's order
+    return tuple(f[1] for f in found), tuple(f[2] for f in found), sum(not f[0] for f in found)
+
+
+def _aligned(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A copy of ``values`` at a 64-byte aligned address, as the cache entry's arrays are: the
+    kernels read a fed weight where it is, and misaligned vector loads made them slower."""
+    buf = np.empty(values.nbytes + 64, np.uint8)
+    start = -buf.ctypes.data % 64
+    out = buf[start:start + values.nbytes].view(values.dtype).reshape(shape)
+    out[...] = values.reshape(shape)
+    return out
 
 
 def load_partition(partition, artifact: OrtArtifact) -> Executable:
     if not isinstance(artifact, OrtArtifact) or not isinstance(artifact.model, np.ndarray) \
             or len(artifact.initializer_names) != len(artifact.initializers) \
-            or not all(isinstance(a, np.ndarray) for a in artifact.initializers):
+            or not all(isinstance(a, np.ndarray) for a in artifact.initializers) \
+            or not isinstance(artifact.prepacked, int) or not 0 <= artifact.prepacked <= len(artifact.initializers):
         raise ValueError("not an onnxruntime partition artifact")
     so = session_options()
     # The artifact is the optimised graph: optimising it again changes nothing (tested) and costs
     # most of the load.
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # The weights in place (read-only views of the cache entry's mapping, kept by the prepared
-    # model): onnxruntime reads them through these OrtValues, which the executable keeps.
-    supplied = tuple(ort.OrtValue.ortvalue_from_numpy(a) for a in artifact.initializers)
-    if supplied:
-        so.add_external_initializers(list(artifact.initializer_names), list(supplied))
+    k = artifact.prepacked
+    if k:  # onnxruntime copies them (and checks their shapes): the pre-packing kernels' weights only
+        so.add_external_initializers(list(artifact.initializer_names[:k]),
+                                     [ort.OrtValue.ortvalue_from_numpy(a) for a in artifact.initializers[:k]])
     session = ort.InferenceSession(artifact.model.tobytes(), so, providers=["CPUExecutionProvider"])
-    if [i.name for i in session.get_inputs()] != list(artifact.inputs):
-        raise ValueError("the cached model's inputs are not the partition's")
-    return Executable(session, artifact, supplied)
+    declared = session.get_inputs()
+    if [i.name for i in declared] != [*artifact.inputs, *artifact.initializer_names[k:]]:
+        raise ValueError("the cached model's inputs are not the partition's and its weights")
+    for i, a in zip(declared[len(artifact.inputs):], artifact.initializers[k:]):
+        # onnxruntime checks a fed input only when it runs: a weight that does not fit is a failed load
+        if i.shape != list(a.shape) or i.type != _ONNX_TYPE.get(a.dtype.str) or not a.flags.c_contiguous:
+            raise ValueError(f"weight {i.name}: {a.dtype}{list(a.shape)} given, the graph takes {i.type}{i.shape}")
+    return Executable(session, artifact)
+
+
+#: onnxruntime's name of each numpy type a weight can have.
+_ONNX_TYPE = {np.dtype(t).str: f"tensor({n})" for t, n in (
+    (np.float32, "float"), (np.float16, "float16"), (np.float64, "double"), (np.int8, "int8"), (np.uint8, "uint8"),
+    (np.int16, "int16"), (np.uint16, "uint16"), (np.int32, "int32"), (np.int64, "int64"), (np.bool_, "bool"))}
 
 
 class OrtBackend(GraphBackend):
@@ -219,7 +277,7 @@ class OrtBackend(GraphBackend):
 
 
 BACKEND = backends.register_backend(OrtBackend(
-    "onnxruntime", f"{ort.__version__}-cpu{_cpu_tag()}", modules=("hal.backends.ort",), priority=20,
+    "onnxruntime", f"{ort.__version__}-cpu{_cpu_tag()}-a{ARTIFACT_FORM}", modules=("hal.backends.ort",), priority=20,
     description="float partitions compiled into one onnxruntime session (graph optimisations, NCHWc)"))
 
 
