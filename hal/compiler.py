@@ -277,6 +277,7 @@ def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: b
             if subgraphs is None:
                 raise ctx.fail("its subgraphs are not compiled here", ErrorStatus.GENERAL_FAILURE)
             _control_flow_shapes(ctx, subgraphs)
+            ctx.compiled_subgraphs = subgraphs
         if shapes_known:
             _check_zero_sized(ctx, spec)
         set_output_shapes(ctx, operation.outputs, infos)  # backends plan with the prepared shapes

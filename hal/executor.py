@@ -161,7 +161,8 @@ class _Bound:
             template[i] = v
         steps = []
         for step, dead in zip(plan.program, plan.release):
-            flow = step.spec is not None and step.ctx.op_type in CONTROL_FLOW
+            # 1: IF / WHILE run here; 2: a partition whose graph loops, run with the execution's limits
+            flow = 1 if step.spec is not None and step.ctx.op_type in CONTROL_FLOW else 2 if _loops(step) else 0
             outs = tuple((o, plan.infos[o].shape, plan.infos[o].dtype, j) for j, o in enumerate(step.outputs))
             steps.append((step, step.kernel.execute, step.ctx, step.inputs, outs, dead, flow))
         return cls(template, tuple(compiled.input_indexes), tuple(compiled.output_indexes), tuple(steps),
@@ -178,7 +179,12 @@ class _Bound:
             args = [values[i] for i in inputs]
             t0 = time.perf_counter_ns() if timings is not None else 0
             try:
-                results = control_flow.run(step, args, run.control_flow()) if flow else kernel(ctx, args)
+                if not flow:
+                    results = kernel(ctx, args)
+                elif flow == 1:
+                    results = control_flow.run(step, args, run.control_flow())
+                else:
+                    results = ctx.executable(args, (deadline, run.loop_timeout_ns))
             except HalError:
                 raise
             except Exception as e:
@@ -198,6 +204,12 @@ class _Bound:
             for o in dead:  # the memory plan: this step was the tensor's last reader
                 values[o] = None
         return [values[o] for o in self.outputs]
+
+
+def _loops(step: Step) -> bool:
+    """Whether a partition step's executable runs loops (a graph backend's lowered WHILE): it is
+    then called with the execution's deadline and loop timeout, which bound it."""
+    return bool(getattr(getattr(step.ctx, "executable", None), "loops", ()))
 
 
 def _zero_sized_output(step: Step, infos: list[OperandInfo]) -> bool:
@@ -250,8 +262,8 @@ def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.nda
     ``fc_chain``) and reads exactly the model's inputs and writes exactly its outputs, the step
     binds the arrays once: each ``runner(timings, deadline_ns)`` then computes from the inputs'
     current contents straight into the outputs, with no per-execution argument handling and no
-    copy. Otherwise (several steps, a per-operation backend) the caller uses ``execute`` and
-    copies."""
+    copy (``loop_timeout_ns`` bounds a partition that runs loops, as ``execute``'s does).
+    Otherwise (several steps, a per-operation backend) the caller uses ``execute`` and copies."""
     plan = compiled.static_plan
     if plan is None or len(plan.program) != 1:
         return None
@@ -272,16 +284,23 @@ def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.nda
         if arr.shape != info.shape or arr.dtype != info.dtype or not arr.flags.c_contiguous:
             return None
     run = binder([np.ascontiguousarray(by_operand[i]) for i in step.inputs], [out_by_operand[o] for o in step.outputs])
+    loops = _loops(step)
     # what each execution records, looked up once: the runner is a burst's whole per-request work
     index, op_type, backend, count, clock = step.index, step.ctx.op_type, step.kernel.backend, len(step.operations), \
         time.perf_counter_ns
 
-    def runner(timings: list[OperationTiming] | None = None, deadline_ns: int | None = None) -> None:
+    def runner(timings: list[OperationTiming] | None = None, deadline_ns: int | None = None,
+               loop_timeout_ns: int | None = None) -> None:
         if deadline_ns is not None:
             _check_deadline(deadline_ns, step)
         t0 = clock()
         try:
-            run()
+            if loops:
+                run((deadline_ns, control_flow.loop_timeout_ns(loop_timeout_ns)))
+            else:
+                run()
+        except HalError:
+            raise
         except Exception as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{step.ctx.name}: execution failed: {e!r}") from e
         if timings is not None:

@@ -17,6 +17,9 @@ from hal.types import OperandLifeTime
 
 #: Lifetimes of operands a compiled graph owns (not a partition input).
 CONSTANT_LIFETIMES = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_POOL)
+#: Operands a partition never takes as inputs: constants, and the subgraphs an IF or WHILE it
+#: lowers names (their operations are lowered into its graph).
+_NOT_INPUTS = (*CONSTANT_LIFETIMES, OperandLifeTime.SUBGRAPH)
 
 
 @dataclass
@@ -79,7 +82,7 @@ def make_partition(model: Model, steps: list[Step], start: int, end: int, infos:
     inputs: dict[int, None] = {}
     for s in members:
         for i in s.inputs:
-            if i >= 0 and i not in produced and operands[i].lifetime not in CONSTANT_LIFETIMES:
+            if i >= 0 and i not in produced and operands[i].lifetime not in _NOT_INPUTS:
                 inputs.setdefault(i)
     read_later = {i for s in steps[end:] for i in s.inputs} | keep
     outputs = tuple(o for s in members for o in s.outputs if o in read_later)

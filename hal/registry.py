@@ -105,6 +105,9 @@ class OperationContext:
         #: The model's referenced subgraphs (hal.model.Subgraph), which IF and WHILE name.
         self.subgraphs: Sequence[Any] = ()
         self._subgraph_info: Callable[[int, int], OperandInfo] | None = None
+        #: IF and WHILE being compiled: the model's compiled referenced subgraphs
+        #: (``hal.compiler.Subgraphs``), for a graph backend that lowers the loop or branches whole.
+        self.compiled_subgraphs: Any = None
 
     def subgraph_operand_info(self, subgraph: int, i: int) -> OperandInfo:
         """Operand i of referenced subgraph ``subgraph``, as validation sees operands."""

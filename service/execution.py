@@ -230,7 +230,7 @@ class BoundExecution:
         return self.model._run(self._work, deadline_ns, received_ns, loop_timeout_ns)
 
     def _run_bound(self, timings: list[OperationTiming], deadline_ns: int | None, loop_timeout_ns: int):
-        self._runner(timings, deadline_ns)
+        self._runner(timings, deadline_ns, loop_timeout_ns or None)
         return self.shapes
 
     def _run_and_copy(self, timings: list[OperationTiming], deadline_ns: int | None, loop_timeout_ns: int):

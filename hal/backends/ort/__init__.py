@@ -34,6 +34,7 @@ import importlib
 import os
 import pkgutil
 import tempfile
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +45,9 @@ from onnx import helper
 from hal import backends
 from hal.backends.graph import GraphBackend
 from hal.backends.ort.graph import Inputs, OnnxGraph
+from hal.backends.ort.watchdog import WATCHDOG
+from hal.errors import HalError
+from hal.types import ErrorStatus
 
 
 def _cpu_tag() -> str:
@@ -87,6 +91,40 @@ class OrtArtifact:
     initializer_names: tuple[str, ...] = ()
     initializers: tuple[np.ndarray, ...] = ()
     prepacked: int = 0
+    #: The WHILE operations lowered into the graph as Loop nodes (their names; nested ones not
+    #: counted): a run is bounded by the loop timeout once per loop (``limited_run``).
+    loops: tuple[str, ...] = ()
+
+
+#: NNAPI's default loop timeout, for a caller that gives no limits (the executor always does).
+_DEFAULT_LOOP_TIMEOUT_NS = 2_000_000_000
+
+
+def limited_run(run, loops: tuple[str, ...], limits: tuple[int | None, int] | None):
+    """``run(options)`` stopped, as the executor stops a WHILE, when it outlasts the execution's
+    ``limits`` (deadline_ns or None, loop timeout in ns): MISSED_DEADLINE_TRANSIENT. onnxruntime
+    does not say which Loop was running, so the partition's run as a whole gets the loop
+    timeout once per loop it holds (one loop: that loop's own bound, to the watchdog's period)."""
+    deadline_ns, loop_timeout_ns = limits if limits is not None else (None, _DEFAULT_LOOP_TIMEOUT_NS)
+    options = ort.RunOptions()
+    options.log_severity_level = 4  # a stopped run is reported here, not on the service's stderr
+    started = time.monotonic_ns()
+    until = started + loop_timeout_ns * len(loops)
+    if deadline_ns is not None:
+        until = min(until, deadline_ns)
+    WATCHDOG.watch(options, until)
+    try:
+        return run(options)
+    except Exception:
+        if not options.terminate:
+            raise
+        names = " or ".join(loops)
+        if deadline_ns is not None and until == deadline_ns:
+            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"{names}: deadline passed in the loop") from None
+        raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                       f"{names}: the loop ran longer than the loop timeout ({loop_timeout_ns / 1e9:g} s)") from None
+    finally:
+        WATCHDOG.unwatch(options)
 
 
 class Executable:
@@ -100,15 +138,20 @@ class Executable:
         self.weights = dict(zip(artifact.initializer_names[k:], artifact.initializers[k:]))
         self.inputs = list(artifact.inputs)
         self.outputs = list(artifact.outputs)
+        #: Names of the WHILE operations it runs as loops: called with the execution's limits.
+        self.loops = tuple(artifact.loops)
         # The public ``run`` re-checks every feed (~15 µs a call); the executor has validated them.
         inner = getattr(session, "_sess", None)
         self._run = inner.run if inner is not None and hasattr(inner, "run") else \
             (lambda names, feeds, options: session.run(names, feeds, options))
 
-    def __call__(self, arrays: list) -> list:
+    def __call__(self, arrays: list, limits: tuple[int | None, int] | None = None) -> list:
+        """``limits`` (deadline_ns or None, loop timeout ns): required when it runs loops."""
         feeds = dict(self.weights)
         feeds.update(zip(self.inputs, arrays))  # (non-contiguous: copied by ORT)
-        return self._run(self.outputs, feeds, None)
+        if not self.loops:
+            return self._run(self.outputs, feeds, None)
+        return limited_run(lambda options: self._run(self.outputs, feeds, options), self.loops, limits)
 
     def bind(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> "BoundRun":
         """A runner over fixed arrays (a local burst's shared-memory slots): inputs read and
@@ -118,13 +161,13 @@ class Executable:
             binding.bind_cpu_input(name, a)
         for name, o in zip(self.outputs, outputs):
             binding.bind_output(name, "cpu", 0, o.dtype, list(o.shape), o.ctypes.data)
-        return BoundRun(self.session, binding, (inputs, outputs))
+        return BoundRun(self.session, binding, (inputs, outputs), self.loops)
 
 
 class BoundRun:
     """``Executable.bind``'s runner; holds the bound arrays (their memory must outlive it)."""
 
-    def __init__(self, session: ort.InferenceSession, binding, arrays) -> None:
+    def __init__(self, session: ort.InferenceSession, binding, arrays, loops: tuple[str, ...] = ()) -> None:
         # The public run_with_iobinding checks the binding's session and WebGPU graph capture on
         # every call; a CPU session bound here once needs neither: the inner call runs it.
         inner, inner_binding = getattr(session, "_sess", None), getattr(binding, "_iobinding", None)
@@ -134,9 +177,14 @@ class BoundRun:
             self._run, self._binding = (lambda b, options: session.run_with_iobinding(b, options)), binding
         self._keep = binding  # the wrapper owns the inner binding
         self.arrays = arrays
+        self.loops = loops
 
-    def __call__(self) -> None:
-        self._run(self._binding, None)
+    def __call__(self, limits: tuple[int | None, int] | None = None) -> None:
+        """``limits``: as ``Executable``'s."""
+        if not self.loops:
+            self._run(self._binding, None)
+        else:
+            limited_run(lambda options: self._run(self._binding, options), self.loops, limits)
 
 
 def session_options() -> ort.SessionOptions:
@@ -188,7 +236,7 @@ def compile_partition(backend: GraphBackend, partition) -> tuple[OrtArtifact, Ex
                 weights = f.read()
         names, arrays, prepacked = _externalise(optimised, weights)
     artifact = OrtArtifact(np.frombuffer(optimised.SerializeToString(), dtype=np.uint8), input_names,
-                           tuple(o.name for o in session.get_outputs()), names, arrays, prepacked)
+                           tuple(o.name for o in session.get_outputs()), names, arrays, prepacked, tuple(g.loops))
     del session  # optimising was its purpose: the partition runs the artifact, as a cached one does
     return artifact, load_partition(partition, artifact)
 
@@ -241,7 +289,8 @@ def load_partition(partition, artifact: OrtArtifact) -> Executable:
     if not isinstance(artifact, OrtArtifact) or not isinstance(artifact.model, np.ndarray) \
             or len(artifact.initializer_names) != len(artifact.initializers) \
             or not all(isinstance(a, np.ndarray) for a in artifact.initializers) \
-            or not isinstance(artifact.prepacked, int) or not 0 <= artifact.prepacked <= len(artifact.initializers):
+            or not isinstance(artifact.prepacked, int) or not 0 <= artifact.prepacked <= len(artifact.initializers) \
+            or not isinstance(artifact.loops, tuple) or not all(isinstance(n, str) for n in artifact.loops):
         raise ValueError("not an onnxruntime partition artifact")
     so = session_options()
     # The artifact is the optimised graph: optimising it again changes nothing (tested) and costs

@@ -20,6 +20,7 @@ innermost axis: PRelu there was 61% of a face-landmark-style network's time.
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,18 +50,34 @@ def onnx_type(dtype: np.dtype) -> int:
 class OnnxGraph:
     """Nodes and initializers of one partition's graph under construction."""
 
-    def __init__(self, infos: list[OperandInfo]):
+    def __init__(self, infos: list[OperandInfo], parent: "OnnxGraph | None" = None):
         self.infos = infos
         self.nodes: list = []
-        self.initializers: list = []
         self._operand_names: dict[int, str] = {}
-        self._count = 0
-        # value name -> the same value in the other layout (NHWC <-> NCHW), both directions
-        self._twin: dict[str, str] = {}
+        if parent is None:
+            self.initializers: list = []
+            self._counter = itertools.count(1)
+            # value name -> the same value in the other layout (NHWC <-> NCHW), both directions
+            self._twin: dict[str, str] = {}
+            #: Names of the loops (WHILE operations) lowered into this partition, nested ones not counted.
+            self.loops: list[str] = []
+        else:  # one name space and one initializer list with the partition's graph
+            self.initializers, self._counter = parent.initializers, parent._counter
+            self._twin = dict(parent._twin)  # the parent's twins are visible here, this scope's stay here
+            self.loops = []
+
+    def scope(self, infos: list[OperandInfo], nested: bool) -> "OnnxGraph":
+        """A graph over another operand numbering (a referenced subgraph's): ``nested`` for the
+        body of a Loop / If node (nodes of its own, outer values read by name), else its nodes go
+        into this graph (a WHILE's first condition). Initializers live in the partition's graph."""
+        child = OnnxGraph(infos, self)
+        if not nested:
+            child.nodes = self.nodes
+            child._twin = self._twin
+        return child
 
     def fresh(self, hint: str = "v") -> str:
-        self._count += 1
-        return f"{hint}_{self._count}"
+        return f"{hint}_{next(self._counter)}"
 
     # ---- values --------------------------------------------------------------------------------
     def operand(self, index: int) -> str:
@@ -189,17 +206,44 @@ class OnnxGraph:
         return model
 
 
+    def subgraph(self, name: str, inputs: Sequence, outputs: Sequence):
+        """This (nested) scope's nodes as the GraphProto of a Loop / If attribute: ``inputs`` and
+        ``outputs`` are ValueInfoProtos; an output that no node of the scope makes (a body input or
+        outer value passed through) gets an Identity."""
+        made = {o for n in self.nodes for o in n.output}
+        seen: set[str] = set()
+        fixed = []
+        for vi in outputs:
+            if vi.name not in made or vi.name in seen:
+                vi = helper.make_value_info(self.node("Identity", [vi.name]), vi.type)
+            seen.add(vi.name)
+            fixed.append(vi)
+        nodes, _ = self._live([vi.name for vi in fixed])
+        return helper.make_graph(nodes, name, list(inputs), fixed)
+
     def _live(self, outputs: Sequence[str]) -> tuple[list, list]:
         """The nodes and initializers the outputs depend on (in order): a layout twin made and
-        then never read is not part of the model."""
+        then never read is not part of the model. A node with a subgraph (Loop, If) reads every
+        name its subgraph's nodes read."""
         needed = set(outputs)
         live = []
         for n in reversed(self.nodes):
             if any(o in needed for o in n.output):
                 live.append(n)
                 needed.update(i for i in n.input if i)
+                needed.update(_read_in_subgraphs(n))
         live.reverse()
         return live, [t for t in self.initializers if t.name in needed]
+
+
+def _read_in_subgraphs(node) -> set[str]:
+    names: set[str] = set()
+    for attr in node.attribute:
+        for graph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+            for n in graph.node:
+                names.update(i for i in n.input if i)
+                names |= _read_in_subgraphs(n)
+    return names
 
 
 class Inputs(Sequence):

@@ -1,0 +1,173 @@
+"""WHILE and IF lowered by the onnxruntime backend (hal/backends/ort/control_flow.py): one partition
+running an ONNX Loop / If, against the reference backend (the executor running the subgraphs)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnx
+import pytest
+
+from hal import ErrorStatus, HalError, compile_model, execute
+from hal.model import ModelBuilder
+from hal.serialize import dump_compiled, load_compiled
+from hal.types import OperandType as T
+from hal.types import OperationType as O
+from tests.control_flow_models import SHAPE, branches, counter_body, counter_cond, counter_loop, loop_inputs
+
+pytest.importorskip("onnxruntime")
+ORT = ["onnxruntime", "reference"]
+
+
+def _program(compiled) -> list[tuple[str, object]]:
+    return [(s.backend, s.ctx.name) for s in compiled.static_plan.program]
+
+
+def _onnx_ops(compiled) -> list[str]:
+    (step,) = compiled.static_plan.program
+    graph = onnx.load_from_string(step.ctx.artifact.model.tobytes()).graph
+    return [n.op_type for n in graph.node]
+
+
+def _same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def _greater_cond():
+    """(i, x, n) -> n > i: the condition written the other way round (no counted-loop pattern)."""
+    b = ModelBuilder()
+    i, x, n = b.add_operand(T.TENSOR_INT32, (1,)), b.add_operand(T.TENSOR_FLOAT32, SHAPE), \
+        b.add_operand(T.TENSOR_INT32, (1,))
+    out = b.add_operand(T.TENSOR_BOOL8, (1,))
+    b.add_operation(O.GREATER, [n, i], [out])
+    b.identify_inputs_and_outputs([i, x, n], [out])
+    return b.finish()
+
+
+def _counter_read_body():
+    """(i, x, n) -> (i + 1, x * 0.5 + float(i)): the body reads the counter beyond its step."""
+    b = ModelBuilder()
+    i, x, n = b.add_operand(T.TENSOR_INT32, (1,)), b.add_operand(T.TENSOR_FLOAT32, SHAPE), \
+        b.add_operand(T.TENSOR_INT32, (1,))
+    one, half, none = b.add_constant(T.TENSOR_INT32, [1]), b.add_constant(T.TENSOR_FLOAT32, np.float32([0.5])), \
+        b.add_int32(0)
+    i2, fi = b.add_operand(T.TENSOR_INT32, (1,)), b.add_operand(T.TENSOR_FLOAT32, (1,))
+    t, x2 = b.add_operand(T.TENSOR_FLOAT32, SHAPE), b.add_operand(T.TENSOR_FLOAT32, SHAPE)
+    b.add_operation(O.ADD, [i, one, none], [i2])
+    b.add_operation(O.CAST, [i], [fi])
+    b.add_operation(O.MUL, [x, half, none], [t])
+    b.add_operation(O.ADD, [t, fi, none], [x2])
+    b.identify_inputs_and_outputs([i, x, n], [i2, x2])
+    return b.finish()
+
+
+def _loop(cond, body):
+    b = ModelBuilder()
+    i, x, n = b.add_operand(T.TENSOR_INT32, (1,)), b.add_operand(T.TENSOR_FLOAT32, SHAPE), \
+        b.add_operand(T.TENSOR_INT32, (1,))
+    c, d = b.add_subgraph_operand(b.add_referenced(cond)), b.add_subgraph_operand(b.add_referenced(body))
+    i_out, x_out = b.add_operand(T.TENSOR_INT32, (1,)), b.add_operand(T.TENSOR_FLOAT32, SHAPE)
+    b.add_operation(O.WHILE, [c, d, i, x, n], [i_out, x_out])
+    b.identify_inputs_and_outputs([i, x, n], [i_out, x_out])
+    return b.finish()
+
+
+@pytest.mark.parametrize("form", ["counted", "counter read", "checked"])
+def test_a_while_is_one_loop_in_one_partition_and_matches_the_reference(form):
+    """counted: LESS(i, n) with i stepped by 1 runs as a trip count (unrolled: trip counts on
+    and off its multiples); checked: the condition lowered before the Loop and again in its body."""
+    model = {"counted": counter_loop(seed=3).model, "counter read": _loop(counter_cond(), _counter_read_body()),
+             "checked": _loop(_greater_cond(), counter_body(3))}[form]
+    compiled, reference = compile_model(model, backend_order=ORT), compile_model(model, backend_order=["reference"])
+    assert [b for b, _ in _program(compiled)] == ["onnxruntime"]
+    ops = _onnx_ops(compiled)
+    # counted: whole blocks of UNROLL trips, then the rest (one Loop each)
+    assert ops.count("Loop") == (1 if form == "checked" else 2) and ("Greater" in ops) == (form == "checked")
+    for n in (0, 1, 2, 4, 7, 9, -3):
+        _same(execute(compiled, loop_inputs(n)), execute(reference, loop_inputs(n)))
+    start = loop_inputs(4)
+    start[0] = np.array([9], np.int32)  # starts past the bound: no trip, the counter unchanged
+    _same(execute(compiled, start), execute(reference, start))
+
+
+def test_an_endless_lowered_loop_ends_at_the_loop_timeout_or_the_deadline():
+    compiled = compile_model(counter_loop().model, backend_order=ORT)
+    assert [b for b, _ in _program(compiled)] == ["onnxruntime"]
+    t = time.monotonic()
+    with pytest.raises(HalError) as e:
+        execute(compiled, loop_inputs(2 ** 31 - 1), loop_timeout_ns=50_000_000)
+    assert time.monotonic() - t < 10
+    assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    assert "operation 0 (WHILE): the loop ran longer than the loop timeout (0.05 s)" in e.value.message
+    with pytest.raises(HalError) as e:
+        execute(compiled, loop_inputs(2 ** 31 - 1), deadline_ns=time.monotonic_ns() + 50_000_000)
+    assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT and "deadline" in e.value.message
+    assert execute(compiled, loop_inputs(3))[0].tolist() == [3]  # and the session goes on
+
+
+def test_a_lowered_loop_comes_back_from_the_cache_with_its_timeout():
+    compiled = compile_model(counter_loop(seed=5).model, backend_order=ORT)
+    loaded = load_compiled(*dump_compiled(compiled), backend_order=ORT)
+    for n in (0, 5):
+        _same(execute(loaded, loop_inputs(n)), execute(compiled, loop_inputs(n)))
+    with pytest.raises(HalError) as e:
+        execute(loaded, loop_inputs(2 ** 31 - 1), loop_timeout_ns=50_000_000)
+    assert "loop timeout" in e.value.message
+
+
+def test_an_if_is_one_if_node_and_takes_either_branch():
+    model = branches().model
+    compiled, reference = compile_model(model, backend_order=ORT), compile_model(model, backend_order=["reference"])
+    assert [b for b, _ in _program(compiled)] == ["onnxruntime"] and "If" in _onnx_ops(compiled)
+    rng = np.random.default_rng(0)
+    a, c = (rng.standard_normal(SHAPE).astype(np.float32) for _ in range(2))
+    for flag in (True, False):
+        _same(execute(compiled, [np.array([flag]), a, c]), execute(reference, [np.array([flag]), a, c]))
+    # NNAPI's BOOL8 is true for any nonzero byte
+    _same(execute(compiled, [np.array([2], np.uint8).view(np.bool_), a, c]),
+          execute(reference, [np.array([True]), a, c]))
+
+
+def test_a_body_with_an_operation_onnxruntime_does_not_lower_stays_in_the_executor(caplog):
+    """The WHILE is declined with the reason (the body's operation and its backend)."""
+    body = ModelBuilder()
+    i, x, n = body.add_operand(T.TENSOR_INT32, (1,)), body.add_operand(T.TENSOR_FLOAT32, SHAPE), \
+        body.add_operand(T.TENSOR_INT32, (1,))
+    one = body.add_constant(T.TENSOR_INT32, [1])
+    none = body.add_int32(0)
+    i2, x2 = body.add_operand(T.TENSOR_INT32, (1,)), body.add_operand(T.TENSOR_FLOAT32, SHAPE)
+    body.add_operation(O.ADD, [i, one, none], [i2])
+    body.add_operation(O.DIV, [i, one, none], [body.add_operand(T.TENSOR_INT32, (1,))])  # int32 DIV: not lowered
+    body.add_operation(O.FLOOR, [x], [x2])
+    body.identify_inputs_and_outputs([i, x, n], [i2, x2])
+    model = _loop(counter_cond(), body.finish())
+    with caplog.at_level("INFO"):
+        compiled = compile_model(model, backend_order=ORT)
+    assert [b for b, _ in _program(compiled)] == ["reference"]
+    assert any("WHILE" in r.getMessage() and "(DIV) runs on reference" in r.getMessage() for r in caplog.records)
+    reference = compile_model(model, backend_order=["reference"])
+    _same(execute(compiled, loop_inputs(4)), execute(reference, loop_inputs(4)))
+
+
+def test_an_endless_loop_in_a_lowered_branch_ends_at_the_loop_timeout():
+    loop = counter_loop(seed=5)
+    b = ModelBuilder()
+    cond = b.add_operand(T.TENSOR_BOOL8, (1,))
+    i, x, n = b.add_operand(T.TENSOR_INT32, (1,)), b.add_operand(T.TENSOR_FLOAT32, SHAPE), \
+        b.add_operand(T.TENSOR_INT32, (1,))
+    then = b.add_subgraph_operand(b.add_referenced(loop.model))
+    other = b.add_subgraph_operand(b.add_referenced(loop.body))
+    i_out, x_out = b.add_operand(T.TENSOR_INT32, (1,)), b.add_operand(T.TENSOR_FLOAT32, SHAPE)
+    b.add_operation(O.IF, [cond, then, other, i, x, n], [i_out, x_out])
+    b.identify_inputs_and_outputs([cond, i, x, n], [i_out, x_out])
+    model = b.finish()
+    compiled, reference = compile_model(model, backend_order=ORT), compile_model(model, backend_order=["reference"])
+    assert [b for b, _ in _program(compiled)] == ["onnxruntime"]
+    for flag in (True, False):
+        feeds = [np.array([flag])] + loop_inputs(6)
+        _same(execute(compiled, feeds), execute(reference, feeds))
+    with pytest.raises(HalError) as e:
+        execute(compiled, [np.array([True])] + loop_inputs(2 ** 31 - 1), loop_timeout_ns=50_000_000)
+    assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT and "loop timeout" in e.value.message
