@@ -168,10 +168,11 @@ class NnhalDelegate(SimpleDelegateInterface):
         if self._record_key is None or self._record is not None or self._probed is None or context.subgraph != 0:
             return
         record = record_of(self._probed, [k for k in self._made if not k.freed])
-        if record is None:
+        client = self.client  # None: the service was lost while a kernel prepared
+        if record is None or client is None:
             return
         try:
-            self.client.put_delegation_record(self._record_key, record.encode())
+            client.put_delegation_record(self._record_key, record.encode())
         except ServiceError as e:
             log.info("delegation record not stored: %s", e)
 

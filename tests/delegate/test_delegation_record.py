@@ -152,3 +152,24 @@ def test_record_without_its_compiled_model_converts_and_compiles(server):
     ref = interpreter(model)
     xs = random_inputs(ref, np.random.default_rng(35))
     assert_outputs_equal(run(it, xs), run(ref, xs))
+
+
+def test_service_killed_between_the_support_query_and_the_kernels(server, monkeypatch):
+    """The service dies after it said what it supports and before the kernels prepare: no record is
+    stored (there is no connection to store it on), the Interpreter is made and runs on the CPU."""
+    from delegate.nnhal_delegate import NnhalDelegate
+    planned = NnhalDelegate.on_plan
+
+    def kill_then_plan(self, *args):
+        server.proc.kill()
+        server.proc.wait()
+        return planned(self, *args)
+
+    monkeypatch.setattr(NnhalDelegate, "on_plan", kill_then_plan)
+    model = head_model(np.float32, unsupported_middle=True)
+    d = load_delegate(server.address, **SPLIT)
+    it = interpreter(model, d)
+    assert d.last_error is None, d.last_error
+    ref = interpreter(model)
+    xs = random_inputs(ref, np.random.default_rng(3))
+    assert_outputs_equal(run(it, xs), run(ref, xs))
