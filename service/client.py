@@ -26,7 +26,7 @@ from service.address import client_address, is_unix, unix_socket_path, untrusted
 from service.peer_gate import PEER_SUFFIX, TICKET_KEY, request_ticket
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
-from service.remote_model import GrpcBurst, LocalBurst, RemotePreparedModel  # noqa: F401 - re-exported
+from service.remote_model import GrpcBurst, LocalBurst, RemotePreparedModel, burst_layout  # noqa: F401 - re-exported
 from service.rpc import (  # noqa: F401 - the errors and types are re-exported: callers catch them from here
     ClientRefusedError,
     ExecutionOutput,
@@ -49,6 +49,7 @@ from service.tls import connect_failure
 from service.transfer import (
     SHM_THRESHOLD,  # noqa: F401 - re-exported: callers size tensors by it
     ModelTransfer,
+    RequestBuilder,
     support_query_proto,
 )
 
@@ -60,6 +61,8 @@ class Client:
         self.channel = channel
         self.address = address
         self.version = ""  # the service's getVersionString, read by connect
+        #: getCapabilities as the session's first reply carried it (None: an older service's reply).
+        self.capabilities: pb.Capabilities | None = None
         #: Shared-memory pools only on a unix socket, to a service of this user: the service refuses
         #: them over TCP and from other users (SECURITY.md; _open_session learns the service's uid).
         self.shared_memory = is_unix(address)
@@ -104,6 +107,9 @@ class Client:
             raise ServiceUnavailableError("the service ended the session stream at once")
         _check(reply)
         self.session[:] = [(SESSION_KEY, reply.session_id)]
+        self.version = reply.version or self.version
+        if reply.HasField("capabilities"):
+            self.capabilities = reply.capabilities
 
     @classmethod
     def connect(cls, address: str | None = None, timeout_s: float = 5.0,
@@ -164,6 +170,9 @@ class Client:
 
     # ---- IDevice ------------------------------------------------------------
     def get_capabilities(self) -> pb.Capabilities:
+        """The service's capabilities (fixed while it runs: those its session reply carried, if it did)."""
+        if self.capabilities is not None:
+            return self.capabilities
         reply = _rpc(self.device.GetCapabilities, pb.Empty())
         _check(reply)
         return reply.capabilities
@@ -225,12 +234,19 @@ class Client:
     def prepare_model_from_cache(self, model: Model, token: bytes, *,
                                  preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                                  priority: Priority = Priority.MEDIUM,
-                                 timeout_s: float | None = None) -> RemotePreparedModel:
+                                 timeout_s: float | None = None, local_burst: bool = False) -> RemotePreparedModel:
+        """``local_burst``: the service also opens the model's local burst in the same call (where
+        this client may have one), which the first ``local_burst()`` then connects to."""
+        rb = RequestBuilder(model, self.shared_memory)
+        layout = burst_layout(rb) if local_burst and self.shared_memory else None
         reply = _rpc(self.device.PrepareModelFromCache, pb.PrepareModelFromCacheRequest(
-            token=token, preference=int(preference), priority=int(priority),
-            timeout_ns=_timeout_ns(timeout_s)), _prepare_wait_s(timeout_s), self.session)
+            token=token, preference=int(preference), priority=int(priority), timeout_ns=_timeout_ns(timeout_s),
+            local_burst_slot_bytes=layout.total if layout else 0), _prepare_wait_s(timeout_s), self.session)
         _check(reply)
-        return RemotePreparedModel(self, reply.prepared_model_id, model)
+        pm = RemotePreparedModel(self, reply.prepared_model_id, model, rb)
+        if layout and reply.HasField("local_burst"):  # an older service opens none: local_burst() asks
+            pm.opened_burst = reply.local_burst
+        return pm
 
     def allocate(self, operand_type: OperandType, dimensions, *, input_roles=(), output_roles=()) -> int:
         reply = _rpc(self.device.Allocate, pb.AllocateRequest(
