@@ -23,7 +23,7 @@ from hal.model import Model
 from hal.types import DeviceType, ExecutionPreference, OperandType, Priority
 from service.access import SESSION_KEY
 from service.address import client_address, is_unix, unix_socket_path, untrusted_socket
-from service.peer_gate import PEER_SUFFIX, TICKET_KEY, request_ticket
+from service.peer_gate import PEER_SUFFIX, TICKET_KEY, peer_socket_path, request_ticket
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
 from service.remote_model import GrpcBurst, LocalBurst, RemotePreparedModel, burst_layout  # noqa: F401 - re-exported
@@ -91,7 +91,7 @@ class Client:
             if handshake.ticket:
                 metadata = [(TICKET_KEY, handshake.ticket)]
         send: queue.Queue = queue.Queue()
-        call = self.device.OpenSession(iter(send.get, None), metadata=metadata)
+        call = self.device.OpenSession(iter(send.get, None), metadata=metadata, wait_for_ready=True)
         first: queue.Queue = queue.Queue()
         # The reader holds only the call and a queue (not self): an unused Client is still collected.
         threading.Thread(target=_read_stream, args=(call, first), daemon=True, name="nnhal-session").start()
@@ -139,13 +139,14 @@ class Client:
             # The first call waits for the connection itself (wait_for_ready, within the bound), and
             # a stopped service must answer it. Not grpc.channel_ready_future: its connectivity
             # poller watches in 0.2 s steps, and closing a channel it watched waits for the step.
-            try:
-                reply = client.device.GetVersionString(pb.Empty(), timeout=timeout_s, wait_for_ready=True)
-            except grpc.RpcError as e:
-                raise _rpc_error(e, timeout_s) from None
-            _check(reply)
-            client.version = reply.version
+            # On a unix socket whose handshake socket is there the session is that call (its reply
+            # names the version); else the version call waits for the service to listen (it binds
+            # the handshake socket first), and over TCP it tells a TLS mismatch apart.
+            if not path or not os.path.exists(peer_socket_path(path)):
+                client._read_version(timeout_s)
             client._open_session(max(deadline - time.monotonic(), 0.05))
+            if not client.version:  # an older service's session reply
+                client._read_version(max(deadline - time.monotonic(), 0.05))
         except ClientRefusedError:
             channel.close()
             raise
@@ -157,6 +158,14 @@ class Client:
             client.close()
             raise
         return client
+
+    def _read_version(self, timeout_s: float) -> None:
+        try:
+            reply = self.device.GetVersionString(pb.Empty(), timeout=timeout_s, wait_for_ready=True)
+        except grpc.RpcError as e:
+            raise _rpc_error(e, timeout_s) from None
+        _check(reply)
+        self.version = reply.version
 
     def close(self) -> None:
         """Ends the session (the service releases this client's models and buffers) and the channel."""
