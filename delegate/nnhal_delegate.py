@@ -368,10 +368,11 @@ class NnhalKernel(SimpleDelegateKernel):
             return
         o = self.owner.options
         kw = dict(preference=o.execution_preference, priority=o.priority)
+        local = o.local_burst and client.shared_memory  # a memfd and a socket only the service's user reaches
         t0 = time.perf_counter()
         try:
-            try:
-                self.remote = client.prepare_model_from_cache(self.io_model, self.token, **kw)
+            try:  # the local burst opened in the same call
+                self.remote = client.prepare_model_from_cache(self.io_model, self.token, local_burst=local, **kw)
                 self.from_cache = True
             except ServiceError as e:
                 if isinstance(e, ServiceUnavailableError):
@@ -382,7 +383,7 @@ class NnhalKernel(SimpleDelegateKernel):
             self.prepare_s = time.perf_counter() - t0
             self.remote.observe(self.slowest_s)  # in-process runs measured this model too
             self.burst = None
-            if o.local_burst and client.shared_memory:  # a memfd and a socket only the service's user reaches
+            if local:
                 self._open_local_burst()
         except ServiceUnavailableError as e:
             log.warning("nnhal service lost while preparing a partition: %s", e)

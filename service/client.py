@@ -23,10 +23,10 @@ from hal.model import Model
 from hal.types import DeviceType, ExecutionPreference, OperandType, Priority
 from service.access import SESSION_KEY
 from service.address import client_address, is_unix, unix_socket_path, untrusted_socket
-from service.peer_gate import PEER_SUFFIX, TICKET_KEY, request_ticket
+from service.peer_gate import PEER_SUFFIX, TICKET_KEY, peer_socket_path, request_ticket
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
-from service.remote_model import GrpcBurst, LocalBurst, RemotePreparedModel  # noqa: F401 - re-exported
+from service.remote_model import GrpcBurst, LocalBurst, RemotePreparedModel, burst_layout  # noqa: F401 - re-exported
 from service.rpc import (  # noqa: F401 - the errors and types are re-exported: callers catch them from here
     ClientRefusedError,
     ExecutionOutput,
@@ -49,6 +49,7 @@ from service.tls import connect_failure
 from service.transfer import (
     SHM_THRESHOLD,  # noqa: F401 - re-exported: callers size tensors by it
     ModelTransfer,
+    RequestBuilder,
     support_query_proto,
 )
 
@@ -60,6 +61,8 @@ class Client:
         self.channel = channel
         self.address = address
         self.version = ""  # the service's getVersionString, read by connect
+        #: getCapabilities as the session's first reply carried it (None: an older service's reply).
+        self.capabilities: pb.Capabilities | None = None
         #: Shared-memory pools only on a unix socket, to a service of this user: the service refuses
         #: them over TCP and from other users (SECURITY.md; _open_session learns the service's uid).
         self.shared_memory = is_unix(address)
@@ -88,7 +91,7 @@ class Client:
             if handshake.ticket:
                 metadata = [(TICKET_KEY, handshake.ticket)]
         send: queue.Queue = queue.Queue()
-        call = self.device.OpenSession(iter(send.get, None), metadata=metadata)
+        call = self.device.OpenSession(iter(send.get, None), metadata=metadata, wait_for_ready=True)
         first: queue.Queue = queue.Queue()
         # The reader holds only the call and a queue (not self): an unused Client is still collected.
         threading.Thread(target=_read_stream, args=(call, first), daemon=True, name="nnhal-session").start()
@@ -104,6 +107,9 @@ class Client:
             raise ServiceUnavailableError("the service ended the session stream at once")
         _check(reply)
         self.session[:] = [(SESSION_KEY, reply.session_id)]
+        self.version = reply.version or self.version
+        if reply.HasField("capabilities"):
+            self.capabilities = reply.capabilities
 
     @classmethod
     def connect(cls, address: str | None = None, timeout_s: float = 5.0,
@@ -133,13 +139,14 @@ class Client:
             # The first call waits for the connection itself (wait_for_ready, within the bound), and
             # a stopped service must answer it. Not grpc.channel_ready_future: its connectivity
             # poller watches in 0.2 s steps, and closing a channel it watched waits for the step.
-            try:
-                reply = client.device.GetVersionString(pb.Empty(), timeout=timeout_s, wait_for_ready=True)
-            except grpc.RpcError as e:
-                raise _rpc_error(e, timeout_s) from None
-            _check(reply)
-            client.version = reply.version
+            # On a unix socket whose handshake socket is there the session is that call (its reply
+            # names the version); else the version call waits for the service to listen (it binds
+            # the handshake socket first), and over TCP it tells a TLS mismatch apart.
+            if not path or not os.path.exists(peer_socket_path(path)):
+                client._read_version(timeout_s)
             client._open_session(max(deadline - time.monotonic(), 0.05))
+            if not client.version:  # an older service's session reply
+                client._read_version(max(deadline - time.monotonic(), 0.05))
         except ClientRefusedError:
             channel.close()
             raise
@@ -151,6 +158,14 @@ class Client:
             client.close()
             raise
         return client
+
+    def _read_version(self, timeout_s: float) -> None:
+        try:
+            reply = self.device.GetVersionString(pb.Empty(), timeout=timeout_s, wait_for_ready=True)
+        except grpc.RpcError as e:
+            raise _rpc_error(e, timeout_s) from None
+        _check(reply)
+        self.version = reply.version
 
     def close(self) -> None:
         """Ends the session (the service releases this client's models and buffers) and the channel."""
@@ -164,6 +179,9 @@ class Client:
 
     # ---- IDevice ------------------------------------------------------------
     def get_capabilities(self) -> pb.Capabilities:
+        """The service's capabilities (fixed while it runs: those its session reply carried, if it did)."""
+        if self.capabilities is not None:
+            return self.capabilities
         reply = _rpc(self.device.GetCapabilities, pb.Empty())
         _check(reply)
         return reply.capabilities
@@ -225,12 +243,19 @@ class Client:
     def prepare_model_from_cache(self, model: Model, token: bytes, *,
                                  preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                                  priority: Priority = Priority.MEDIUM,
-                                 timeout_s: float | None = None) -> RemotePreparedModel:
+                                 timeout_s: float | None = None, local_burst: bool = False) -> RemotePreparedModel:
+        """``local_burst``: the service also opens the model's local burst in the same call (where
+        this client may have one), which the first ``local_burst()`` then connects to."""
+        rb = RequestBuilder(model, self.shared_memory)
+        layout = burst_layout(rb) if local_burst and self.shared_memory else None
         reply = _rpc(self.device.PrepareModelFromCache, pb.PrepareModelFromCacheRequest(
-            token=token, preference=int(preference), priority=int(priority),
-            timeout_ns=_timeout_ns(timeout_s)), _prepare_wait_s(timeout_s), self.session)
+            token=token, preference=int(preference), priority=int(priority), timeout_ns=_timeout_ns(timeout_s),
+            local_burst_slot_bytes=layout.total if layout else 0), _prepare_wait_s(timeout_s), self.session)
         _check(reply)
-        return RemotePreparedModel(self, reply.prepared_model_id, model)
+        pm = RemotePreparedModel(self, reply.prepared_model_id, model, rb)
+        if layout and reply.HasField("local_burst"):  # an older service opens none: local_burst() asks
+            pm.opened_burst = reply.local_burst
+        return pm
 
     def allocate(self, operand_type: OperandType, dimensions, *, input_roles=(), output_roles=()) -> int:
         reply = _rpc(self.device.Allocate, pb.AllocateRequest(

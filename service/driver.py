@@ -4,6 +4,7 @@ Everything here speaks hal types; ``service.servicer`` converts to and from prot
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -53,8 +54,10 @@ def core_source_files() -> list:
     return files
 
 
+@functools.cache
 def _source_digest() -> str:
-    """Digest of hal's core sources (see core_source_files)."""
+    """Digest of hal's core sources (see core_source_files), read once: it names the code this
+    process imported, which a later edit on disk does not change (a restarted service reads it again)."""
     import pathlib
     h = hashlib.sha256()
     root = pathlib.Path(hal.__file__).parent

@@ -330,9 +330,10 @@ class FleetClient:
     def prepare_model_from_cache(self, model: Model, token: bytes, *,
                                  preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                                  priority: Priority = Priority.MEDIUM,
-                                 timeout_s: float | None = None) -> "FleetPreparedModel":
+                                 timeout_s: float | None = None, local_burst: bool = False) -> "FleetPreparedModel":
         """From the cache of one replica; a miss there is a ServiceError (call prepare_model, which
-        compiles on that same replica)."""
+        compiles on that same replica). ``local_burst`` is not asked ahead here: a FleetBurst opens
+        its own on whichever replica holds the model then."""
         pm = FleetPreparedModel(self, model, token, dict(preference=preference, priority=priority, timeout_s=timeout_s))
         pm._place(exclude=(), first=(), from_cache=True)
         return pm

@@ -39,10 +39,12 @@ from service.transfer import RequestBuilder, operand_nbytes
 class RemotePreparedModel:
     """IPreparedModel on the service."""
 
-    def __init__(self, client, prepared_id: str, model: Model):  # client: the service.client.Client
-        self.client = client
+    def __init__(self, client, prepared_id: str, model: Model, rb: RequestBuilder | None = None):
+        self.client = client  # the service.client.Client
         self.id = prepared_id
-        self._rb = RequestBuilder(model, client.shared_memory)
+        self._rb = rb or RequestBuilder(model, client.shared_memory)
+        #: The local burst the service opened with the prepare reply, until local_burst() takes it.
+        self.opened_burst: pb.LocalBurstReply | None = None
         weakref.finalize(self, self._rb.scratch.close)
         self.slowest_s = 0.0  # the slowest execution seen: scales the default wait
         self._wait_min_s = float(os.environ.get("NNHAL_EXECUTE_WAIT_MIN_S") or EXECUTE_WAIT_MIN_S)
@@ -100,7 +102,8 @@ class RemotePreparedModel:
 
     def local_burst(self, extra_slot_bytes: int = 0) -> "LocalBurst":
         """Same-machine burst through shared memory (falls back to nothing: raises if unavailable)."""
-        return LocalBurst(self, extra_slot_bytes)
+        opened, self.opened_burst = self.opened_burst, None
+        return LocalBurst(self, extra_slot_bytes, opened if not extra_slot_bytes else None)
 
     def perf_info(self) -> pb.PerfInfoReply:
         reply = _rpc(self.client.prepared.GetPerfInfo, pb.PreparedModelId(prepared_model_id=self.id))
@@ -198,16 +201,16 @@ class GrpcBurst:
 class LocalBurst:
     """NNAPI FMQ-style burst: shared-memory slots + socket doorbell; gRPC only to open it."""
 
-    def __init__(self, pm: RemotePreparedModel, extra_slot_bytes: int = 0):
+    def __init__(self, pm: RemotePreparedModel, extra_slot_bytes: int = 0, opened: pb.LocalBurstReply | None = None):
+        """``opened``: the service's answer to a prepare that asked for this burst (OpenLocalBurst's)."""
         self.pm = pm
         rb = pm._rb
-        sizes = [operand_nbytes(op, op.dimensions, rb.prefixes) for op in rb.in_ops + rb.out_ops]
-        if any(s is None for s in sizes):
+        layout = burst_layout(rb)
+        if layout is None:
             raise ServiceError(ErrorStatus.INVALID_ARGUMENT,
                                "local bursts need fully specified input and output dimensions")
-        layout = SlotLayout.of(sizes)
-        reply = _rpc(pm.client.prepared.OpenLocalBurst,
-                     pb.LocalBurstRequest(prepared_model_id=pm.id, slot_bytes=layout.total + extra_slot_bytes))
+        reply = opened if opened is not None else _rpc(pm.client.prepared.OpenLocalBurst, pb.LocalBurstRequest(
+            prepared_model_id=pm.id, slot_bytes=layout.total + extra_slot_bytes))
         _check(reply)
         try:
             self.channel = LocalBurstChannel(reply.socket_path, reply.auth_token, layout, len(rb.in_ops),
@@ -246,3 +249,9 @@ class LocalBurst:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def burst_layout(rb: RequestBuilder) -> SlotLayout | None:
+    """A local burst's slots for the model's inputs then outputs; None if a shape is not fixed."""
+    sizes = [operand_nbytes(op, op.dimensions, rb.prefixes) for op in rb.in_ops + rb.out_ops]
+    return None if any(s is None for s in sizes) else SlotLayout.of(sizes)

@@ -298,8 +298,10 @@ def create_server(socket_path: str | None = None, listen: str | None = None, *, 
     unix_server = listen is None  # sessions by ticket, shared memory only there (service.access)
     tickets = Tickets() if unix_server else None
     access = Access(driver, unix_server, tickets)
-    pb_grpc.add_DeviceServicer_to_server(DeviceServicer(driver, access, relative_speed, measured), server)
+    device_servicer = DeviceServicer(driver, access, relative_speed, measured)
+    pb_grpc.add_DeviceServicer_to_server(device_servicer, server)
     prepared_servicer = PreparedModelServicer(driver, access, os.path.dirname(socket_path) if unix_server else None)
+    device_servicer.bursts = prepared_servicer
     pb_grpc.add_PreparedModelServicer_to_server(prepared_servicer, server)
     hs = health.HealthServicer()
     logging.getLogger("grpc._common").addFilter(_MALFORMED_MESSAGE_LOG)  # once: a filter is added only once

@@ -18,7 +18,7 @@ from hal.errors import HalError
 from hal.model import DataLocation, Request, RequestArgument
 from hal.types import ErrorStatus, OperandType
 from service import convert
-from service.access import Access, check_shared_allowed
+from service.access import Access, Caller, check_shared_allowed
 from service.driver import Driver, perf_name
 from service.execution import ExecutionResult, PreparedModel, deadline_from_timeout
 from service.local_burst_server import LocalBurstServer
@@ -34,6 +34,9 @@ MAX_MESSAGE_BYTES = 64 << 20
 MAX_ZERO_POOL_BYTES = 1 << 34
 #: Pools one burst stream may hold registered (each is an open descriptor).
 MAX_BURST_POOLS = 64
+
+LOCAL_BURST_REFUSED = ("local bursts are only for clients of the service's own user on its unix socket; "
+                       "others use ExecuteBurst")
 
 
 def _guard(reply_cls, fn: Callable[[], object]):
@@ -175,6 +178,8 @@ class DeviceServicer(pb_grpc.DeviceServicer):
         #: machine's figures), or `nnhal serve --relative-speed` for every type.
         times = performance.exec_times(driver.backend_order, measured)
         self.exec_times = times if relative_speed is None else dict.fromkeys(times, float(relative_speed))
+        #: Opens the local burst a prepare asks for with its reply (the server sets it).
+        self.bursts: PreparedModelServicer | None = None
 
     def OpenSession(self, request_iterator, context):
         """Held open by each client; its end (client close, disconnect, death) releases what the
@@ -186,7 +191,8 @@ class DeviceServicer(pb_grpc.DeviceServicer):
             return
         context.add_callback(lambda: self.driver.close_session(session.id))  # also if never resumed
         try:
-            yield pb.SessionReply(status=convert.status(), session_id=session.id)
+            yield pb.SessionReply(status=convert.status(), session_id=session.id,
+                                  version=self.driver.version_string(), capabilities=self.capabilities())
             # The client sends nothing: wait for its end (the callback above releases at once; this
             # thread notices within a second) or for the service to stop.
             while context.is_active() and not self.driver.sessions_closing.wait(SESSION_POLL_S):
@@ -200,20 +206,21 @@ class DeviceServicer(pb_grpc.DeviceServicer):
             return pb.ReleaseReply(status=convert.status())
         return _guard(pb.ReleaseReply, body)
 
-    def GetCapabilities(self, request, context):
-        def body():
-            def perf(exec_time: float) -> pb.PerformanceInfo:
-                return pb.PerformanceInfo(exec_time=exec_time, power_usage=1.0)  # power: not known
+    def capabilities(self) -> pb.Capabilities:
+        def perf(exec_time: float) -> pb.PerformanceInfo:
+            return pb.PerformanceInfo(exec_time=exec_time, power_usage=1.0)  # power: not known
 
-            float32 = perf(self.exec_times[int(OperandType.TENSOR_FLOAT32)])  # relaxed: computed in float32
-            other = perf(performance.slowest(self.exec_times))  # control flow: hal's Python interpreter
-            caps = pb.Capabilities(
-                relaxed_float32_to_float16_performance_scalar=float32,
-                relaxed_float32_to_float16_performance_tensor=float32,
-                operand_performance=[pb.OperandPerformance(type=t, info=perf(v)) for t, v in self.exec_times.items()],
-                if_performance=other, while_performance=other)
-            return pb.CapabilitiesReply(status=convert.status(), capabilities=caps)
-        return _guard(pb.CapabilitiesReply, body)
+        float32 = perf(self.exec_times[int(OperandType.TENSOR_FLOAT32)])  # relaxed: computed in float32
+        other = perf(performance.slowest(self.exec_times))  # control flow: hal's Python interpreter
+        return pb.Capabilities(
+            relaxed_float32_to_float16_performance_scalar=float32,
+            relaxed_float32_to_float16_performance_tensor=float32,
+            operand_performance=[pb.OperandPerformance(type=t, info=perf(v)) for t, v in self.exec_times.items()],
+            if_performance=other, while_performance=other)
+
+    def GetCapabilities(self, request, context):
+        return _guard(pb.CapabilitiesReply, lambda: pb.CapabilitiesReply(status=convert.status(),
+                                                                         capabilities=self.capabilities()))
 
     def GetType(self, request, context):
         return pb.TypeReply(status=convert.status(), device_type=int(self.driver.device_type()))
@@ -263,10 +270,14 @@ class DeviceServicer(pb_grpc.DeviceServicer):
 
     def PrepareModelFromCache(self, request, context):
         def body():
+            caller = self.access.caller(context, session=True)
             entry = self.driver.prepare_from_cache(request.token, request.preference, request.priority,
-                                                   deadline_from_timeout(request.timeout_ns),
-                                                   session=self.access.caller(context, session=True).session)
-            return pb.PrepareModelReply(status=convert.status(), prepared_model_id=entry.id, from_cache=True)
+                                                   deadline_from_timeout(request.timeout_ns), session=caller.session)
+            reply = pb.PrepareModelReply(status=convert.status(), prepared_model_id=entry.id, from_cache=True)
+            if request.local_burst_slot_bytes and self.bursts is not None:
+                reply.local_burst.CopyFrom(_guard(pb.LocalBurstReply, lambda: self.bursts.open_local_burst(
+                    caller, entry, request.local_burst_slot_bytes)))
+            return reply
         return _guard(pb.PrepareModelReply, body)
 
     def GetDelegationRecord(self, request, context):
@@ -313,20 +324,24 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
     def OpenLocalBurst(self, request, context):
         def body():
             caller = self.access.caller(context)
-            if not caller.shared:  # its socket and memfd are this machine's, reachable by the service's user
-                raise HalError(ErrorStatus.INVALID_ARGUMENT, "local bursts are only for clients of the service's "
-                                                             "own user on its unix socket; others use ExecuteBurst")
+            if not caller.shared:  # checked before the id is looked up, as ever
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, LOCAL_BURST_REFUSED)
             entry = self.driver.get(request.prepared_model_id, caller.session_id)
-            with self._lock:
-                self.local_bursts = [b for b in self.local_bursts if not b.closed.is_set()]
-                if len(self.local_bursts) >= self.max_local_bursts:  # each is a thread and a memfd
-                    raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
-                                   f"{len(self.local_bursts)} local bursts are open, the service's limit")
-                burst = LocalBurstServer(entry, request.slot_bytes, self.runtime_dir,
-                                         client=self.driver.sessions.owner_of(entry.id))
-                self.local_bursts.append(burst)
-            return pb.LocalBurstReply(status=convert.status(), socket_path=burst.path, auth_token=burst.token)
+            return self.open_local_burst(caller, entry, request.slot_bytes)
         return _guard(pb.LocalBurstReply, body)
+
+    def open_local_burst(self, caller: Caller, entry: PreparedModel, slot_bytes: int) -> pb.LocalBurstReply:
+        """A local burst on ``entry`` (which ``caller`` owns); HalError if the caller may not have one."""
+        if not caller.shared:  # its socket and memfd are this machine's, reachable by the service's user
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, LOCAL_BURST_REFUSED)
+        with self._lock:
+            self.local_bursts = [b for b in self.local_bursts if not b.closed.is_set()]
+            if len(self.local_bursts) >= self.max_local_bursts:  # each is a thread and a memfd
+                raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                               f"{len(self.local_bursts)} local bursts are open, the service's limit")
+            burst = LocalBurstServer(entry, slot_bytes, self.runtime_dir, client=self.driver.sessions.owner_of(entry.id))
+            self.local_bursts.append(burst)
+        return pb.LocalBurstReply(status=convert.status(), socket_path=burst.path, auth_token=burst.token)
 
     def close_local_bursts(self, timeout_s: float = 5.0) -> None:
         """Stop every local burst and wait for its thread to remove its socket directory."""

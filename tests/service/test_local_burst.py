@@ -46,6 +46,31 @@ def test_local_burst_errors_are_statuses(client):
         np.testing.assert_array_equal(lb.execute([x, x]).outputs[0], x + x)  # still serving
 
 
+def test_local_burst_opened_by_the_prepare_from_cache(client):
+    """One call loads the model and opens its burst; the burst runs as one opened on its own."""
+    model, token = add_model((3, 4)), bytes(range(32))
+    client.prepare_model(model, token=token).release()
+    pm = client.prepare_model_from_cache(model, token, local_burst=True)
+    assert pm.opened_burst is not None and pm.opened_burst.status.code == ErrorStatus.NONE
+    a, b = (np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32) for _ in range(2))
+    with pm.local_burst() as lb:
+        assert pm.opened_burst is None  # taken: a second local_burst() asks the service for another
+        np.testing.assert_array_equal(lb.execute([a, b]).outputs[0], pm.execute([a, b]).outputs[0])
+    with pm.local_burst() as lb:
+        np.testing.assert_array_equal(lb.execute([a, b]).outputs[0], a + b)
+    assert client.prepare_model_from_cache(model, token).opened_burst is None  # not asked for
+
+
+def test_local_burst_with_the_prepare_from_cache_validates_it(client):
+    model, token = add_model(), bytes(range(1, 33))
+    client.prepare_model(model, token=token).release()
+    reply = client.device.PrepareModelFromCache(pb.PrepareModelFromCacheRequest(
+        token=token, local_burst_slot_bytes=1 << 40))
+    assert reply.status.code == ErrorStatus.NONE and reply.prepared_model_id  # the model is prepared either way
+    assert reply.local_burst.status.code == ErrorStatus.INVALID_ARGUMENT
+    assert "slot_bytes" in reply.local_burst.status.message
+
+
 def test_wrong_token_is_refused(client):
     pm = client.prepare_model(add_model())
     reply = client.prepared.OpenLocalBurst(pb.LocalBurstRequest(prepared_model_id=pm.id, slot_bytes=256))

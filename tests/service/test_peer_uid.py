@@ -164,6 +164,8 @@ def _calls_without_a_session(stub_d, stub_p, metadata):
     yield "GetSupportedOperations", stub_d.GetSupportedOperations(pb.SupportedOperationsRequest(model=model), **kw)
     yield "PrepareModel", stub_d.PrepareModel(pb.PrepareModelRequest(model=model), **kw)
     yield "PrepareModelFromCache", stub_d.PrepareModelFromCache(pb.PrepareModelFromCacheRequest(token=b"t" * 32), **kw)
+    yield "PrepareModelFromCache with a local burst", stub_d.PrepareModelFromCache(pb.PrepareModelFromCacheRequest(
+        token=b"t" * 32, local_burst_slot_bytes=256), **kw)
     yield "Allocate", stub_d.Allocate(pb.AllocateRequest(operand_type=int(OperandType.TENSOR_FLOAT32),
                                                          dimensions=[2, 3]), **kw)
     yield "ReleaseBuffer", stub_d.ReleaseBuffer(pb.BufferToken(buffer_token=1), **kw)
@@ -265,7 +267,13 @@ _CHILD = textwrap.dedent("""
     r.outputs.add(inline_capacity=4)
     pm1 = c.prepare_model(add_model(shape=(1,)))
     reply = c.prepared.Execute(pb.ExecuteRequest(prepared_model_id=pm1.id, request=r), timeout=60)
-    print("accepted:", os.geteuid(), c.shared_memory, ok, reply.status.code, reply.status.message)
+    # a local burst asked for with a prepare from the cache: the model, but no burst (a memfd of root's)
+    token = bytes(range(32))
+    c.prepare_model(add_model(shape=(1,)), token=token)
+    fc = c.device.PrepareModelFromCache(pb.PrepareModelFromCacheRequest(token=token, local_burst_slot_bytes=256),
+                                        timeout=60)
+    print("accepted:", os.geteuid(), c.shared_memory, ok, fc.status.code, bool(fc.prepared_model_id),
+          fc.local_burst.status.code, reply.status.code, reply.status.message)
     c.close()
 """)
 
@@ -312,8 +320,9 @@ def test_another_uid_through_nnhal_serve(other_user_setup, allow, outcome):
         assert "refused a client" in server.output() and f"uid {OTHER_UID}" in server.output()
     if outcome == "accepted:":
         # its uid, no shared memory (the service is root's), the inline result right, the segment refused
-        uid, shared, ok, code, message = line.split(" ", 5)[1:]
+        uid, shared, ok, cached, prepared, burst, code, message = line.split(" ", 8)[1:]
         assert (uid, shared, ok, code) == (str(OTHER_UID), "False", "True", str(int(ErrorStatus.INVALID_ARGUMENT)))
+        assert (cached, prepared, burst) == (str(int(ErrorStatus.NONE)), "True", str(int(ErrorStatus.INVALID_ARGUMENT)))
         assert "only on the service's unix socket, from a client of the service's own user" in message
         assert os.stat(d).st_mode & 0o777 == 0o711
     with open(f"/dev/shm/{segment}", "rb") as f:

@@ -25,6 +25,9 @@ def test_device_queries(client, server):
     assert caps.relaxed_float32_to_float16_performance_tensor.exec_time > 0
     assert client.get_type() == DeviceType.CPU
     assert client.get_version_string().startswith("nnhal-")
+    # the session's first reply carried both: the same answers as the calls
+    assert client.version == client.get_version_string()
+    assert client.device.GetCapabilities(pb.Empty()).capabilities == caps
     assert {e.name for e in client.get_supported_extensions()} >= {"com.example.fibonacci"}  # installed plugins
     assert client.get_number_of_cache_files_needed() == (1, 1)  # one model file, one data file
     assert socket_mode(server.socket) == 0o600
