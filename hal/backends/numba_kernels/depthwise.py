@@ -2,13 +2,13 @@
 
 Depth multiplier 1 with a 3x3 or 5x5 filter (MobileNet's, EfficientNet's), where the CPU has
 AVX-512 VNNI, stride 1 or 2 and dilation 1 across, and the filter minus its zero point fits int8
-(int8 filters; uint8 ones within 128 of their zero point): ``dw_vnni.dw_plane64_*``, a whole image's
-output for 64 channels per call, then ``dw_vnni.dw_row_*`` for the channels past the last whole 64,
-16 of a row per call (borders included), each input column's rows gathered once into ``vpdpbusd``
-operands and shared by the pixels that read it. Other depth-multiplier-1 3x3 / 5x5 layers: ``simd.dw_run_*``
-(16 channels of a run of pixels per call, the taps unrolled in vector registers, int32 sums: int16
-tap pairs and ``vpdpwssd`` with VNNI).
-TFLite's requantization on the 16 lanes in both. Other forms: one scalar native pass
+(int8 filters; uint8 ones within 128 of their zero point): for a 3x3 filter ``dw_vnni.dw_plane64_*``,
+a whole image's output for 64 channels per call, then ``dw_vnni.dw_row_*`` for the rest (every
+channel of a 5x5 filter), 16 of a row per call (borders included); both gather each input column's
+rows once into ``vpdpbusd`` operands shared by the pixels that read it. Other depth-multiplier-1
+3x3 / 5x5 layers: ``simd.dw_run_*`` (16 channels of a run of pixels per call, the taps unrolled in
+vector registers, int32 sums: int16 tap pairs and ``vpdpwssd`` with VNNI). TFLite's requantization
+in all of them. Other forms: one scalar native pass
 (``_depthwise``). All skip out-of-image taps as TFLite does.
 """
 from __future__ import annotations
@@ -58,7 +58,8 @@ class DepthwiseData:
     #: stride 1 or 2 across, filter minus zero point within int8), padded to whole 16 channels:
     #: weights (int8 [fw, groups, cp, 4]) and bias; the rest as ``lanes``'. Else None.
     rows: tuple | None = None
-    #: For dw_vnni.dw_plane64_* (where ``rows`` is set and there are 64 channels or more): the
+    #: For dw_vnni.dw_plane64_* (where ``rows`` is set, for a 3x3 filter and 64 channels or more: a
+    #: 5x5 one's carried columns outnumber the registers, and dw_row is faster there): the
     #: whole 64s of channels of ``rows`` and ``lanes``' weights, bias, multiplier, left and right
     #: shift, in its channel order (``_rows64``). Else None.
     rows64: tuple | None = None
@@ -143,7 +144,7 @@ def plan(ctx: OperationContext, mult: np.ndarray, shift: np.ndarray, ozp: int, l
     lanes = _lanes(weights, bias, x_zp, mult, shift) if vector else None
     rows = _rows(weights, bias, x_zp, signed) if by_rows else None
     rows64 = None
-    if rows is not None and weights.shape[2] >= 64:
+    if rows is not None and weights.shape[0] == 3 and weights.shape[2] >= 64:
         rows64 = _rows64(weights.shape[2], rows[0].reshape(w.shape[2], -1, lanes[1].shape[0], 4), rows[1], *lanes[2:])
     return DepthwiseData(weights, bias, x_zp, p.multiplier, mult, shift, ozp, lo, hi, **geometry,
                          lanes=lanes, rows=rows, rows64=rows64,
@@ -280,8 +281,6 @@ if vnni.AVAILABLE:
     from hal.backends.numba_kernels.dw_vnni import (
         dw_plane64_3x3_s1,
         dw_plane64_3x3_s2,
-        dw_plane64_5x5_s1,
-        dw_plane64_5x5_s2,
         dw_row_3x3_s1,
         dw_row_3x3_s2,
         dw_row_5x5_s1,
@@ -293,9 +292,9 @@ if vnni.AVAILABLE:
                         input_zp, xor, out_zp, lo, hi, sh, sw, dh, top, left_pad, out_h, out_w, general, out, table):
         """DEPTHWISE_CONV_2D with depth multiplier 1, a 3x3 or 5x5 filter, dilation 1 across and
         stride 1 or 2 across (flat NHWC ``x`` and ``out``; ``_rows``' and ``_rows64``' arrays): per
-        image, one ``dw_vnni.dw_plane64_*`` call per whole 64 channels (``bias64``'s), then per output
-        row one ``dw_row_*`` call per 16 of the rest, borders included. ``table`` (256 bytes, or
-        empty): looked up on each image's output once it is complete."""
+        image, one ``dw_vnni.dw_plane64_3x3_*`` call per whole 64 channels of ``bias64`` (empty for
+        5x5 filters), then per output row one ``dw_row_*`` call per 16 of the rest, borders included.
+        ``table`` (256 bytes, or empty): looked up on each image's output once it is complete."""
         cp, c64 = bias.shape[0], bias64.shape[0]
         w_step, w64_step = cp * 4, c64 * 4
         row_step = dh * width * c
@@ -303,17 +302,11 @@ if vnni.AVAILABLE:
         for n in range(n_b):
             x_img, o_img = n * h * width * c, n * out_h * out_w * c
             for ch in range(0, c64, 64):
-                if fh == 3 and sw == 1:
+                if sw == 1:
                     dw_plane64_3x3_s1(x, x_img, h, width, c, sh, dh, top, -left_pad, zp, w64, w64_step, bias64, mult64,
                                       left64, right64, ch, out_zp, lo, hi, out, o_img, out_h, out_w, 64, general)
-                elif fh == 3:
-                    dw_plane64_3x3_s2(x, x_img, h, width, c, sh, dh, top, -left_pad, zp, w64, w64_step, bias64, mult64,
-                                      left64, right64, ch, out_zp, lo, hi, out, o_img, out_h, out_w, 64, general)
-                elif sw == 1:
-                    dw_plane64_5x5_s1(x, x_img, h, width, c, sh, dh, top, -left_pad, zp, w64, w64_step, bias64, mult64,
-                                      left64, right64, ch, out_zp, lo, hi, out, o_img, out_h, out_w, 64, general)
                 else:
-                    dw_plane64_5x5_s2(x, x_img, h, width, c, sh, dh, top, -left_pad, zp, w64, w64_step, bias64, mult64,
+                    dw_plane64_3x3_s2(x, x_img, h, width, c, sh, dh, top, -left_pad, zp, w64, w64_step, bias64, mult64,
                                       left64, right64, ch, out_zp, lo, hi, out, o_img, out_h, out_w, 64, general)
             for oy in range(out_h if c64 < c else 0):
                 iy0 = oy * sh - top

@@ -18,8 +18,9 @@ whole output row, borders included. Filter bytes are the filter minus its zero p
 must fit int8 (checked at plan: true of int8 filters, and of uint8 filters whose values lie within
 128 of their zero point); the unused rows of a group have zero weights.
 
-``dw_plane64_*``: the same arithmetic for 64 channels, every output row of an image per call (the
-weights and per-channel arrays loaded once, not per row). The rows' 64-byte loads become a column's
+``dw_plane64_3x3_*``: the same arithmetic for 64 channels of a 3x3 filter, every output row of an
+image per call (the weights and per-channel arrays loaded once, not per row; a 5x5 filter's 4
+carried columns of 8 vectors would not stay in registers). The rows' 64-byte loads become a column's
 vectors by x86's byte then word unpacks, which stay within 128-bit lanes: lane 4L + j of vector v
 is channel 16L + 4v + j, an order the weights and per-channel arrays are stored in and that the
 saturating packs of the 4 requantized vectors (int32 -> int16 -> 8-bit) undo, so a pixel is one
@@ -349,5 +350,3 @@ def _dw_plane64(fh: int, fw: int, stride: int):
 #: ``(fx·groups + g)·w_step``. ``general``: as ``dw_row``'s.
 dw_plane64_3x3_s1 = _dw_plane64(3, 3, 1)
 dw_plane64_3x3_s2 = _dw_plane64(3, 3, 2)
-dw_plane64_5x5_s1 = _dw_plane64(5, 5, 1)
-dw_plane64_5x5_s2 = _dw_plane64(5, 5, 2)
