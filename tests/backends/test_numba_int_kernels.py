@@ -186,9 +186,13 @@ def test_grouped_convolutions(x_type, w_type, in_c, groups, k):
     dict(c=48, k=3, stride=3, pads=(1, 1, 1, 1)), dict(c=24, k=3, pads=(2, 0, 1, 2)),  # stride 3; padding 2
     dict(c=18, k=5, pads=(0, 0, 0, 0), act=3),  # RELU6
     dict(c=21, k=5, pads=(2, 2, 2, 2), shape=(1, 3, 4, 21)),  # every window crosses the image's edges
+    # 64 channels and more (3x3): dw_plane64 per whole 64, dw_row per 16 of the rest
+    dict(c=80, k=3, pads=(1, 1, 1, 1)), dict(c=136, k=3, stride=2, pads=(0, 1, 0, 1), act=3),
+    dict(c=64, k=5, pads=(2, 2, 2, 2), y_scale=1e-5), dict(c=128, k=5, stride=2, pads=(1, 2, 1, 2), act=3),
+    dict(c=70, k=5, pads=(2, 2, 2, 2), shape=(1, 3, 4, 70)), dict(c=120, k=3, pads=(1, 1, 1, 1), act=3),
 ])
 def test_depthwise(x_type, w_type, w_zp, case):
-    """The filter-column kernel (dw_vnni: filter minus zero point within int8, stride 1 or 2 across,
+    """The filter-column kernels (dw_vnni: filter minus zero point within int8, stride 1 or 2 across,
     dilation 1 across) and the per-pixel one (simd.dw_run: the others, and the border columns)."""
     case = dict(case)
     c = case.pop("c")
@@ -198,6 +202,7 @@ def test_depthwise(x_type, w_type, w_zp, case):
     assert d.lanes is not None
     by_columns = vnni.AVAILABLE and w_zp != 100 and case.get("dilation", 1) == 1 and case.get("stride", 1) <= 2
     assert (d.rows is not None) == by_columns
+    assert (d.rows64 is not None) == (by_columns and case["k"] == 3 and c >= 64)
     assert d.general == (0 if case.get("act") == 3 else 1)  # RELU6's clamp: the cheaper requantization
     _check(model, shape, x_type)
 

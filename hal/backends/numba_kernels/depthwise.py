@@ -2,12 +2,13 @@
 
 Depth multiplier 1 with a 3x3 or 5x5 filter (MobileNet's, EfficientNet's), where the CPU has
 AVX-512 VNNI, stride 1 or 2 and dilation 1 across, and the filter minus its zero point fits int8
-(int8 filters; uint8 ones within 128 of their zero point): ``dw_vnni.dw_row_*``, 16 channels of a
-row per call (borders included), each input column's rows gathered once into ``vpdpbusd`` operands
-and shared by the pixels that read it. Other depth-multiplier-1 3x3 / 5x5 layers: ``simd.dw_run_*``
-(16 channels of a run of pixels per call, the taps unrolled in vector registers, int32 sums: int16
-tap pairs and ``vpdpwssd`` with VNNI).
-TFLite's requantization on the 16 lanes in both. Other forms: one scalar native pass
+(int8 filters; uint8 ones within 128 of their zero point): for a 3x3 filter ``dw_vnni.dw_plane64_*``,
+a whole image's output for 64 channels per call, then ``dw_vnni.dw_row_*`` for the rest (every
+channel of a 5x5 filter), 16 of a row per call (borders included); both gather each input column's
+rows once into ``vpdpbusd`` operands shared by the pixels that read it. Other depth-multiplier-1
+3x3 / 5x5 layers: ``simd.dw_run_*`` (16 channels of a run of pixels per call, the taps unrolled in
+vector registers, int32 sums: int16 tap pairs and ``vpdpwssd`` with VNNI). TFLite's requantization
+in all of them. Other forms: one scalar native pass
 (``_depthwise``). All skip out-of-image taps as TFLite does.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hal.registry import OperationContext
 I64 = numba.int64
 Q8 = (np.int8, np.uint8)
 _NO_TABLE = np.zeros(0, dtype=np.uint8)
+_NO_ROWS64 = (np.zeros(0, dtype=np.int8), *[np.zeros(0, dtype=np.int32)] * 4)
 
 
 @dataclass
@@ -56,6 +58,11 @@ class DepthwiseData:
     #: stride 1 or 2 across, filter minus zero point within int8), padded to whole 16 channels:
     #: weights (int8 [fw, groups, cp, 4]) and bias; the rest as ``lanes``'. Else None.
     rows: tuple | None = None
+    #: For dw_vnni.dw_plane64_* (where ``rows`` is set, for a 3x3 filter and 64 channels or more: a
+    #: 5x5 one's carried columns outnumber the registers, and dw_row is faster there): the
+    #: whole 64s of channels of ``rows`` and ``lanes``' weights, bias, multiplier, left and right
+    #: shift, in its channel order (``_rows64``). Else None.
+    rows64: tuple | None = None
     #: 0 where simd.floor_at_zero_point holds (dw_row's cheaper requantization), else 1
     general: int = 1
 
@@ -109,6 +116,20 @@ def _rows(w: np.ndarray, bias: np.ndarray, input_zp: int, signed: bool) -> tuple
     return packed.reshape(-1), padded
 
 
+def _rows64(c: int, w: np.ndarray, bias: np.ndarray, mult: np.ndarray, left: np.ndarray, right: np.ndarray) \
+        -> tuple | None:
+    """dw_plane64's arrays from dw_row's (``w`` [fw, groups, cp, 4], the rest [cp]): the whole 64s of
+    the ``c`` channels, where position 64b + 16v + 4L + j holds channel 64b + 16L + 4v + j (lane 4L + j
+    of vector v: the order x86's unpacks put a block's 64 input channels in). None under 64 channels."""
+    c64 = c // 64 * 64
+    if c64 == 0:
+        return None
+    b, v, lane, j = np.unravel_index(np.arange(c64), (c64 // 64, 4, 4, 4))
+    order = 64 * b + 16 * lane + 4 * v + j
+    return (np.ascontiguousarray(w[:, :, order]).reshape(-1),
+            *(np.ascontiguousarray(a[order]) for a in (bias, mult, left, right)))
+
+
 def plan(ctx: OperationContext, mult: np.ndarray, shift: np.ndarray, ozp: int, lo: int, hi: int,
          geometry: dict) -> DepthwiseData:
     p: ConvParams = ctx.params
@@ -120,9 +141,13 @@ def plan(ctx: OperationContext, mult: np.ndarray, shift: np.ndarray, ozp: int, l
     vector = p.multiplier == 1 and w.shape[1] == w.shape[2] and w.shape[1] in (3, 5)
     signed = ctx.input(INPUT).dtype == np.int8
     by_rows = vector and vnni.AVAILABLE and geometry["dilation_w"] == 1 and geometry["stride_w"] in (1, 2)
+    lanes = _lanes(weights, bias, x_zp, mult, shift) if vector else None
+    rows = _rows(weights, bias, x_zp, signed) if by_rows else None
+    rows64 = None
+    if rows is not None and weights.shape[0] == 3 and weights.shape[2] >= 64:
+        rows64 = _rows64(weights.shape[2], rows[0].reshape(w.shape[2], -1, lanes[1].shape[0], 4), rows[1], *lanes[2:])
     return DepthwiseData(weights, bias, x_zp, p.multiplier, mult, shift, ozp, lo, hi, **geometry,
-                         lanes=_lanes(weights, bias, x_zp, mult, shift) if vector else None,
-                         rows=_rows(weights, bias, x_zp, signed) if by_rows else None,
+                         lanes=lanes, rows=rows, rows64=rows64,
                          general=0 if floor_at_zero_point(np.maximum(shift, 0), ozp, lo) else 1)
 
 
@@ -132,9 +157,9 @@ def execute(d: DepthwiseData, x: np.ndarray, table: np.ndarray = _NO_TABLE) -> n
     out = np.empty((n, d.out_h, d.out_w, d.weights.shape[2]), dtype=x.dtype)
     if d.rows is not None:
         fh = d.weights.shape[0]
-        _depthwise_rows(x.reshape(-1), *d.rows, *d.lanes[2:], n, x.shape[1], x.shape[2], x.shape[3], fh, d.input_zp,
-                        0x80 if x.dtype == np.int8 else 0, d.output_zp, d.act_min, d.act_max, d.stride_h,
-                        d.stride_w, d.dilation_h, d.pad_top, d.pad_left, d.out_h, d.out_w,
+        _depthwise_rows(x.reshape(-1), *d.rows, *d.lanes[2:], *(d.rows64 or _NO_ROWS64), n, x.shape[1], x.shape[2],
+                        x.shape[3], fh, d.input_zp, 0x80 if x.dtype == np.int8 else 0, d.output_zp, d.act_min,
+                        d.act_max, d.stride_h, d.stride_w, d.dilation_h, d.pad_top, d.pad_left, d.out_h, d.out_w,
                         d.general, out.reshape(-1), table)
     elif d.lanes is not None:
         fh, fw, _ = d.weights.shape
@@ -247,33 +272,51 @@ def _depthwise_pixels(x, w, bias, mult, left, right, n_b, h, width, c, fh, fw, i
                 lookup_in_place(out.view(np.uint8), o_row * c, out_w * c, table)
 
 
-_SIGS_DW_ROWS = [numba.void(ro(t, 1), ro(np.int8, 1), ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1),
-                            ro(np.int32, 1), *[I64] * 18, rw(t, 1), ro(np.uint8, 1)) for t in Q8]
+_ROW_ARRAYS = (ro(np.int8, 1), ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1))
+_SIGS_DW_ROWS = [numba.void(ro(t, 1), *_ROW_ARRAYS, *_ROW_ARRAYS, *[I64] * 18, rw(t, 1), ro(np.uint8, 1))
+                 for t in Q8]
+
 
 if vnni.AVAILABLE:
-    from hal.backends.numba_kernels.dw_vnni import dw_row_3x3_s1, dw_row_3x3_s2, dw_row_5x5_s1, dw_row_5x5_s2
+    from hal.backends.numba_kernels.dw_vnni import (
+        dw_plane64_3x3_s1,
+        dw_plane64_3x3_s2,
+        dw_row_3x3_s1,
+        dw_row_3x3_s2,
+        dw_row_5x5_s1,
+        dw_row_5x5_s2,
+    )
 
     @numba.njit(_SIGS_DW_ROWS, cache=True, nogil=True)
-    def _depthwise_rows(x, w, bias, mult, left, right, n_b, h, width, c, fh, input_zp, xor, out_zp, lo, hi, sh, sw,
-                        dh, top, left_pad, out_h, out_w, general, out, table):
+    def _depthwise_rows(x, w, bias, mult, left, right, w64, bias64, mult64, left64, right64, n_b, h, width, c, fh,
+                        input_zp, xor, out_zp, lo, hi, sh, sw, dh, top, left_pad, out_h, out_w, general, out, table):
         """DEPTHWISE_CONV_2D with depth multiplier 1, a 3x3 or 5x5 filter, dilation 1 across and
-        stride 1 or 2 across (flat NHWC ``x`` and ``out``; ``_rows``' arrays): one
-        ``dw_vnni.dw_row_*`` call per output row and 16 channels, borders included. ``table`` (256
-        bytes, or empty): looked up on each output row once it is complete."""
-        cp = bias.shape[0]
-        w_step = cp * 4
+        stride 1 or 2 across (flat NHWC ``x`` and ``out``; ``_rows``' and ``_rows64``' arrays): per
+        image, one ``dw_vnni.dw_plane64_3x3_*`` call per whole 64 channels of ``bias64`` (empty for
+        5x5 filters), then per output row one ``dw_row_*`` call per 16 of the rest, borders included.
+        ``table`` (256 bytes, or empty): looked up on each image's output once it is complete."""
+        cp, c64 = bias.shape[0], bias64.shape[0]
+        w_step, w64_step = cp * 4, c64 * 4
         row_step = dh * width * c
         zp = input_zp & 0xFF
         for n in range(n_b):
-            for oy in range(out_h):
+            x_img, o_img = n * h * width * c, n * out_h * out_w * c
+            for ch in range(0, c64, 64):
+                if sw == 1:
+                    dw_plane64_3x3_s1(x, x_img, h, width, c, sh, dh, top, -left_pad, zp, w64, w64_step, bias64, mult64,
+                                      left64, right64, ch, out_zp, lo, hi, out, o_img, out_h, out_w, 64, general)
+                else:
+                    dw_plane64_3x3_s2(x, x_img, h, width, c, sh, dh, top, -left_pad, zp, w64, w64_step, bias64, mult64,
+                                      left64, right64, ch, out_zp, lo, hi, out, o_img, out_h, out_w, 64, general)
+            for oy in range(out_h if c64 < c else 0):
                 iy0 = oy * sh - top
                 row_bits = np.int64(0)
                 for fy in range(fh):
                     if 0 <= iy0 + fy * dh < h:
                         row_bits |= np.int64(1) << fy
-                row0 = (n * h + iy0) * width * c
-                o_off = (n * out_h + oy) * out_w * c
-                for ch in range(0, c, 16):
+                row0 = x_img + iy0 * width * c
+                o_off = o_img + oy * out_w * c
+                for ch in range(c64, c, 16):
                     if fh == 3 and sw == 1:
                         dw_row_3x3_s1(x, row0, row_bits, row_step, -left_pad, width, c, zp, xor, w, w_step, bias,
                                       mult, left, right, ch, out_zp, lo, hi, out, o_off, c - ch, out_w, general)
@@ -286,5 +329,5 @@ if vnni.AVAILABLE:
                     else:
                         dw_row_5x5_s2(x, row0, row_bits, row_step, -left_pad, width, c, zp, xor, w, w_step, bias,
                                       mult, left, right, ch, out_zp, lo, hi, out, o_off, c - ch, out_w, general)
-                if table.shape[0] == 256:
-                    lookup_in_place(out.view(np.uint8), o_off, out_w * c, table)
+            if table.shape[0] == 256:
+                lookup_in_place(out.view(np.uint8), o_img, out_h * out_w * c, table)
