@@ -339,7 +339,8 @@ class PreparedModelServicer(pb_grpc.PreparedModelServicer):
             if len(self.local_bursts) >= self.max_local_bursts:  # each is a thread and a memfd
                 raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
                                f"{len(self.local_bursts)} local bursts are open, the service's limit")
-            burst = LocalBurstServer(entry, slot_bytes, self.runtime_dir, client=self.driver.sessions.owner_of(entry.id))
+            burst = LocalBurstServer(entry, slot_bytes, self.runtime_dir,
+                                     client=self.driver.sessions.owner_of(entry.id))
             self.local_bursts.append(burst)
         return pb.LocalBurstReply(status=convert.status(), socket_path=burst.path, auth_token=burst.token)
 
