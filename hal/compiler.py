@@ -409,8 +409,8 @@ def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order:
         part = make_partition(model, steps, k, end, infos, keep)
         handed = _fc_chain_instead(model, steps, k, end, part, infos, order, backend, subgraphs)
         if handed is not None:
-            steps[k:end] = handed
-            program.extend(handed)  # fused into one step by ``fuse``
+            steps[k:end], fused = handed
+            program.append(fused)
             k = end
             continue
         if not part.outputs:  # nothing reads what the run computes (valid NNAPI): a graph needs outputs
@@ -436,9 +436,10 @@ def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order:
 
 
 def _fc_chain_instead(model: Model, steps: list[Step], start: int, end: int, part, infos: list[OperandInfo],
-                      order: list[Backend], graph: Backend, subgraphs) -> list[Step] | None:
+                      order: list[Backend], graph: Backend, subgraphs) -> tuple[list[Step], Step] | None:
     """A graph backend's run that is only chained FULLY_CONNECTED layers (a perceptron), planned
-    on the first per-operation backend after it that runs them as one ``fc_chain`` step, else None.
+    on the first per-operation backend after it that runs them as one ``fc_chain`` step: the
+    members so planned and that step (``fuse`` leaves a fused step as it is), else None.
     Why: such a chain's time is its weights streamed through the core once, plus the call around
     it, which the numba step makes smaller than onnxruntime's run (bench/results.md's MLP row)."""
     members = steps[start:end]
@@ -452,9 +453,10 @@ def _fc_chain_instead(model: Model, steps: list[Step], start: int, end: int, par
         planned = [prepare_operation(s.index, model, infos, order=fallback, subgraphs=subgraphs) for s in members]
     except HalError:
         return None
-    if len({s.backend for s in planned}) != 1 or planned[0].backend == backends.REFERENCE or chain(planned) is None:
+    if len({s.backend for s in planned}) != 1 or planned[0].backend == backends.REFERENCE:
         return None
-    return planned
+    fused = chain(planned)  # its plan packs the weights: made once, here
+    return None if fused is None else (planned, fused)
 
 
 def per_operation(order: list[Backend]) -> list[Backend]:
