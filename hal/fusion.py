@@ -75,10 +75,7 @@ def fuse(program: list[Step], keep: frozenset[int]) -> list[Step]:
     """``program`` with each pattern some backend fuses replaced by its fused step. ``keep``: the
     model's outputs (never an internal tensor of a fused step)."""
     for pattern in (_swish, _table_after):
-        readers: dict[int, int] = {}  # of this pass's program (a fused swish reads its x once)
-        for s in program:
-            for i in s.inputs:
-                readers[i] = readers.get(i, 0) + 1
+        readers = _readers(program)  # of this pass's program (a fused swish reads its x once)
         fused: list[Step] = []
         k = 0
         while k < len(program):
@@ -96,10 +93,7 @@ def fuse(program: list[Step], keep: frozenset[int]) -> list[Step]:
 def _fc_chains(program: list[Step], keep: frozenset[int]) -> list[Step]:
     """``program`` with each maximal run of chained FULLY_CONNECTED steps of one backend that
     fuses ``fc_chain`` replaced by the fused step (a run it declines stays as it was)."""
-    readers: dict[int, int] = {}
-    for s in program:
-        for i in s.inputs:
-            readers[i] = readers.get(i, 0) + 1
+    readers = _readers(program)
     out: list[Step] = []
     k = 0
     while k < len(program):
@@ -111,6 +105,15 @@ def _fc_chains(program: list[Step], keep: frozenset[int]) -> list[Step]:
         out.extend([step] if step is not None else program[k:end])
         k = end
     return out
+
+
+def _readers(program: list[Step]) -> dict[int, int]:
+    """How many times the steps of ``program`` read each operand."""
+    readers: dict[int, int] = {}
+    for s in program:
+        for i in s.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    return readers
 
 
 def is_fc(s: Step) -> bool:
