@@ -154,23 +154,28 @@ def test_one_client_memory_is_bounded(tmp_path):
         server.stop()
 
 
+def _connect_when_the_slot_frees(address: str) -> Client:
+    """A closed client's slot frees when the service sees its session stream end, which is after
+    close() returns: retry (RESOURCE_EXHAUSTED_TRANSIENT) within NOTICE_LIMIT_S."""
+    deadline = time.monotonic() + NOTICE_LIMIT_S
+    while True:
+        try:
+            return Client.connect(address)
+        except ServiceError as e:
+            assert e.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT and time.monotonic() < deadline
+            time.sleep(0.05)
+
+
 def test_max_clients(tmp_path):
     from tests.service.conftest import ServerProcess
-    server = ServerProcess(tmp_path, "--max-clients", "1")  # its own readiness probe closed its client
+    server = ServerProcess(tmp_path, "--max-clients", "1")
     try:
-        first = Client.connect(server.address)
+        first = _connect_when_the_slot_frees(server.address)  # its readiness probe's client closed
         with pytest.raises(ServiceError) as e:
             Client.connect(server.address)
         assert e.value.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT and "--max-clients" in e.value.message
         first.close()
-        deadline = time.monotonic() + NOTICE_LIMIT_S
-        while True:  # the slot frees when the service sees the first session end
-            try:
-                Client.connect(server.address).close()
-                break
-            except ServiceError:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        _connect_when_the_slot_frees(server.address).close()
     finally:
         server.stop()
 
