@@ -1,13 +1,15 @@
 """Float32 whole models through the delegate: the onnxruntime backend vs the reference backend vs
 the CPU runtimes' XNNPACK, measured in one run, configurations interleaved round by round.
 
-Models are built by the project (random weights, float32): MobileNetV2 and EfficientNet-B0 at
-224x224, a BlazeFace-style detector at 128x128, MediaPipe-style landmark networks (face mesh at
-192x192 and iris at 64x64: per-channel PReLU residual blocks, max-pooled and channel-padded
-shortcuts; pose at 256x256: an encoder-decoder with 2x bilinear upsampling), a 3-layer
-perceptron (256-512-512-10: its time is the per-invoke overhead, not arithmetic) and a
-keyword-spotting LSTM (49 MFCC frames, 64 units projected to 32: tests/delegate/kws_model.py;
-its states are TFLite variable tensors, carried from one invoke to the next) and a WHILE loop
+Models are built by the project (random weights, float32): MobileNetV2, EfficientNet-B0 and
+MobileNetV3-small (nnhal.examples_mobilenet_v3: Keras' architecture as the converter emits it,
+HARD_SWISH, squeeze-excite, explicit PADs) at 224x224, a BlazeFace-style detector at 128x128,
+MediaPipe-style landmark networks (face mesh at 192x192 and iris at 64x64: per-channel PReLU
+residual blocks, max-pooled and channel-padded shortcuts; pose at 256x256: an encoder-decoder
+with 2x bilinear upsampling), a 3-layer perceptron (256-512-512-10: its time is the per-invoke
+overhead, not arithmetic) and a keyword-spotting LSTM (49 MFCC frames, 64 units projected to
+32: tests/delegate/kws_model.py; its states are TFLite variable tensors, carried from one invoke
+to the next) and a WHILE loop
 (tests/delegate/control_flow_models.py: h = tanh(FULLY_CONNECTED(h) + x), 64 units, run 16 trips,
 then a classifier: the trip count is the model's second input). Rows: LiteRT's
 default CPU path (XNNPACK) with 1 and 2 threads; tflite-runtime 2.14's (XNNPACK too) with 1
@@ -44,6 +46,7 @@ from nnhal.examples import (
     mobilenet_v2,
     pose_landmark_like,
 )
+from nnhal.examples_mobilenet_v3 import mobilenet_v3_small
 from tests.delegate.control_flow_models import RNN_TRIPS, RNN_UNITS, recurrent_loop_model
 from tests.delegate.kws_model import FEATURES, FRAMES, kws_model
 
@@ -55,6 +58,7 @@ def _loop_feed(rng: np.random.Generator) -> list[np.ndarray]:
 #: (label, builder, input shape of the one float input, or rng -> every input)
 MODELS = [("MobileNetV2 224 f32", lambda: mobilenet_v2(np.float32), (1, 224, 224, 3)),
           ("EfficientNet-B0 224 f32", lambda: efficientnet_b0(np.float32), (1, 224, 224, 3)),
+          ("MobileNetV3-small 224 f32", lambda: mobilenet_v3_small(np.float32), (1, 224, 224, 3)),
           ("BlazeFace-style 128 f32", blazeface_like, (1, 128, 128, 3)),
           ("Face-landmark-style 192 f32", face_landmark_like, (1, 192, 192, 3)),
           ("Iris-landmark-style 64 f32", iris_landmark_like, (1, 64, 64, 3)),

@@ -1,7 +1,8 @@
 """Quantized whole models through the delegate: the numba backend vs the reference backend vs
 the CPU runtimes' own 8-bit kernels, measured in one run, configurations interleaved round by round.
 
-Models are built by the project (random weights): MobileNetV2 and EfficientNet-B0 at 224x224, a
+Models are built by the project (random weights): MobileNetV2, EfficientNet-B0 and MobileNetV3-small
+(nnhal.examples_mobilenet_v3: activations calibrated on its float twin) at 224x224, a
 BlazeFace-style detector at 128x128 (two outputs) and a small CNN classifier at 128x128
 (nnhal.examples_quantized), each int8 (per-channel filters, int8 I/O) and uint8 (per-tensor, uint8
 I/O). A model's outputs are compared together (flattened, concatenated). Rows: LiteRT's default CPU
@@ -31,11 +32,14 @@ from bench.rpc_roundtrip import start_server, stop_servers
 from delegate import load_delegate
 from delegate.runtime import Interpreter, OpResolverType
 from nnhal.examples import efficientnet_b0, mobilenet_v2
+from nnhal.examples_mobilenet_v3 import mobilenet_v3_small
 from nnhal.examples_quantized import blazeface_quantized, small_cnn
 
 MODELS = [("MobileNetV2 224 int8", mobilenet_v2, np.int8), ("MobileNetV2 224 uint8", mobilenet_v2, np.uint8),
           ("EfficientNet-B0 224 int8", efficientnet_b0, np.int8),
           ("EfficientNet-B0 224 uint8", efficientnet_b0, np.uint8),
+          ("MobileNetV3-small 224 int8", mobilenet_v3_small, np.int8),
+          ("MobileNetV3-small 224 uint8", mobilenet_v3_small, np.uint8),
           ("BlazeFace-style 128 int8", blazeface_quantized, np.int8),
           ("BlazeFace-style 128 uint8", blazeface_quantized, np.uint8),
           ("small CNN 128 int8", small_cnn, np.int8), ("small CNN 128 uint8", small_cnn, np.uint8)]

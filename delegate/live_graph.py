@@ -31,7 +31,9 @@ class ReadableMemory:
     TFLite's loader takes constant tensors', names' and custom options' pointers and sizes from
     the model's flatbuffer without verifying it: in a corrupted file they can point past its mapping,
     and reading there kills the process (SIGSEGV/SIGBUS) instead of failing the delegation. A
-    range must lie inside one mapping. Where /proc is missing only sizes are checked."""
+    range must lie inside readable memory without a gap: adjacent readable mappings count as one
+    (the kernel lists the heap as several, and a model in memory, e.g. ``model_content`` bytes,
+    can straddle two). Where /proc is missing only sizes are checked."""
 
     def __init__(self) -> None:
         self.starts: list[int] = []
@@ -42,14 +44,17 @@ class ReadableMemory:
                 for line in f:
                     fields = line.split(None, 2)
                     if len(fields) >= 2 and fields[1].startswith("r"):
-                        lo, _, hi = fields[0].partition("-")
-                        self.starts.append(int(lo, 16))
-                        self.ends.append(int(hi, 16))
+                        lo, hi = (int(a, 16) for a in fields[0].split("-", 1))
+                        if self.ends and self.ends[-1] == lo:  # contiguous with the previous one
+                            self.ends[-1] = hi
+                        else:
+                            self.starts.append(lo)
+                            self.ends.append(hi)
         except (OSError, ValueError):
             self.known = False
 
     def _end(self, addr: int) -> int:
-        """End of the mapping holding ``addr`` (``addr`` itself if none does)."""
+        """End of the readable memory holding ``addr`` (``addr`` itself if none does)."""
         i = bisect.bisect_right(self.starts, addr) - 1
         return self.ends[i] if i >= 0 and addr < self.ends[i] else addr
 
