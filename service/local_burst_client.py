@@ -9,6 +9,7 @@ import math
 import mmap
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -25,6 +26,8 @@ SMALL_COPY_BYTES = 4096
 #: waited for blocking (a wake-up is then < 7% of the wait, and a polling client would hold a core).
 CLIENT_SPIN_MAX_S = 2e-3
 SHORT_S = 1e-3
+#: struct ucred, SO_PEERCRED's answer: pid, uid, gid.
+PEERCRED = struct.Struct("3i")
 
 
 class WaitStrategy:
@@ -37,13 +40,25 @@ class WaitStrategy:
     execution is caught while polling and a stalled one costs at most CLIENT_SPIN_MAX_S. And not
     while the service says other clients take turns with this one (REPLY_SHARED on the last
     reply): on 2 cores, two clients looping a 1-op model took 267 us per invoke each polling,
-    107-127 us blocking; one client alone, 35 us polling, 48 us blocking."""
+    107-127 us blocking; one client alone, 35 us polling, 48 us blocking.
 
-    def __init__(self, service_threads: int, cores: int | None = None):
+    A core is free when the client may run on a CPU the service may not (its compute threads never
+    need the client's core), or when client and service have one CPU between them: the poller
+    offers that CPU at every poll (``service.doorbell``), so the service runs whenever it has work,
+    and a blocking wait would add two wake-ups to each round trip. ``client_cpus``,
+    ``service_cpus``: the CPUs each may run on (None: the client's own affinity; the service's
+    unknown); ``cores``: how many CPUs the two share out (default: their union's size)."""
+
+    def __init__(self, service_threads: int, cores: int | None = None, client_cpus: set[int] | None = None,
+                 service_cpus: set[int] | None = None):
+        if client_cpus is None:
+            client_cpus = cpus_of(0) or set()
+        known = service_cpus is not None and bool(client_cpus)
         if cores is None:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            cores = len(client_cpus | service_cpus) if known else len(client_cpus) or (os.cpu_count() or 1)
         # the client's own thread polls; the service's threads compute (0: every core)
-        self.core_free = service_threads > 0 and cores > service_threads
+        self.core_free = ((service_threads > 0 and cores > service_threads)
+                          or (known and (not client_cpus & service_cpus or cores == 1)))
         self.expected_s: float | None = None
         self.shared = False  # the last reply's REPLY_SHARED
 
@@ -87,7 +102,7 @@ class LocalBurstChannel:
             os.close(fds[0])
             self.sock.close()
             raise OSError(f"local burst: the service's memory ({size} bytes) is smaller than the slots need")
-        self.wait = WaitStrategy(service_threads)
+        self.wait = WaitStrategy(service_threads, service_cpus=cpus_of(_peer_pid(self.sock)))
         self.fd = fds[0]
         self.mem = mmap.mmap(self.fd, size)
         self.view = memoryview(self.mem)
@@ -187,6 +202,25 @@ class LocalBurstChannel:
             except BufferError:  # an array still views the slots (a caller's frame): unmapped with it
                 pass
             os.close(self.fd)
+
+
+def cpus_of(pid: int | None) -> set[int] | None:
+    """The CPUs process ``pid`` (0: this one) may run on; None where that cannot be known."""
+    if pid is None or not hasattr(os, "sched_getaffinity"):
+        return None
+    try:
+        return os.sched_getaffinity(pid)
+    except OSError:  # gone, or not ours to ask about
+        return None
+
+
+def _peer_pid(sock: socket.socket) -> int | None:
+    """The process at the other end of a unix socket (None: unknown, e.g. in another pid namespace)."""
+    try:
+        pid = PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))[0]
+    except (OSError, AttributeError):
+        return None
+    return pid if pid > 0 else None
 
 
 def _write_inputs(view: memoryview, slots: list, inputs: list[np.ndarray]) -> None:

@@ -121,6 +121,32 @@ def test_the_client_polls_only_when_a_core_is_free_and_the_wait_is_short():
     assert w.spin_s() == CLIENT_SPIN_MAX_S  # capped
 
 
+def test_the_client_polls_when_the_service_cannot_need_its_core():
+    """Pinned apart (no CPU in common) the service's threads never need the client's core; pinned
+    to one CPU together, the poller hands the CPU over at each poll. Sharing some CPUs of several,
+    the service's thread count decides as before; an unknown service, the client's affinity."""
+    from service.local_burst_client import SHORT_S, WaitStrategy
+    assert WaitStrategy(service_threads=0, client_cpus={0}, service_cpus={1}).spin_s() == SHORT_S
+    assert WaitStrategy(service_threads=1, client_cpus={0}, service_cpus={0}).spin_s() == SHORT_S
+    assert WaitStrategy(service_threads=2, client_cpus={0, 1}, service_cpus={0, 1}).spin_s() == 0
+    assert WaitStrategy(service_threads=1, client_cpus={0, 1}, service_cpus={1, 2}).spin_s() == SHORT_S
+    assert WaitStrategy(service_threads=2, client_cpus={0, 1}, service_cpus={1, 2}).spin_s() == SHORT_S
+    assert WaitStrategy(service_threads=0, client_cpus={0, 1}, service_cpus={1, 2}).spin_s() == 0
+    assert WaitStrategy(service_threads=1, client_cpus={0}).spin_s() == 0
+
+
+def test_the_client_knows_the_services_cpus(server, client):
+    """The channel asks the kernel which process serves it (SO_PEERCRED) and where it may run."""
+    import os
+
+    from service.local_burst_client import _peer_pid, cpus_of
+    pm = client.prepare_model(add_model((2, 3)))
+    with pm.local_burst() as lb:
+        pid = _peer_pid(lb.channel.sock)
+        assert pid == server.proc.pid
+        assert cpus_of(pid) == os.sched_getaffinity(server.proc.pid)
+
+
 def test_the_service_polls_only_for_a_burst_invoked_back_to_back():
     """A burst's thread polls after a reply only when the request before it was its own: bursts
     taking turns (a model's partitions, two clients) would hold the GIL the next one needs. Whether
