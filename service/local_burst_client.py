@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import operator
 import os
 import socket
 import struct
@@ -122,6 +123,12 @@ class LocalBurstChannel:
         self._in_slots: list[tuple[int, int, np.ndarray | None]] = []
         self._shapes_known: tuple[bytes, list] | None = None
         self._out_views: list[np.ndarray] = []
+        #: The arrays last given for the inputs and the outputs, and how each is copied: byte
+        #: views of contiguous arrays (a copy between them is one memcpy, no numpy machinery).
+        self._in_from: list[np.ndarray] = []
+        self._in_bytes: list[memoryview | None] = []
+        self._out_to: list[np.ndarray] = []
+        self._out_copies: list[tuple] = []
 
     def execute(self, inputs: list[np.ndarray], outputs: list[np.ndarray] | None = None, measure_timing: bool = False,
                 timeout_ns: int = 0, wait_s: float | None = None, loop_timeout_ns: int = 0):
@@ -137,7 +144,9 @@ class LocalBurstChannel:
             key = [(a.dtype, a.shape) for a in inputs]
             if key != self._inputs_key:  # new shapes: new descriptors and slot views (cached for the next)
                 self._lay_out_inputs(inputs, key)
-            _write_inputs(view, self._in_slots, inputs)
+            if not _same(inputs, self._in_from):  # other arrays than last time: their bytes' views
+                self._in_from, self._in_bytes = list(inputs), [_bytes_of(a) for a in inputs]
+            _write_inputs(view, self._in_slots, inputs, self._in_bytes)
             seq = self.seq = self.seq + 1
             wire.write_header(view, seq, len(inputs), self._n_outputs, measure_timing, timeout_ns, loop_timeout_ns)
             t = time.perf_counter()
@@ -161,9 +170,14 @@ class LocalBurstChannel:
                 self._shapes_known = (reply.shapes_raw, reply.shapes)
                 self._out_views = [np.frombuffer(view, dtype, math.prod(shape), wire.DATA_OFFSET + off).reshape(shape)
                                    for dtype, (off, _), shape in zip(self.out_dtypes, self._outs_desc, reply.shapes)]
+                self._out_to, self._out_copies = [], []
             if outputs is None:
                 return reply, [src.copy() for src in self._out_views]
-            _read_outputs(self._out_views, outputs)
+            if not _same(outputs, self._out_to):  # checked once per set of arrays (the delegate's are TFLite's)
+                self._out_copies = _output_copies(self._out_views, outputs)
+                self._out_to = list(outputs)
+            for dst, src in self._out_copies:
+                dst[:] = src  # bytes into bytes, or an array into its array
             return reply, outputs
 
     def _lay_out_inputs(self, inputs: list[np.ndarray], key: list) -> None:
@@ -192,6 +206,7 @@ class LocalBurstChannel:
             return  # the fd number may belong to someone else by now
         self.closed = True
         self._in_slots, self._out_views, self._inputs_key, self._shapes_known = [], [], None, None
+        self._in_from, self._in_bytes, self._out_to, self._out_copies = [], [], [], []
         try:
             self.sock.close()
         finally:
@@ -223,23 +238,44 @@ def _peer_pid(sock: socket.socket) -> int | None:
     return pid if pid > 0 else None
 
 
-def _write_inputs(view: memoryview, slots: list, inputs: list[np.ndarray]) -> None:
+def _write_inputs(view: memoryview, slots: list, inputs: list[np.ndarray], as_bytes: list) -> None:
     """Each input into its slot (in a function of its own: no loop variable outlives it to hold a
-    view of the slots when the channel closes). A small one as its bytes (one memcpy each way is
-    cheaper than numpy's copy machinery), a larger one by numpy, straight into the slot."""
-    for (start, end, as_array), a in zip(slots, inputs):
-        if as_array is None:
-            view[start:end] = a.tobytes()
-        else:
+    view of the slots when the channel closes). A small one as its bytes (one memcpy is cheaper
+    than numpy's copy machinery), a larger one by numpy, straight into the slot."""
+    for (start, end, as_array), a, b in zip(slots, inputs, as_bytes):
+        if as_array is not None:
             np.copyto(as_array, a, casting="no")
+        elif b is not None:
+            view[start:end] = b
+        else:
+            view[start:end] = a.tobytes()
 
 
-def _read_outputs(sources: list[np.ndarray], dests: list[np.ndarray]) -> None:
+def _same(arrays: list, before: list) -> bool:
+    """Whether ``arrays`` are the very arrays of ``before`` (not equal ones: the same objects)."""
+    return len(arrays) == len(before) and all(map(operator.is_, arrays, before))
+
+
+def _bytes_of(a: np.ndarray) -> memoryview | None:
+    """A C-contiguous array's bytes as a view (it sees later writes to the array); else None."""
+    return memoryview(a).cast("B") if a.flags.c_contiguous else None
+
+
+def _output_copies(sources: list[np.ndarray], dests: list[np.ndarray]) -> list[tuple]:
+    """(destination, source) per output, copied as ``destination[:] = source``: byte views where
+    the destination is contiguous and writable, else the arrays (the source reshaped to it)."""
+    copies = []
     for k, (src, dst) in enumerate(zip(sources, dests)):
         if dst.dtype != src.dtype or dst.size != src.size:
             raise ValueError(f"output {k} came back {src.dtype}{list(src.shape)}, the array given for it is "
                              f"{dst.dtype}{list(dst.shape)}")
-        dst[...] = src if dst.shape == src.shape else src.reshape(dst.shape)
+        b = _bytes_of(dst) if dst.flags.writeable else None
+        if b is not None:
+            copies.append((b, _bytes_of(src)))
+        else:  # sliced as [:], so at least one dimension
+            copies.append((dst.reshape(1) if dst.ndim == 0 else dst,
+                           src.reshape((1,) if dst.ndim == 0 else dst.shape)))
+    return copies
 
 
 __all__ = ["CLIENT_SPIN_MAX_S", "LocalBurstChannel", "SHORT_S", "WaitStrategy"]
