@@ -145,7 +145,8 @@ class LocalBurstChannel:
             if key != self._inputs_key:  # new shapes: new descriptors and slot views (cached for the next)
                 self._lay_out_inputs(inputs, key)
             if not _same(inputs, self._in_from):  # other arrays than last time: their bytes' views
-                self._in_from, self._in_bytes = list(inputs), [_bytes_of(a) for a in inputs]
+                self._in_from = list(inputs)
+                self._in_bytes = [_bytes_of(a) if a.nbytes <= SMALL_COPY_BYTES else None for a in inputs]
             _write_inputs(view, self._in_slots, inputs, self._in_bytes)
             seq = self.seq = self.seq + 1
             wire.write_header(view, seq, len(inputs), self._n_outputs, measure_timing, timeout_ns, loop_timeout_ns)
