@@ -34,7 +34,9 @@ PEERCRED = struct.Struct("3i")
 class WaitStrategy:
     """How long the client polls for the reply before blocking, fitted to the machine and the model.
 
-    Polling answers ~60 µs sooner than a blocking wake-up, but holds a core. So: never when the
+    Polling answers sooner than a blocking wake-up (a 1-op model through the delegate, client and
+    service pinned to different cores of 2: 15 us per invoke polling, 41 us blocking), but holds
+    a core. So: never when the
     service's compute threads leave no core free (polling would slow the execution it waits for);
     not for executions expected to be long (> SHORT_S: the wake-up is then a small share); else for
     about twice the expected time (a moving average of this burst's round trips), so a short
