@@ -58,14 +58,16 @@ model's estimate beside each runtime's measured time, so drift shows.
 - Data movement (``MOVES``: RESHAPE, CONCATENATION, MAX_POOL_2D, ...) counts its elements at the
   float rate whatever the type: an int8 copy is no slower than a float one (under LiteRT, whose
   8-bit arithmetic outruns its float, this errs high for 8-bit copies).
-- ``LOCAL_BURST_INVOKE_US = 49``: bench/results.md, shared-memory burst on a 1-op [2,3] model,
-  median overhead over hal in-process 48.6 us (24-37 us in later runs; through the delegate,
-  a 1-op ADD model costs TFLite + nnhal 45.4 us vs TFLite's 0.7 us, one node's dispatch included).
-- ``TURN_US = 30``: added to each invoke when the graph has several partition candidates: their
+- ``LOCAL_BURST_INVOKE_US = 26``: through the delegate in LiteRT 2.3, a 1-op ADD model (tests'
+  add_runs(1, 1)) costs 27-31 us p50 over TFLite's own 0.5 us with client and service free to run
+  on either of 2 loaded cores (2026-11-27; 15-16 us pinned to different cores, 27 us pinned to
+  one), less one node's dispatch (3 us, below).
+- ``TURN_US = 20``: added to each invoke when the graph has several partition candidates: their
   partitions take turns, and a burst the service did not just serve is blocked, not polling
-  (service.local_burst_server._LastServed), so each invoke pays a thread wake-up. Through the delegate,
-  1 to 4 one-run-of-ADDs partitions split by COS cost 56-60, 134-140, 206-216, 228-322 us per
-  invoke: 75-80 us for each partition after the first, 49 + 30 rounded.
+  (service.local_burst_server._LastServed), so each invoke pays a thread wake-up. Through the
+  delegate, 1 to 4 one-run-of-ADDs partitions split by COS (1, 3, 6, 10 ADDs) cost 16-31, 96-108,
+  143-170, 183-195 us per invoke (same day, same cores): 55 us for each partition after the
+  first, of which 9 us dispatch its 3 more ADDs and 26 us the invoke.
 - ``DISPATCH_US_PER_NODE = 3``: hal in-process on chains of 1, 11 and 41 tiny operations
   ([2,3] tensors; best of 15 x 200): each operation costs 2.96-3.23 us on the numba and
   reference backends (4.7 us for int8 on reference); onnxruntime runs a chain of float32
@@ -90,8 +92,8 @@ backends, relative to LiteRT) make the rule keep float and 8-bit partitions of a
 graph on LiteRT's CPU: the service is slower there, and pays the invoke. Under tflite-runtime 2.14
 the same figures delegate an 8-bit partition once its CPU estimate C (tflite-runtime's rates)
 outweighs the service: for convolution work the service's time is 6.2 x C x 4,900 / 77,000 =
-0.39 C (uint8: 0.18 C), so 0.61 C > 49 (79 when partitions take turns) + 3 us per node +
-transfer, i.e. C > about 80 (130) us + 5 us per node; float partitions stay on its CPU too.
+0.39 C (uint8: 0.18 C), so 0.61 C > 26 (46 when partitions take turns) + 3 us per node +
+transfer, i.e. C > about 43 (75) us + 5 us per node; float partitions stay on its CPU too.
 """
 from __future__ import annotations
 
@@ -134,8 +136,8 @@ def runtime_rates() -> CpuRates:
     return CPU_RATES.get(RUNTIME, CPU_RATES[ANCHOR])
 
 
-LOCAL_BURST_INVOKE_US = 49.0
-TURN_US = 30.0
+LOCAL_BURST_INVOKE_US = 26.0
+TURN_US = 20.0
 DISPATCH_US_PER_NODE = 3.0
 LOCAL_BURST_US_PER_BYTE = 4.7e-5
 GRPC_INVOKE_US = 1284.0

@@ -34,6 +34,7 @@ HANDSHAKE = struct.Struct("<QI")  # slot memory size, the service's compute thre
 
 REQ = struct.Struct("<4sIQIIIqq")      # magic, version, seq, n_inputs, n_outputs, measure, timeout_ns,
 #                                        loop_timeout_ns (0: NNAPI's default)
+_SEQ_AT = 8                            # the sequence number's offset in REQ
 IN_DESC = struct.Struct("<I8IQQ")      # rank, dims[8], offset, length
 OUT_DESC = struct.Struct("<QQ")        # offset, capacity
 REP = struct.Struct("<QiIqqI")         # seq, status, message length, time on device, time in driver, flags
@@ -109,6 +110,23 @@ def read_request(view: memoryview) -> RequestHeader:
         raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{n_in} inputs / {n_out} outputs do not fit")
     layout = bytes(view[REQ.size:REQ.size + n_in * IN_DESC.size + n_out * OUT_DESC.size])
     return RequestHeader(seq, n_in, n_out, bool(measure), timeout_ns, loop_ns, layout)
+
+
+def request_key(view: memoryview, header: RequestHeader) -> tuple[bytes, bytes, int]:
+    """The bytes of the request ``header`` was read from (``view``), but its sequence number: what
+    ``same_request`` compares a later request with."""
+    raw = bytes(view[:REQ.size + len(header.layout)])
+    return raw[:_SEQ_AT], raw[_SEQ_AT + 8:], len(raw)
+
+
+def same_request(view: memoryview, key: tuple[bytes, bytes, int]) -> int | None:
+    """The sequence number of the request in ``view`` when it is byte for byte the one ``key`` was
+    taken of (``request_key``) but for that number, else None: a burst's every request but the
+    first, whose header then needs no decoding."""
+    raw = bytes(view[:key[2]])
+    if raw[_SEQ_AT + 8:] == key[1] and raw[:_SEQ_AT] == key[0]:
+        return int.from_bytes(raw[_SEQ_AT:_SEQ_AT + 8], "little")
+    return None
 
 
 def read_descriptors(header: RequestHeader) -> tuple[list[tuple[tuple[int, ...], int, int]], list[tuple[int, int]]]:

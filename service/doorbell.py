@@ -29,11 +29,12 @@ WORD_BYTES = 8
 POLL_MEMORY = platform.machine().lower() in ("x86_64", "amd64")
 #: A side that went to sleep looks at the posted word again after this long, once.
 BACKSTOP_S = 0.01
-#: A side polls this long, then offers its CPU (sched_yield) every YIELD_EVERY_S while it polls.
-#: When the peer is runnable on the same CPU (the scheduler put both there: the other core is
-#: busy), a poller that never yields holds the CPU the peer needs to answer until its time slice
-#: ends.
-YIELD_AFTER_S = 5e-6
+#: A side that finds nothing posted offers its CPU (sched_yield) after YIELD_AFTER_S, then every
+#: YIELD_EVERY_S while it polls. When the peer is runnable on the same CPU (the scheduler put both
+#: there, or both are pinned to it), the peer's answer needs the CPU the poller holds: offered at
+#: the first miss, the peer runs at once, instead of after the poller's spin or its time slice.
+#: With the peer on another CPU and nothing else waiting, a yield returns at once (one system call).
+YIELD_AFTER_S = 0.0
 YIELD_EVERY_S = 2e-6
 yield_cpu = getattr(os, "sched_yield", lambda: None)
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 import mmap
+import operator
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -25,25 +27,41 @@ SMALL_COPY_BYTES = 4096
 #: waited for blocking (a wake-up is then < 7% of the wait, and a polling client would hold a core).
 CLIENT_SPIN_MAX_S = 2e-3
 SHORT_S = 1e-3
+#: struct ucred, SO_PEERCRED's answer: pid, uid, gid.
+PEERCRED = struct.Struct("3i")
 
 
 class WaitStrategy:
     """How long the client polls for the reply before blocking, fitted to the machine and the model.
 
-    Polling answers ~60 µs sooner than a blocking wake-up, but holds a core. So: never when the
+    Polling answers sooner than a blocking wake-up (a 1-op model through the delegate, client and
+    service pinned to different cores of 2: 15 us per invoke polling, 41 us blocking), but holds
+    a core. So: never when the
     service's compute threads leave no core free (polling would slow the execution it waits for);
     not for executions expected to be long (> SHORT_S: the wake-up is then a small share); else for
     about twice the expected time (a moving average of this burst's round trips), so a short
     execution is caught while polling and a stalled one costs at most CLIENT_SPIN_MAX_S. And not
     while the service says other clients take turns with this one (REPLY_SHARED on the last
     reply): on 2 cores, two clients looping a 1-op model took 267 us per invoke each polling,
-    107-127 us blocking; one client alone, 35 us polling, 48 us blocking."""
+    107-127 us blocking; one client alone, 35 us polling, 48 us blocking.
 
-    def __init__(self, service_threads: int, cores: int | None = None):
+    A core is free when the client may run on a CPU the service may not (its compute threads never
+    need the client's core), or when client and service have one CPU between them: the poller
+    offers that CPU at every poll (``service.doorbell``), so the service runs whenever it has work,
+    and a blocking wait would add two wake-ups to each round trip. ``client_cpus``,
+    ``service_cpus``: the CPUs each may run on (None: the client's own affinity; the service's
+    unknown); ``cores``: how many CPUs the two share out (default: their union's size)."""
+
+    def __init__(self, service_threads: int, cores: int | None = None, client_cpus: set[int] | None = None,
+                 service_cpus: set[int] | None = None):
+        if client_cpus is None:
+            client_cpus = cpus_of(0) or set()
+        known = service_cpus is not None and bool(client_cpus)
         if cores is None:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            cores = len(client_cpus | service_cpus) if known else len(client_cpus) or (os.cpu_count() or 1)
         # the client's own thread polls; the service's threads compute (0: every core)
-        self.core_free = service_threads > 0 and cores > service_threads
+        self.core_free = ((service_threads > 0 and cores > service_threads)
+                          or (known and (not client_cpus & service_cpus or cores == 1)))
         self.expected_s: float | None = None
         self.shared = False  # the last reply's REPLY_SHARED
 
@@ -87,7 +105,7 @@ class LocalBurstChannel:
             os.close(fds[0])
             self.sock.close()
             raise OSError(f"local burst: the service's memory ({size} bytes) is smaller than the slots need")
-        self.wait = WaitStrategy(service_threads)
+        self.wait = WaitStrategy(service_threads, service_cpus=cpus_of(_peer_pid(self.sock)))
         self.fd = fds[0]
         self.mem = mmap.mmap(self.fd, size)
         self.view = memoryview(self.mem)
@@ -107,6 +125,12 @@ class LocalBurstChannel:
         self._in_slots: list[tuple[int, int, np.ndarray | None]] = []
         self._shapes_known: tuple[bytes, list] | None = None
         self._out_views: list[np.ndarray] = []
+        #: The arrays last given for the inputs and the outputs, and how each is copied: byte
+        #: views of contiguous arrays (a copy between them is one memcpy, no numpy machinery).
+        self._in_from: list[np.ndarray] = []
+        self._in_bytes: list[memoryview | None] = []
+        self._out_to: list[np.ndarray] = []
+        self._out_copies: list[tuple] = []
 
     def execute(self, inputs: list[np.ndarray], outputs: list[np.ndarray] | None = None, measure_timing: bool = False,
                 timeout_ns: int = 0, wait_s: float | None = None, loop_timeout_ns: int = 0):
@@ -122,7 +146,10 @@ class LocalBurstChannel:
             key = [(a.dtype, a.shape) for a in inputs]
             if key != self._inputs_key:  # new shapes: new descriptors and slot views (cached for the next)
                 self._lay_out_inputs(inputs, key)
-            _write_inputs(view, self._in_slots, inputs)
+            if not _same(inputs, self._in_from):  # other arrays than last time: their bytes' views
+                self._in_from = list(inputs)
+                self._in_bytes = [_bytes_of(a) if a.nbytes <= SMALL_COPY_BYTES else None for a in inputs]
+            _write_inputs(view, self._in_slots, inputs, self._in_bytes)
             seq = self.seq = self.seq + 1
             wire.write_header(view, seq, len(inputs), self._n_outputs, measure_timing, timeout_ns, loop_timeout_ns)
             t = time.perf_counter()
@@ -146,9 +173,14 @@ class LocalBurstChannel:
                 self._shapes_known = (reply.shapes_raw, reply.shapes)
                 self._out_views = [np.frombuffer(view, dtype, math.prod(shape), wire.DATA_OFFSET + off).reshape(shape)
                                    for dtype, (off, _), shape in zip(self.out_dtypes, self._outs_desc, reply.shapes)]
+                self._out_to, self._out_copies = [], []
             if outputs is None:
                 return reply, [src.copy() for src in self._out_views]
-            _read_outputs(self._out_views, outputs)
+            if not _same(outputs, self._out_to):  # checked once per set of arrays (the delegate's are TFLite's)
+                self._out_copies = _output_copies(self._out_views, outputs)
+                self._out_to = list(outputs)
+            for dst, src in self._out_copies:
+                dst[:] = src  # bytes into bytes, or an array into its array
             return reply, outputs
 
     def _lay_out_inputs(self, inputs: list[np.ndarray], key: list) -> None:
@@ -177,6 +209,7 @@ class LocalBurstChannel:
             return  # the fd number may belong to someone else by now
         self.closed = True
         self._in_slots, self._out_views, self._inputs_key, self._shapes_known = [], [], None, None
+        self._in_from, self._in_bytes, self._out_to, self._out_copies = [], [], [], []
         try:
             self.sock.close()
         finally:
@@ -189,23 +222,63 @@ class LocalBurstChannel:
             os.close(self.fd)
 
 
-def _write_inputs(view: memoryview, slots: list, inputs: list[np.ndarray]) -> None:
+def cpus_of(pid: int | None) -> set[int] | None:
+    """The CPUs process ``pid`` (0: this one) may run on; None where that cannot be known."""
+    if pid is None or not hasattr(os, "sched_getaffinity"):
+        return None
+    try:
+        return os.sched_getaffinity(pid)
+    except OSError:  # gone, or not ours to ask about
+        return None
+
+
+def _peer_pid(sock: socket.socket) -> int | None:
+    """The process at the other end of a unix socket (None: unknown, e.g. in another pid namespace)."""
+    try:
+        pid = PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))[0]
+    except (OSError, AttributeError):
+        return None
+    return pid if pid > 0 else None
+
+
+def _write_inputs(view: memoryview, slots: list, inputs: list[np.ndarray], as_bytes: list) -> None:
     """Each input into its slot (in a function of its own: no loop variable outlives it to hold a
-    view of the slots when the channel closes). A small one as its bytes (one memcpy each way is
-    cheaper than numpy's copy machinery), a larger one by numpy, straight into the slot."""
-    for (start, end, as_array), a in zip(slots, inputs):
-        if as_array is None:
-            view[start:end] = a.tobytes()
-        else:
+    view of the slots when the channel closes). A small one as its bytes (one memcpy is cheaper
+    than numpy's copy machinery), a larger one by numpy, straight into the slot."""
+    for (start, end, as_array), a, b in zip(slots, inputs, as_bytes):
+        if as_array is not None:
             np.copyto(as_array, a, casting="no")
+        elif b is not None:
+            view[start:end] = b
+        else:
+            view[start:end] = a.tobytes()
 
 
-def _read_outputs(sources: list[np.ndarray], dests: list[np.ndarray]) -> None:
+def _same(arrays: list, before: list) -> bool:
+    """Whether ``arrays`` are the very arrays of ``before`` (not equal ones: the same objects)."""
+    return len(arrays) == len(before) and all(map(operator.is_, arrays, before))
+
+
+def _bytes_of(a: np.ndarray) -> memoryview | None:
+    """A C-contiguous array's bytes as a view (it sees later writes to the array); else None."""
+    return memoryview(a).cast("B") if a.flags.c_contiguous else None
+
+
+def _output_copies(sources: list[np.ndarray], dests: list[np.ndarray]) -> list[tuple]:
+    """(destination, source) per output, copied as ``destination[:] = source``: byte views where
+    the destination is contiguous and writable, else the arrays (the source reshaped to it)."""
+    copies = []
     for k, (src, dst) in enumerate(zip(sources, dests)):
         if dst.dtype != src.dtype or dst.size != src.size:
             raise ValueError(f"output {k} came back {src.dtype}{list(src.shape)}, the array given for it is "
                              f"{dst.dtype}{list(dst.shape)}")
-        dst[...] = src if dst.shape == src.shape else src.reshape(dst.shape)
+        b = _bytes_of(dst) if dst.flags.writeable else None
+        if b is not None:
+            copies.append((b, _bytes_of(src)))
+        else:  # sliced as [:], so at least one dimension
+            copies.append((dst.reshape(1) if dst.ndim == 0 else dst,
+                           src.reshape((1,) if dst.ndim == 0 else dst.shape)))
+    return copies
 
 
 __all__ = ["CLIENT_SPIN_MAX_S", "LocalBurstChannel", "SHORT_S", "WaitStrategy"]

@@ -26,6 +26,67 @@ def test_local_burst_results_and_timing(client):
     assert pm.perf_info().executions == 50
 
 
+def test_local_burst_writes_into_the_arrays_given_and_reads_inputs_anew(client):
+    """The same input and output arrays on every call (as the delegate's TFLite tensors): each call
+    reads the inputs' current contents and writes each result into its array, contiguous or not;
+    other arrays given later are checked and written as well."""
+    pm = client.prepare_model(add_model((2, 3)))
+    rng = np.random.default_rng(7)
+    a, b = (rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2))
+    out, wide = np.empty((2, 3), np.float32), np.zeros((2, 6), np.float32)
+    with pm.local_burst() as lb:
+        for _ in range(3):
+            a += 1  # in place: the same array, new contents
+            assert lb.execute([a, b], [out]).outputs[0] is out
+            np.testing.assert_array_equal(out, pm.execute([a, b]).outputs[0])
+        strided = wide[:, ::2]  # not contiguous: written through numpy
+        lb.execute([a, b], [strided])
+        np.testing.assert_array_equal(strided, out)
+        assert not wide[:, 1::2].any()
+        flat = np.empty(6, np.float32)  # another shape, the same element count: reshaped to it
+        lb.execute([b, a], [flat])
+        np.testing.assert_array_equal(flat, out.reshape(6))
+        with pytest.raises(ValueError):
+            lb.execute([a, b], [np.empty(5, np.float32)])
+
+
+def test_a_request_like_the_bound_one_but_for_its_number_skips_decoding_only_then():
+    import mmap
+
+    from service import burst_wire as wire
+    mem = mmap.mmap(-1, wire.HEADER_BYTES)
+    view = memoryview(mem)
+    ins, outs = [((2, 3), 0, 24), ((2, 3), 64, 24)], [(128, 24)]
+    wire.write_request(view, 7, ins, outs, False, 0, 0)
+    key = wire.request_key(view, wire.read_request(view))
+    wire.write_header(view, 8, 2, 1, False, 0, 0)
+    assert wire.same_request(view, key) == 8
+    for changed in (dict(measure=True), dict(timeout_ns=5), dict(loop_timeout_ns=5)):
+        args = dict(measure=False, timeout_ns=0, loop_timeout_ns=0) | changed
+        wire.write_header(view, 9, 2, 1, args["measure"], args["timeout_ns"], args["loop_timeout_ns"])
+        assert wire.same_request(view, key) is None, changed
+    wire.write_request(view, 10, [((3, 2), 0, 24), ((2, 3), 64, 24)], outs, False, 0, 0)
+    assert wire.same_request(view, key) is None
+    wire.write_request(view, 11, ins, outs, False, 0, 0)
+    view[0:4] = b"XXXX"
+    assert wire.same_request(view, key) is None
+    view.release()
+    mem.close()
+
+
+def test_a_bound_burst_still_reads_each_requests_deadline(client):
+    pm = client.prepare_model(add_model((2, 3)))
+    x = np.ones((2, 3), np.float32)
+    with pm.local_burst() as lb:
+        for _ in range(3):
+            np.testing.assert_array_equal(lb.execute([x, x]).outputs[0], x + x)
+        with pytest.raises(ServiceError) as e:
+            lb.execute([x, x], timeout_s=1e-9)
+        assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
+        np.testing.assert_array_equal(lb.execute([x, 3 * x]).outputs[0], 4 * x)
+        assert lb.execute([x, x], measure_timing=True).timing.time_in_driver_ns > 0
+
+
 def test_local_burst_large_tensor(client):
     pm = client.prepare_model(add_chain(3, (224, 224 * 3)))
     x = np.random.default_rng(0).standard_normal((224, 224 * 3)).astype(np.float32)
@@ -119,6 +180,32 @@ def test_the_client_polls_only_when_a_core_is_free_and_the_wait_is_short():
     w = WaitStrategy(service_threads=1, cores=4)
     w.observe(0.995e-3)
     assert w.spin_s() == CLIENT_SPIN_MAX_S  # capped
+
+
+def test_the_client_polls_when_the_service_cannot_need_its_core():
+    """Pinned apart (no CPU in common) the service's threads never need the client's core; pinned
+    to one CPU together, the poller hands the CPU over at each poll. Sharing some CPUs of several,
+    the service's thread count decides as before; an unknown service, the client's affinity."""
+    from service.local_burst_client import SHORT_S, WaitStrategy
+    assert WaitStrategy(service_threads=0, client_cpus={0}, service_cpus={1}).spin_s() == SHORT_S
+    assert WaitStrategy(service_threads=1, client_cpus={0}, service_cpus={0}).spin_s() == SHORT_S
+    assert WaitStrategy(service_threads=2, client_cpus={0, 1}, service_cpus={0, 1}).spin_s() == 0
+    assert WaitStrategy(service_threads=1, client_cpus={0, 1}, service_cpus={1, 2}).spin_s() == SHORT_S
+    assert WaitStrategy(service_threads=2, client_cpus={0, 1}, service_cpus={1, 2}).spin_s() == SHORT_S
+    assert WaitStrategy(service_threads=0, client_cpus={0, 1}, service_cpus={1, 2}).spin_s() == 0
+    assert WaitStrategy(service_threads=1, client_cpus={0}).spin_s() == 0
+
+
+def test_the_client_knows_the_services_cpus(server, client):
+    """The channel asks the kernel which process serves it (SO_PEERCRED) and where it may run."""
+    import os
+
+    from service.local_burst_client import _peer_pid, cpus_of
+    pm = client.prepare_model(add_model((2, 3)))
+    with pm.local_burst() as lb:
+        pid = _peer_pid(lb.channel.sock)
+        assert pid == server.proc.pid
+        assert cpus_of(pid) == os.sched_getaffinity(server.proc.pid)
 
 
 def test_the_service_polls_only_for_a_burst_invoked_back_to_back():
