@@ -33,6 +33,7 @@ class ServerProcess:
                 return
             except ServiceUnavailableError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
+                    terminate(self.proc)  # one that never answered must not outlive the test
                     self.log.seek(0)
                     raise RuntimeError(f"server did not start:\n{self.log.read()}") from None
 
