@@ -10,8 +10,14 @@ import pytest
 
 ort_backend = pytest.importorskip("hal.backends.ort")
 
+from delegate.mapping import convert_partition  # noqa: E402
+from delegate.tfl import read_model  # noqa: E402
+from hal.compiler import compile_model  # noqa: E402
+from hal.executor import execute  # noqa: E402
 from hal.types import OperandType  # noqa: E402
+from nnhal import examples, examples_mobilenet_v3  # noqa: E402
 from tests.backends.test_ort_layout import Op, _assert_matches_reference, _Chain, _partition_graphs  # noqa: E402
+from tests.harness import random_tensor, tflite_run  # noqa: E402
 
 
 class _Block(_Chain):
@@ -99,3 +105,26 @@ def test_hard_sigmoid_form_is_exact_on_special_values():
     lowered, _, _ = _partition_graphs(model)
     assert "HardSigmoid" in {n.op_type for n in lowered.graph.node}
     _assert_matches_reference(model, inputs)
+
+
+@pytest.mark.parametrize("builder", ["efficientnet_b0", "mobilenet_v3_small"])
+def test_networks_with_squeeze_excite_blocks_reorder_no_gate(builder):
+    """EfficientNet-B0 (LOGISTIC gates) and MobileNetV3-small (hard-sigmoid gates) at 64x64: no
+    NCHWc reorder feeds a gate's Mul or reads its product, and the output is within 1e-4 of its
+    scale from TFLite's reference kernels."""
+    make = getattr(examples, builder, None) or getattr(examples_mobilenet_v3, builder)
+    data = make(np.float32, 64, 10)
+    model = convert_partition(read_model(data)).model
+    _, optimised, _ = _partition_graphs(model)
+    made_by = {o: n.op_type for n in optimised.graph.node for o in n.output}
+    read_by = {}
+    for n in optimised.graph.node:
+        for i in n.input:
+            read_by.setdefault(i, []).append(n.op_type)
+    gates = [n for n in optimised.graph.node if n.op_type.startswith("Reorder")
+             and (made_by.get(n.input[0]) == "Mul" or "Mul" in read_by.get(n.output[0], []))]
+    assert sum(n.op_type == "Mul" for n in optimised.graph.node) >= 9 and not gates
+    x = random_tensor(np.random.default_rng(0), (1, 64, 64, 3), np.float32)
+    got = execute(compile_model(model, backend_order=["onnxruntime"]), [x])[0]
+    want = tflite_run(data, [x])[0]
+    assert np.abs(got.astype(np.float64) - want).max() <= 1e-4 * np.abs(want).max()
