@@ -89,8 +89,8 @@ def test_mean_without_keep_dims_after_a_convolution():
 
 
 def test_hard_sigmoid_form_is_exact_on_special_values():
-    """RELU6(z) * (1/6) as HardSigmoid(z, 1/6, 0): the reference's values on infinities, signed
-    zeros, 6 and its neighbours, and extremes (z = conv output + an input holding them)."""
+    """RELU6(z) * (1/6) as HardSigmoid(z, 1/6, 0): the reference's values on NaN, infinities,
+    signed zeros, 6 and its neighbours, and extremes (z = conv output + an input holding them)."""
     m = _Block((1, 4, 5, 8), seed=9)
     extra = m.input((1, 4, 5, 8))
     z = m.binary(Op.ADD, m.conv(m.inputs[0], 8, k=1), extra)
@@ -99,7 +99,7 @@ def test_hard_sigmoid_form_is_exact_on_special_values():
     rng = np.random.default_rng(10)
     data = rng.normal(0, 5, (1, 4, 5, 8)).astype(np.float32)
     six = np.float32(6)
-    special = [np.inf, -np.inf, 0.0, -0.0, six, np.nextafter(six, 0), np.nextafter(six, 7), 3e38, -3e38, 1e-38]
+    special = [np.nan, np.inf, -np.inf, 0.0, -0.0, six, np.nextafter(six, 0), np.nextafter(six, 7), 3e38, -3e38, 1e-38]
     data.reshape(-1)[:len(special)] = special
     inputs = [np.zeros((1, 4, 5, 8), np.float32), data]
     lowered, _, _ = _partition_graphs(model)

@@ -8,9 +8,9 @@ Two forms keep it in NCHWc, both exact:
 
 * ``hard_sigmoid``: MUL of a CONV's RELU6 (Clip(z, 0, 6)) by a constant c with 6 * c == 1 in
   float32 (1/6) is HardSigmoid(z) with alpha c and beta 0, which onnxruntime fuses into the
-  convolution: max(0, min(1, c * z)) is c * clip(z, 0, 6) for every z but NaN: for z in [0, 6]
-  both are c * z rounded once (at most 6 * c = 1, so min(1, .) changes nothing), above 6 both are
-  1, below 0 both are 0.
+  convolution: max(0, min(1, c * z)) is c * clip(z, 0, 6): for z in [0, 6] both are c * z rounded
+  once (at most 6 * c = 1, so min(1, .) changes nothing), above 6 both are 1, below 0 both are 0
+  (NaN: kept by onnxruntime's HardSigmoid as by the reference; tested).
 * ``spread``: MUL of a full [N, C, H, W] value by a [N, C, 1, 1] gate spreads the gate to [N, C, H, W]
   first (Resize, nearest: a copy), which onnxruntime does in NCHWc; the Mul is then of two NCHWc
   values. One more write of the block's size, where the reorders were two reads and two writes.
