@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hal.backends.ort import BACKEND
+from hal.backends.ort import BACKEND, gate
 from hal.backends.ort.graph import OnnxGraph
 from hal.operations.common import F32, I32
 from hal.operations.elementwise import ADD, ALPHA, DIV, INPUT, LHS, MAXIMUM, MINIMUM, MUL, PRELU, RHS, SUB, BinaryParams
@@ -48,6 +48,19 @@ def _binary(g: OnnxGraph, ctx: OperationContext, x, build) -> list[str]:
 def lower_arithmetic(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
     p: BinaryParams = ctx.params
     return _binary(g, ctx, x, lambda a, b: g.activation(g.node(_ARITHMETIC[ctx.op_type], [a, b]), p.act))
+
+
+def lower_mul(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
+    """MUL; in NCHW (float32) in the forms of a squeeze-excite gate onnxruntime keeps in NCHWc."""
+    p: BinaryParams = ctx.params
+    nchw = g.channels_first(ctx, x, (LHS, RHS))
+    if nchw is None or ctx.input_type(LHS) != F32:
+        return _binary(g, ctx, x, lambda a, b: g.activation(g.node("Mul", [a, b]), p.act))
+    a, b = nchw
+    y = gate.hard_sigmoid(g, ctx, a, b)
+    if y is None:
+        y = g.node("Mul", list(gate.spread(g, ctx, a, b) or (a, b)))
+    return [g.nhwc(g.activation(y, p.act))]
 
 
 def lower_min_max(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
@@ -88,7 +101,8 @@ def lower_pow(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
     return [g.node("Pow", [x[BASE], x[EXPONENT]])]
 
 
-BACKEND.lowering([ADD, SUB, MUL], lower=lower_arithmetic, types=[F32, I32])
+BACKEND.lowering([ADD, SUB], lower=lower_arithmetic, types=[F32, I32])
+BACKEND.lowering(MUL, lower=lower_mul, types=[F32, I32])
 BACKEND.lowering(DIV, lower=lower_arithmetic, types=[F32])
 BACKEND.lowering([MAXIMUM, MINIMUM], lower=lower_min_max, types=[F32, I32])
 BACKEND.lowering(PRELU, lower=lower_prelu, types=[F32])

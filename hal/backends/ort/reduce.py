@@ -11,6 +11,10 @@ onnxruntime 1.32; its reduce-all, "KR" and "KRK" sum paths are blocked/pairwise 
 Transpose the optimiser pushed into the reduction would break this: see ``_sequential``).
 MEAN keeps ONNX's float32 ReduceMean (the reference averages in float64: within CTS tolerance).
 MAX and MIN are exact as they are.
+
+MEAN over the rows and columns of a 4-D value that already exists in NCHW (a squeeze-excite
+block's pooling after a convolution) is GlobalAveragePool there: onnxruntime runs that in its
+NCHWc layout, where ReduceMean made it reorder the block's input out of NCHWc and the mean back in.
 """
 from __future__ import annotations
 
@@ -50,10 +54,20 @@ def _sequential(g: OnnxGraph, ctx: OperationContext, x: str, p: ReduceParams) ->
     return g.node("ReduceProd", [rows], axes=[0], keepdims=0)
 
 
+def _global_average(g: OnnxGraph, ctx: OperationContext, x: str) -> str:
+    """MEAN over axes (1, 2) of an NHWC value with an NCHW twin, as GlobalAveragePool on the twin."""
+    y = g.node("GlobalAveragePool", [g.nchw(x)])
+    if ctx.params.keep_dims:
+        return g.nhwc(y)
+    return g.node("Reshape", [y, g.ints(ctx.output(0).shape)])  # [N, C, 1, 1] -> [N, C]
+
+
 def lower_reduce(g: OnnxGraph, ctx: OperationContext, x) -> list[str]:
     p: ReduceParams = ctx.params
     if not p.axes:
         return [g.node("Identity", [x[0]])]
+    if ctx.op_type == MEAN and p.axes == (1, 2) and len(ctx.input(0).shape) == 4 and g.in_nchw(x[0]):
+        return [_global_average(g, ctx, x[0])]
     if ctx.op_type in (REDUCE_SUM, REDUCE_PROD):
         y = _sequential(g, ctx, x[0], p)
     else:
