@@ -171,3 +171,19 @@ def test_an_endless_loop_in_a_lowered_branch_ends_at_the_loop_timeout():
     with pytest.raises(HalError) as e:
         execute(compiled, [np.array([True])] + loop_inputs(2 ** 31 - 1), loop_timeout_ns=50_000_000)
     assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT and "loop timeout" in e.value.message
+
+
+def test_subgraphs_lowered_into_the_loop_compile_no_partitions_of_their_own():
+    """The condition's and body's steps are inlined into the Loop: their own partitions are compiled
+    only once the executor runs them (planned again from the constants after a cache load)."""
+    model = counter_loop(seed=2).model
+    compiled, reference = compile_model(model, backend_order=ORT), compile_model(model, backend_order=["reference"])
+    assert [b for b, _ in _program(compiled)] == ["onnxruntime"]
+    assert not any(compiled.subgraphs.get(k).static_plan.built for k in range(2))
+    loaded = load_compiled(*dump_compiled(compiled), backend_order=ORT)
+    _same(execute(loaded, loop_inputs(5)), execute(reference, loop_inputs(5)))
+    for k in range(2):
+        sub = loaded.subgraphs.get(k)
+        assert not sub.static_plan.built
+        _same(execute(sub, loop_inputs(3)), execute(reference.subgraphs.get(k), loop_inputs(3)))
+        assert [s.backend for s in sub.static_plan.program] == ["onnxruntime"]
