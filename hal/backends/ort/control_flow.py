@@ -177,7 +177,7 @@ def _loop(g: OnnxGraph, ctx: OperationContext, outer: list[str], moving: list[in
         results = _inline(body, ctx, p.body_subgraph, shapes, values)
         values = [results[j] if j in state else v for j, v in enumerate(outer)]
     if trips:
-        again = body.node("Identity", [cond_in])
+        again = cond_in
     else:
         nxt = _inline(body.scope([], nested=False), ctx, p.cond_subgraph, shapes, values)
         again = _scalar_condition(body, nxt[0])

@@ -213,9 +213,10 @@ class OnnxGraph:
 
     def subgraph(self, name: str, inputs: Sequence, outputs: Sequence):
         """This (nested) scope's nodes as the GraphProto of a Loop / If attribute: ``inputs`` and
-        ``outputs`` are ValueInfoProtos; an output that no node of the scope makes (a body input or
-        outer value passed through) gets an Identity."""
-        made = {o for n in self.nodes for o in n.output}
+        ``outputs`` are ValueInfoProtos; an output that no node of the scope makes (an outer value
+        passed through) or that another output already names gets an Identity. One of the graph's
+        own inputs is given back as it is (a counted Loop's condition: no node per trip)."""
+        made = {o for n in self.nodes for o in n.output} | {vi.name for vi in inputs}
         seen: set[str] = set()
         fixed = []
         for vi in outputs:
