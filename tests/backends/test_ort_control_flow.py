@@ -232,7 +232,8 @@ def _rnn_loop(form: str):
 def _loop_bodies(compiled) -> list[list[str]]:
     (step,) = compiled.static_plan.program
     art = step.ctx.artifact
-    assert art.initializer_names and art.prepacked == len(art.initializer_names)  # packed once, not fed per run
+    # the weight once however many copies of the body the Loops hold, packed once, not fed per run
+    assert len(art.initializer_names) == 1 and art.prepacked == 1
     graph = onnx.load_from_string(step.ctx.artifact.model.tobytes()).graph
     return [[m.op_type for m in n.attribute[0].g.node] for n in graph.node if n.op_type == "Loop"]
 

@@ -58,6 +58,9 @@ class OnnxGraph:
             self.initializers: list = []
             #: The shape of each value bound to an operand (``bind``, ``operand``), every scope's.
             self.shapes: dict[str, tuple[int, ...]] = {}
+            #: (id of an operand numbering, operand) -> its constant's initializer and that numbering:
+            #: a subgraph inlined more than once (a Loop's unrolled copies, its second Loop) shares them.
+            self._constants: dict[tuple[int, int], tuple[list, str]] = {}
             self._counter = itertools.count(1)
             # value name -> the same value in the other layout (NHWC <-> NCHW), both directions
             self._twin: dict[str, str] = {}
@@ -65,6 +68,7 @@ class OnnxGraph:
             self.loops: list[str] = []
         else:  # one name space and one initializer list with the partition's graph
             self.initializers, self._counter, self.shapes = parent.initializers, parent._counter, parent.shapes
+            self._constants = parent._constants
             self._twin = dict(parent._twin)  # the parent's twins are visible here, this scope's stay here
             self.loops = []
 
@@ -90,7 +94,12 @@ class OnnxGraph:
             info = self.infos[index]
             if info.value is None:
                 raise KeyError(f"operand {index} is neither an input of the partition nor computed in it")
-            name = self.const(np.asarray(info.value, dtype=info.dtype), f"operand{index}")
+            made = self._constants.get((id(self.infos), index))
+            if made is not None and made[0] is self.infos:
+                name = made[1]
+            else:
+                name = self.const(np.asarray(info.value, dtype=info.dtype), f"operand{index}")
+                self._constants[(id(self.infos), index)] = (self.infos, name)
             self.bind(index, name)
         return name
 
