@@ -8,7 +8,7 @@ dimensions are planned again per distinct input shape (and cached). Models with 
 is not a constant (a shape, axis or paddings given as a model input or computed) are planned one
 operation at a time during each execution, from the values (``CompiledModel.runtime_step``); so
 are models with an operation whose output sizes depend on the values (``data_dependent_outputs``,
-see ``_make_plan``).
+see ``make_plan``).
 """
 from __future__ import annotations
 
@@ -56,6 +56,9 @@ class CompiledModel:
     runtime_values: bool = False
     #: The model's referenced subgraphs, compiled (IF and WHILE run them); None without any.
     subgraphs: "Subgraphs | None" = None
+    #: A referenced subgraph (an IF's branch, a WHILE's condition or body): its plans compile their
+    #: partitions only once an execution runs them (``Plan.make_program``).
+    referenced: bool = False
     _plans: dict = field(default_factory=dict)
     _steps: dict = field(default_factory=dict)
     _runtime_release: list | None = None
@@ -68,8 +71,8 @@ class CompiledModel:
         with self._lock:
             plan = self._plans.get(input_shapes)
         if plan is None:
-            plan = _make_plan(self.model, self.base_infos, dict(zip(self.input_indexes, input_shapes)),
-                              self.backend_order or None, self.subgraphs)
+            plan = make_plan(self.model, self.base_infos, dict(zip(self.input_indexes, input_shapes)),
+                             self.backend_order or None, self.subgraphs, self.referenced)
             with self._lock:
                 if len(self._plans) > 64:  # bound memory for clients cycling shapes
                     self._plans.clear()
@@ -249,8 +252,6 @@ def _shapes_inferred(operation, model: Model, infos: list[OperandInfo]) -> bool:
     return False
 
 
-
-
 def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: bool = True,
                       order: list[Backend] | None = None, shapes_known: bool = True,
                       subgraphs: "Subgraphs | None" = None) -> Step:
@@ -289,8 +290,11 @@ def prepare_operation(k: int, model: Model, infos: list[OperandInfo], packing: b
     return Step(k, spec, kernel, ctx, step_inputs(operation, model.main.operands), tuple(operation.outputs))
 
 
-def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tuple[int, ...]],
-               order_names: tuple[str, ...] | None = None, subgraphs: "Subgraphs | None" = None) -> Plan:
+def make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tuple[int, ...]],
+              order_names: tuple[str, ...] | None = None, subgraphs: "Subgraphs | None" = None,
+              referenced: bool = False) -> Plan:
+    """The plan of ``model``'s main subgraph for these input shapes (hal.serialize plans a cached
+    referenced subgraph again with it when it was stored without its partitions)."""
     # Data-dependent output shapes: an operation whose output sizes depend on its input values
     # (BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS) opts in with ``register(...,
     # data_dependent_outputs=True)``; its prepare sets a 0 in every dimension only the kernel
@@ -308,8 +312,12 @@ def _make_plan(model: Model, base: list[OperandInfo], input_shapes: dict[int, tu
         if steps[-1].spec.data_dependent_outputs and not outputs_known(steps[-1].ctx):
             raise RuntimeValueNeeded(f"{steps[-1].ctx.name}: its output shapes are known only once it has run")
     keep = frozenset(model.main.output_indexes)
-    program = fuse(_partition(model, steps, infos, order, keep, subgraphs), keep)
-    return Plan(steps, infos, keep=keep, program=program)
+
+    def program() -> list[Step]:
+        return fuse(_partition(model, steps, infos, order, keep, subgraphs), keep)
+    if referenced:  # an IF or WHILE lowered into a graph inlines the steps: the program may never run
+        return Plan(steps, infos, keep=keep, make_program=program)
+    return Plan(steps, infos, keep=keep, program=program())
 
 
 def outputs_known(ctx: OperationContext) -> bool:
@@ -376,7 +384,7 @@ class Subgraphs:
             compiled = self._compiled.get(k)
             if compiled is None:
                 try:
-                    compiled = _compile_validated(self.view(k), self.copy_constants, self.order, self)
+                    compiled = _compile_validated(self.view(k), self.copy_constants, self.order, self, True)
                 except HalError as e:
                     raise HalError(e.status, f"referenced subgraph {k}: {e.message}") from None
                 self._compiled[k] = compiled
@@ -479,15 +487,15 @@ def compile_model(model: Model, copy_constants: bool = True,
 
 
 def _compile_validated(model: Model, copy_constants: bool, order: tuple[str, ...],
-                       subgraphs: Subgraphs | None) -> CompiledModel:
+                       subgraphs: Subgraphs | None, referenced: bool = False) -> CompiledModel:
     """compile_model's work after validation: the main subgraph of ``model``, whose referenced
-    subgraphs ``subgraphs`` compiles."""
+    subgraphs ``subgraphs`` compiles; ``referenced``: ``model`` is one of those (its view)."""
     base = operand_infos(model, copy_constants)
     sg = model.main
     plan, runtime_values = None, False
     if inputs_static(model, base):
         try:
-            plan = _make_plan(model, base, {}, order, subgraphs)
+            plan = make_plan(model, base, {}, order, subgraphs, referenced)
         except RuntimeValueNeeded:
             runtime_values = True
     if plan is None:  # still check now that every operation is one this driver has
@@ -498,7 +506,7 @@ def _compile_validated(model: Model, copy_constants: bool, order: tuple[str, ...
     return CompiledModel(model=model, constants={i: v.value for i, v in enumerate(base) if v.value is not None},
                          input_indexes=list(sg.input_indexes), output_indexes=list(sg.output_indexes),
                          base_infos=base, static_plan=plan, backend_order=order, runtime_values=runtime_values,
-                         subgraphs=subgraphs)
+                         subgraphs=subgraphs, referenced=referenced)
 
 
 def inputs_static(model: Model, infos: list[OperandInfo]) -> bool:

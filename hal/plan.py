@@ -6,8 +6,9 @@ them for the compilation cache.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from hal.backends import Kernel
 from hal.backends.graph import GraphBackend
@@ -95,7 +96,6 @@ def partition_step(backend: GraphBackend, partition: Partition, artifact: Any, e
                 partition.inputs, partition.outputs)
 
 
-@dataclass
 class Plan:
     """Steps in execution order, the operand infos they were prepared with, and the memory plan:
     ``release[n]`` lists the temporaries step n is the last reader of (or, if nothing reads them,
@@ -104,21 +104,44 @@ class Plan:
 
     ``steps`` has one step per operation (its backend is the operation's assignment); ``program``
     is what an execution runs: the same steps, with each run of a graph backend's members replaced
-    by its partition step. ``release`` follows ``program``."""
+    by its partition step. ``release`` follows ``program``.
 
-    steps: list[Step]
-    infos: list[OperandInfo]
-    keep: frozenset[int] = frozenset()  # operands never released: the model's outputs
-    release: list[tuple[int, ...]] = field(default_factory=list)
-    program: list[Step] = field(default_factory=list)
-    #: The program bound for execution (``hal.executor``): made on the first execution, then reused.
-    bound: Any = field(default=None, repr=False, compare=False)
+    ``make_program`` (instead of ``program``) makes the program when it is first read: a referenced
+    subgraph's plan, whose steps an IF or WHILE lowered into a graph inlines; only the executor
+    running that subgraph needs its partitions compiled. ``make_program`` may replace steps (a
+    partition that fails to compile is planned again without its backend)."""
 
-    def __post_init__(self) -> None:
-        if not self.program:
-            self.program = list(self.steps)
-        if not self.release:
-            self.release = plan_releases(self.program, self.keep)
+    def __init__(self, steps: list[Step], infos: list[OperandInfo], keep: frozenset[int] = frozenset(),
+                 program: list[Step] | None = None,
+                 make_program: Callable[[], list[Step]] | None = None) -> None:
+        self.steps = steps
+        self.infos = infos
+        self.keep = keep  # operands never released: the model's outputs
+        #: The program bound for execution (``hal.executor``): made on the first execution, then reused.
+        self.bound: Any = None
+        self._program = program or (None if make_program is not None else list(steps))
+        self._make_program = make_program
+        self._release: list[tuple[int, ...]] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        """The program is made (graph backends' partitions compiled)."""
+        return self._program is not None
+
+    @property
+    def program(self) -> list[Step]:
+        if self._program is None:
+            with self._lock:
+                if self._program is None:
+                    self._program = self._make_program()
+        return self._program
+
+    @property
+    def release(self) -> list[tuple[int, ...]]:
+        if self._release is None:
+            self._release = plan_releases(self.program, self.keep)
+        return self._release
 
 
 def plan_releases(steps: list[Step], keep: frozenset[int]) -> list[tuple[int, ...]]:

@@ -296,7 +296,7 @@ class OperationSpec:
     ``data_dependent_outputs``: some output's size depends on the input values (BOX_WITH_NMS_LIMIT,
     GENERATE_PROPOSALS): prepare sets a 0 in each dimension only the kernel knows, models using it
     are planned per execution and the executor takes those shapes from the kernel's results (see
-    ``hal.compiler._make_plan``)."""
+    ``hal.compiler.make_plan``)."""
 
     type: int  # OperationType, or an extension-encoded code
     validate: Validate

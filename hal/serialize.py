@@ -28,7 +28,7 @@ import numpy as np
 from hal import backends
 from hal.backends import Backend
 from hal.backends.graph import GraphBackend
-from hal.compiler import CompiledModel, Subgraphs
+from hal.compiler import CompiledModel, Subgraphs, make_plan
 from hal.extension_registry import extension_dtype, extension_name, lookup_in_model, model_prefixes
 from hal.fusion import fuse
 from hal.model import (
@@ -45,8 +45,9 @@ from hal.types import OperandLifeTime
 
 #: 2: constants stored per operand, packed-only constants left out; 3: extensions; 4: backends;
 #: 5: graph backends' partitions (slices, added later, are refused by older readers: a cache miss);
-#: 6: referenced subgraphs' plans (IF, WHILE)
-FORMAT_VERSION = 6
+#: 6: referenced subgraphs' plans (IF, WHILE); 7: a referenced subgraph's partitions may be absent
+#: (null: never compiled, its IF or WHILE lowered into a graph; planned again if it ever runs)
+FORMAT_VERSION = 7
 _CORE_PREFIX = "hal."
 _BACKENDS_PREFIX = "hal.backends."
 
@@ -258,6 +259,8 @@ def _model_from_tree(t: dict) -> Model:
 
 def _superseded_constants(plan: Plan, constants: dict[int, np.ndarray]) -> set[int]:
     """Constants every use of which is an input its op packed at prepare time (never read again)."""
+    if not plan.built:  # planned again from the constants if it ever runs: keep them all
+        return set()
     packed_only = set(constants)
     for step in plan.program:  # a partition step reads no constant: its graph holds them
         prepacked = step.kernel.prepacked_inputs
@@ -332,8 +335,9 @@ def _plan_tree(compiled: CompiledModel, enc: _Encoder) -> dict:
         "shapes": [list(info.shape) for info in plan.infos],
         "steps": [{"index": s.index, "backend": s.backend, "data": enc.value(s.ctx.data)} for s in plan.steps],
         # each graph backend's partition: [first, last] operation and its compiled artifact
-        "partitions": [[p.ctx.operations[0], p.ctx.operations[-1], enc.value(p.ctx.artifact)]
-                       for p in plan.program if isinstance(p.ctx, PartitionContext)],
+        "partitions": None if not plan.built else [
+            [p.ctx.operations[0], p.ctx.operations[-1], enc.value(p.ctx.artifact)]
+            for p in plan.program if isinstance(p.ctx, PartitionContext)],
     }
 
 
@@ -455,8 +459,13 @@ def _load_plan(model: Model, tree: dict, dec: "_Decoder", by_name: dict[str, Bac
         steps.append(Step(k, spec, kernel, ctx, step_inputs(operation, sg.operands), tuple(operation.outputs)))
     if len(steps) != len(sg.operations) or [s.index for s in steps] != list(range(len(sg.operations))):
         raise SerializationError("payload does not cover every operation in order")
-    program = _program(model, steps, infos, tree["partitions"], dec)
-    plan = Plan(steps, infos, keep=frozenset(sg.output_indexes), program=program)
+    keep = frozenset(sg.output_indexes)
+    if tree["partitions"] is None:  # a referenced subgraph whose partitions were never compiled
+        def program() -> list[Step]:
+            return make_plan(model, base, {}, order, subgraphs).program
+        plan = Plan(steps, infos, keep=keep, make_program=program)
+    else:
+        plan = Plan(steps, infos, keep=keep, program=_program(model, steps, infos, tree["partitions"], dec))
     return CompiledModel(model=model, constants=constants, input_indexes=list(sg.input_indexes),
                          output_indexes=list(sg.output_indexes), base_infos=base, static_plan=plan,
                          backend_order=order, subgraphs=subgraphs)

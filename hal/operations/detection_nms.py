@@ -1,7 +1,7 @@
 """BOX_WITH_NMS_LIMIT (NNAPI 1.2): per-class non-maximum suppression of detection boxes, then a
 limit on the number of detections per image. How many boxes survive depends on the values: the
 operation opts in to ``data_dependent_outputs`` (its outputs' first dimension is known only once
-the kernel has run; see ``hal.compiler._make_plan``).
+the kernel has run; see ``hal.compiler.make_plan``).
 
 Inputs:
  0 scores [num_rois, num_classes]: TENSOR_FLOAT32, TENSOR_FLOAT16, TENSOR_QUANT8_ASYMM,

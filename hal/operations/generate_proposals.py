@@ -1,6 +1,6 @@
 """GENERATE_PROPOSALS (NNAPI 1.2): region proposals from anchors, box deltas and objectness
 scores (Faster R-CNN's RPN). How many proposals survive depends on the values: the operation opts
-in to ``data_dependent_outputs`` (see ``hal.compiler._make_plan``).
+in to ``data_dependent_outputs`` (see ``hal.compiler.make_plan``).
 
 Inputs:
  0 scores [batches, height, width, num_anchors] (NHWC) or [batches, num_anchors, height, width]

@@ -171,3 +171,86 @@ def test_an_endless_loop_in_a_lowered_branch_ends_at_the_loop_timeout():
     with pytest.raises(HalError) as e:
         execute(compiled, [np.array([True])] + loop_inputs(2 ** 31 - 1), loop_timeout_ns=50_000_000)
     assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT and "loop timeout" in e.value.message
+
+
+def test_subgraphs_lowered_into_the_loop_compile_no_partitions_of_their_own():
+    """The condition's and body's steps are inlined into the Loop: their own partitions are compiled
+    only once the executor runs them (planned again from the constants after a cache load)."""
+    model = counter_loop(seed=2).model
+    compiled, reference = compile_model(model, backend_order=ORT), compile_model(model, backend_order=["reference"])
+    assert [b for b, _ in _program(compiled)] == ["onnxruntime"]
+    assert not any(compiled.subgraphs.get(k).static_plan.built for k in range(2))
+    loaded = load_compiled(*dump_compiled(compiled), backend_order=ORT)
+    _same(execute(loaded, loop_inputs(5)), execute(reference, loop_inputs(5)))
+    for k in range(2):
+        sub = loaded.subgraphs.get(k)
+        assert not sub.static_plan.built
+        _same(execute(sub, loop_inputs(3)), execute(reference.subgraphs.get(k), loop_inputs(3)))
+        assert [s.backend for s in sub.static_plan.program] == ["onnxruntime"]
+
+
+UNITS = 16  # a 1 KiB weight: kept apart from the graph (EXTERNAL_MIN_BYTES)
+
+
+def _rnn_loop(form: str):
+    """WHILE i < n: (i + 1, h = tanh(FULLY_CONNECTED(h) + v)), reading x and n. ``form``: v is x, which the
+    loop only reads ("invariant"); v is h ("carried"); or v is x and the body also outputs
+    h + FULLY_CONNECTED(h) ("read twice")."""
+    rng = np.random.default_rng(11)
+    sig = [(T.TENSOR_INT32, (1,)), (T.TENSOR_FLOAT32, (1, UNITS)), (T.TENSOR_FLOAT32, (1, UNITS)),
+           (T.TENSOR_INT32, (1,))]
+    cond = ModelBuilder()
+    ci, ch, cx, cn = (cond.add_operand(*s) for s in sig)
+    less = cond.add_operand(T.TENSOR_BOOL8, (1,))
+    cond.add_operation(O.LESS, [ci, cn], [less])
+    cond.identify_inputs_and_outputs([ci, ch, cx, cn], [less])
+    body = ModelBuilder()
+    i, h, x, n = (body.add_operand(*s) for s in sig)
+    none = body.add_int32(0)
+    w = body.add_constant(T.TENSOR_FLOAT32, (rng.uniform(-1, 1, (UNITS, UNITS)) / UNITS ** 0.5).astype(np.float32))
+    bias = body.add_constant(T.TENSOR_FLOAT32, rng.uniform(-0.1, 0.1, UNITS).astype(np.float32))
+    i2 = body.add_operand(T.TENSOR_INT32, (1,))
+    fc, pre, h2 = (body.add_operand(T.TENSOR_FLOAT32, (1, UNITS)) for _ in range(3))
+    body.add_operation(O.ADD, [i, body.add_constant(T.TENSOR_INT32, [1]), none], [i2])
+    body.add_operation(O.FULLY_CONNECTED, [h, w, bias, none], [fc])
+    body.add_operation(O.ADD, [fc, h if form == "carried" else x, none], [pre])
+    body.add_operation(O.TANH, [pre], [h2])
+    if form == "read twice":
+        h3 = body.add_operand(T.TENSOR_FLOAT32, (1, UNITS))
+        body.add_operation(O.ADD, [h2, fc, none], [h3])
+        h2 = h3
+    body.identify_inputs_and_outputs([i, h, x, n], [i2, h2])
+    b = ModelBuilder()
+    ins = [b.add_operand(*s) for s in sig]
+    c, d = (b.add_subgraph_operand(b.add_referenced(m.finish())) for m in (cond, body))
+    outs = [b.add_operand(*s) for s in sig[:2]]
+    b.add_operation(O.WHILE, [c, d, *ins], outs)
+    b.identify_inputs_and_outputs(ins, outs)
+    return b.finish()
+
+
+def _loop_bodies(compiled) -> list[list[str]]:
+    (step,) = compiled.static_plan.program
+    art = step.ctx.artifact
+    # the weight once however many copies of the body the Loops hold, packed once, not fed per run
+    assert len(art.initializer_names) == 1 and art.prepacked == 1
+    graph = onnx.load_from_string(step.ctx.artifact.model.tobytes()).graph
+    return [[m.op_type for m in n.attribute[0].g.node] for n in graph.node if n.op_type == "Loop"]
+
+
+@pytest.mark.parametrize("form", ["invariant", "carried", "read twice"])
+def test_a_gemm_plus_a_value_the_loop_only_reads_takes_it_as_its_bias(form):
+    """The invariant addend joins the Gemm's bias before the Loop: no Add per trip, and the Gemm
+    fuses its activation (FusedGemm); not where the addend changes or the Gemm's result is read
+    again."""
+    model = _rnn_loop(form)
+    compiled, reference = compile_model(model, backend_order=ORT), compile_model(model, backend_order=["reference"])
+    bodies = _loop_bodies(compiled)
+    assert bodies and all(("Add" in ops) == (form != "invariant") for ops in bodies)
+    assert all(("FusedGemm" in ops) == (form == "invariant") for ops in bodies)
+    rng = np.random.default_rng(2)
+    h, x = (rng.uniform(-1, 1, (1, UNITS)).astype(np.float32) for _ in range(2))
+    for n in (0, 1, 5, 16):
+        feeds = [np.array([0], np.int32), h, x, np.array([n], np.int32)]
+        for g, w in zip(execute(compiled, feeds), execute(reference, feeds)):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

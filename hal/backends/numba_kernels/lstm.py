@@ -115,7 +115,7 @@ def plan(ctx: OperationContext) -> LstmData:
 
 
 F64, I64 = numba.float64, numba.int64
-SIGMOID = int(LstmActivation.SIGMOID)
+SIGMOID, TANH = int(LstmActivation.SIGMOID), int(LstmActivation.TANH)
 #: Sequences and outputs may be strided views (a batch-major tensor read or written time-major).
 _SEQ_IN, _SEQ_OUT = numba.types.Array(numba.float32, 3, "A", readonly=True), numba.types.Array(numba.float32, 3, "A")
 _SIG = numba.void(_SEQ_IN, _SEQ_IN, ro(np.float32, 2), ro(np.float32, 2), ro(np.float32, 2), ro(np.float64, 2),
@@ -142,6 +142,22 @@ def _exp_into(src, scale, dst, lo, hi, bits):
         bits[k] = (np.int64(m) + 1023) << 52
     powers = bits.view(np.float64)
     for k in range(lo, hi):
+        dst[k] *= powers[k]
+
+
+@numba.njit(inline="always", fastmath=True, error_model="numpy")
+def _exp_scaled_into(src, scales, dst, n, bits):
+    """dst[:n] = exp(scales[k] · src[k]): ``_exp_into`` with a scale per element, so the gates of
+    several activations run through one loop."""
+    for k in range(n):
+        x = min(max(scales[k] * src[k], -700.0), 700.0)
+        m = np.floor(x * _LOG2E + 0.5)
+        r = x - m * _LN2_HI - m * _LN2_LO
+        dst[k] = 1.0 + r * (1.0 + r * (1 / 2 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (
+            1 / 720 + r * (1 / 5040 + r * (1 / 40320 + r * (1 / 362880 + r * (1 / 3628800 + r / 39916800))))))))))
+        bits[k] = (np.int64(m) + 1023) << 52
+    powers = bits.view(np.float64)
+    for k in range(n):
         dst[k] *= powers[k]
 
 
@@ -218,6 +234,12 @@ def _sequence(xs, aux, w_in, w_aux, recurrent, bias, peep, layer_norm, proj, pro
     tmp = np.empty(gates)
     bits = np.empty(gates, np.int64)
     h = np.empty(units)
+    # Without peepholes and layer normalisation every gate is ready after the products: with a
+    # tanh cell, one exponential pass over all four (sigmoid's e^-x, tanh's e^2x) instead of a
+    # pass per gate, each too short to keep the vector units busy.
+    together = not peephole and not use_ln and act == TANH
+    scales = np.full(gates, -1.0)
+    scales[2 * units:3 * units] = 2.0
     hp = np.empty(size)
     cp = np.empty(units)
     for b in range(batch):
@@ -236,7 +258,18 @@ def _sequence(xs, aux, w_in, w_aux, recurrent, bias, peep, layer_norm, proj, pro
                     xin[i] = aux[t, b, i]
                 _add_rows(acc, xin, w_aux, n_aux)
             _add_rows(acc, hp, recurrent, size)
-            for g in range(3):  # input, forget, cell: they read the previous cell state
+            if together:
+                for g in range(4):
+                    for u in range(units):
+                        acc[g * units + u] += bias[g, u]
+                _exp_scaled_into(acc, scales, tmp, gates, bits)
+                for k in range(2 * units):
+                    acc[k] = 1.0 / (1.0 + tmp[k])
+                for k in range(2 * units, 3 * units):
+                    acc[k] = 1.0 - 2.0 / (tmp[k] + 1.0)
+                for k in range(3 * units, gates):
+                    acc[k] = 1.0 / (1.0 + tmp[k])
+            for g in range(3 if not together else 0):  # input, forget, cell: they read the previous cell state
                 if g == 0 and cifg:
                     continue
                 base = g * units
@@ -247,10 +280,11 @@ def _sequence(xs, aux, w_in, w_aux, recurrent, bias, peep, layer_norm, proj, pro
                     _normalize(acc, base, units, layer_norm, g)
                 for u in range(units):
                     acc[base + u] += bias[g, u]
-            if not cifg:
+            if not cifg and not together:
                 _activate(acc, 0, units, SIGMOID, tmp, bits)
-            _activate(acc, units, 2 * units, SIGMOID, tmp, bits)
-            _activate(acc, 2 * units, 3 * units, act, tmp, bits)
+            if not together:
+                _activate(acc, units, 2 * units, SIGMOID, tmp, bits)
+                _activate(acc, 2 * units, 3 * units, act, tmp, bits)
             for u in range(units):
                 f = acc[units + u]
                 i = 1.0 - f if cifg else acc[u]
@@ -265,9 +299,11 @@ def _sequence(xs, aux, w_in, w_aux, recurrent, bias, peep, layer_norm, proj, pro
             if use_ln:
                 _normalize(acc, base, units, layer_norm, 3)
             for u in range(units):
-                acc[base + u] += bias[3, u]
+                if not together:
+                    acc[base + u] += bias[3, u]
                 h[u] = cp[u]
-            _activate(acc, base, gates, SIGMOID, tmp, bits)
+            if not together:
+                _activate(acc, base, gates, SIGMOID, tmp, bits)
             _activate(h, 0, units, act, tmp, bits)
             for u in range(units):
                 h[u] *= acc[base + u]

@@ -246,7 +246,7 @@ def _externalise(model: onnx.ModelProto, weights: bytes) -> tuple[tuple[str, ...
     copies), those a kernel pre-packs (up to PREPACK_MAX_BYTES) first, and how many those are. Those
     stay in ``model`` marked as supplied at load; each other one leaves its initializers and becomes
     a graph input of its type and shape."""
-    packed = {i for n in model.graph.node if n.op_type in PREPACKING_OPS for i in n.input}
+    packed = _prepacked_reads(model.graph)
     found, kept = [], []
     for init in model.graph.initializer:
         if init.data_location != onnx.TensorProto.EXTERNAL:
@@ -273,6 +273,19 @@ def _externalise(model: onnx.ModelProto, weights: bytes) -> tuple[tuple[str, ...
     model.graph.initializer.extend(kept)
     found.sort(key=lambda f: f[0])  # stable: the pre-packed first, each group in the model's order
     return tuple(f[1] for f in found), tuple(f[2] for f in found), sum(not f[0] for f in found)
+
+
+def _prepacked_reads(graph: onnx.GraphProto) -> set[str]:
+    """The names a pre-packing kernel reads, in ``graph`` and its Loop bodies and If branches (a
+    weight read across a Loop's trips is packed once, when the session is made)."""
+    names: set[str] = set()
+    for n in graph.node:
+        if n.op_type in PREPACKING_OPS:
+            names.update(n.input)
+        for attr in n.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                names |= _prepacked_reads(sub)
+    return names
 
 
 def _aligned(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 
 from hal.backends.ort import BACKEND
 from hal.backends.ort.comparison import canonical_bool
-from hal.backends.ort.graph import Inputs, OnnxGraph, onnx_type
+from hal.backends.ort.graph import Inputs, OnnxGraph, onnx_type, read_in_subgraphs
 from hal.errors import RuntimeValueNeeded
 from hal.operations.common import I32
 from hal.operations.comparison import LESS
@@ -177,11 +177,12 @@ def _loop(g: OnnxGraph, ctx: OperationContext, outer: list[str], moving: list[in
         results = _inline(body, ctx, p.body_subgraph, shapes, values)
         values = [results[j] if j in state else v for j, v in enumerate(outer)]
     if trips:
-        again = body.node("Identity", [cond_in])
+        again = cond_in
     else:
         nxt = _inline(body.scope([], nested=False), ctx, p.cond_subgraph, shapes, values)
         again = _scalar_condition(body, nxt[0])
     loop_vars = [ctx.inputs[FIRST_LOOP_INPUT + j] for j in moving]
+    _fold_invariant_addends(g, body, {trip, cond_in, *state.values()}, {values[j] for j in moving} | {again})
     graph = body.subgraph(
         body.fresh("while_body"),
         [helper.make_tensor_value_info(trip, TensorProto.INT64, []),
@@ -191,6 +192,55 @@ def _loop(g: OnnxGraph, ctx: OperationContext, outer: list[str], moving: list[in
          *(_value_info(values[j], info) for j, info in zip(moving, loop_vars))])
     outs = g.node("Loop", [trips, condition, *(outer[j] for j in moving)], outputs=len(moving), body=graph)
     return dict(zip(moving, [outs] if len(moving) == 1 else outs))
+
+
+def _fold_invariant_addends(g: OnnxGraph, body: OnnxGraph, formal: set[str], results: set[str]) -> None:
+    """Add(Gemm(a, B, C), v) in a Loop's body, with C and v the same on every trip (values of the
+    outer graph: the bias, a loop input the body only reads), as Gemm(a, B, C + v), C + v added
+    once in ``g`` before the Loop: a node less per trip, and onnxruntime then fuses the Gemm with
+    the activation after it (FusedGemm), as an RNN step h = tanh(FC(h) + x) is written. Only where
+    v broadcasts into the Gemm's output (Gemm's C broadcasts one way) and the Add is the Gemm's
+    only reader. ``formal``: the body's inputs; ``results``: the names it gives back."""
+    made = {o for n in body.nodes for o in n.output}
+    readers: dict[str, int] = {}
+    for n in body.nodes:
+        for i in [*n.input, *read_in_subgraphs(n)]:
+            readers[i] = readers.get(i, 0) + 1
+    gemms = {n.output[0]: n for n in body.nodes if n.op_type == "Gemm" and not n.domain
+             and all(a.name in ("transA", "transB") for a in n.attribute)}
+    sums: dict[tuple[str, str], str] = {}
+    kept = []
+    for n in body.nodes:
+        gemm = None
+        if n.op_type == "Add" and not n.domain:
+            for k, name in enumerate(n.input):
+                other = n.input[1 - k]
+                if name in gemms and readers[name] == 1 and name not in results \
+                        and other not in made and other not in formal \
+                        and _broadcasts_into(g.shapes.get(other), g.shapes.get(n.output[0]), g.shapes.get(name)):
+                    gemm = gemms[name]
+                    break
+        c = None if gemm is None else (gemm.input[2] if len(gemm.input) > 2 and gemm.input[2] else None)
+        if gemm is None or (c is not None and (c in made or c in formal)):
+            kept.append(n)
+            continue
+        if c is None:
+            gemm.input.append(other)
+        else:
+            key = (c, other)
+            if key not in sums:
+                sums[key] = g.node("Add", [c, other])
+            gemm.input[2] = sums[key]
+        gemm.output[0] = n.output[0]
+    body.nodes[:] = kept
+
+
+def _broadcasts_into(v: tuple | None, out: tuple | None, gemm: tuple | None) -> bool:
+    """Whether a value of shape ``v`` broadcasts one way into the 2-D ``gemm`` output, which the
+    Add (of output ``out``) leaves as it is."""
+    if v is None or out is None or gemm is None or len(gemm) != 2 or tuple(out) != tuple(gemm) or len(v) > 2:
+        return False
+    return all(d in (1, t) for d, t in zip(reversed(v), reversed(gemm)))
 
 
 def _counted(ctx: OperationContext, p: WhileParams, shapes: tuple, moving: list[int]):

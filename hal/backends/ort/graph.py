@@ -56,13 +56,19 @@ class OnnxGraph:
         self._operand_names: dict[int, str] = {}
         if parent is None:
             self.initializers: list = []
+            #: The shape of each value bound to an operand (``bind``, ``operand``), every scope's.
+            self.shapes: dict[str, tuple[int, ...]] = {}
+            #: (id of an operand numbering, operand) -> its constant's initializer and that numbering:
+            #: a subgraph inlined more than once (a Loop's unrolled copies, its second Loop) shares them.
+            self._constants: dict[tuple[int, int], tuple[list, str]] = {}
             self._counter = itertools.count(1)
             # value name -> the same value in the other layout (NHWC <-> NCHW), both directions
             self._twin: dict[str, str] = {}
             #: Names of the loops (WHILE operations) lowered into this partition, nested ones not counted.
             self.loops: list[str] = []
         else:  # one name space and one initializer list with the partition's graph
-            self.initializers, self._counter = parent.initializers, parent._counter
+            self.initializers, self._counter, self.shapes = parent.initializers, parent._counter, parent.shapes
+            self._constants = parent._constants
             self._twin = dict(parent._twin)  # the parent's twins are visible here, this scope's stay here
             self.loops = []
 
@@ -88,12 +94,20 @@ class OnnxGraph:
             info = self.infos[index]
             if info.value is None:
                 raise KeyError(f"operand {index} is neither an input of the partition nor computed in it")
-            name = self.const(np.asarray(info.value, dtype=info.dtype), f"operand{index}")
-            self._operand_names[index] = name
+            made = self._constants.get((id(self.infos), index))
+            if made is not None and made[0] is self.infos:
+                name = made[1]
+            else:
+                name = self.const(np.asarray(info.value, dtype=info.dtype), f"operand{index}")
+                self._constants[(id(self.infos), index)] = (self.infos, name)
+            self.bind(index, name)
         return name
 
     def bind(self, index: int, name: str) -> None:
         self._operand_names[index] = name
+        info = self.infos[index] if index < len(self.infos) else None
+        if info is not None and info.shape is not None:
+            self.shapes[name] = tuple(info.shape)
 
     def bound(self, index: int) -> str | None:
         return self._operand_names.get(index)
@@ -208,9 +222,10 @@ class OnnxGraph:
 
     def subgraph(self, name: str, inputs: Sequence, outputs: Sequence):
         """This (nested) scope's nodes as the GraphProto of a Loop / If attribute: ``inputs`` and
-        ``outputs`` are ValueInfoProtos; an output that no node of the scope makes (a body input or
-        outer value passed through) gets an Identity."""
-        made = {o for n in self.nodes for o in n.output}
+        ``outputs`` are ValueInfoProtos; an output that no node of the scope makes (an outer value
+        passed through) or that another output already names gets an Identity. One of the graph's
+        own inputs is given back as it is (a counted Loop's condition: no node per trip)."""
+        made = {o for n in self.nodes for o in n.output} | {vi.name for vi in inputs}
         seen: set[str] = set()
         fixed = []
         for vi in outputs:
@@ -231,18 +246,18 @@ class OnnxGraph:
             if any(o in needed for o in n.output):
                 live.append(n)
                 needed.update(i for i in n.input if i)
-                needed.update(_read_in_subgraphs(n))
+                needed.update(read_in_subgraphs(n))
         live.reverse()
         return live, [t for t in self.initializers if t.name in needed]
 
 
-def _read_in_subgraphs(node) -> set[str]:
+def read_in_subgraphs(node) -> set[str]:
     names: set[str] = set()
     for attr in node.attribute:
         for graph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
             for n in graph.node:
                 names.update(i for i in n.input if i)
-                names |= _read_in_subgraphs(n)
+                names |= read_in_subgraphs(n)
     return names
 
 
