@@ -283,7 +283,8 @@ if vnni.AVAILABLE:
     def _gemm_rows_indirect(a, ind, zeros, segs, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right, out_zp,
                             lo, hi, out, o_off, ldo, r0, r1, table, general):
         """``_gemm_rows`` with row m made of the ``segs`` segments of ``4·kq`` bytes at
-        ``ind[m·segs + s]`` in ``a`` (or ``zeros`` where negative): a convolution's taps in place."""
+        ``ind[m·segs + s]`` in ``a`` (or, for a negative entry e, at −1 − e in ``zeros``): a
+        convolution's taps in place."""
         corr = np.zeros(r1 - r0 + 8, dtype=np.int32)
         if row_coef != 0:
             xb = a_xor & 0xFF
@@ -292,7 +293,7 @@ if vnni.AVAILABLE:
                 for g in range(segs):
                     base = ind[m * segs + g]
                     for kk in range(4 * kq):
-                        s += np.int32((a[base + kk] if base >= 0 else zeros[kk]) ^ xb)
+                        s += np.int32((a[base + kk] if base >= 0 else zeros[-1 - base + kk]) ^ xb)
                 corr[m - r0] = np.int32(np.int64(s) * row_coef)
         _blocks(a, 0, segs, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
                 r0, r1, table, general, corr, segs * kq * 64, ind, zeros)
@@ -380,7 +381,8 @@ def run(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.nda
 def run_indirect(p: GemmPlan, a: np.ndarray, ind: np.ndarray, zeros: np.ndarray, segs: int, rows: int,
                  out: np.ndarray, table: np.ndarray = _NO_TABLE) -> None:
     """``run`` with row m made of the ``segs`` segments ``ind[m·segs:(m + 1)·segs]`` locate in
-    ``a`` (``indirection``'s table; ``zeros`` for a negative entry), ``out`` rows n bytes apart."""
+    ``a`` (``indirection``'s table; a negative entry e: byte −1 − e of ``zeros``), ``out`` rows n
+    bytes apart."""
     args = p.kernel_args
     _split(_gemm_rows_indirect, (a, ind, zeros, segs, rows, args[0], args[1], p.kq // segs, *args[3:], out, 0, p.n),
            p, rows, table)
