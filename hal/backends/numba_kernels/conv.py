@@ -154,12 +154,12 @@ def _int_gemm(ctx: OperationContext, out_c: int, groups: int, geometry: dict | N
         d.ind = gemm.indirection(*x.shape, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w,
                                  d.pad_top, d.pad_left, d.out_h, d.out_w)
         d.zeros = np.full(in_c, plans[0].pad_byte, dtype=np.uint8)
-    elif d.dilation_w == 1 and plans[0].row_coef == 0:  # one segment per filter row, read in place
+    elif d.dilation_w == 1:  # one segment per filter row, read in place
         r = row_segments.plan(*x.shape, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.dilation_h, d.pad_top,
                               d.pad_left, d.out_h, d.out_w)
         if r is not None:
             r.plan = gemm.make_plan(row_segments.padded_filter(values, d.filter_h, d.filter_w, in_c), wzp, bias,
-                                    x.dtype, x.zero_point, mult, shift, ozp, lo, hi)
+                                    x.dtype, x.zero_point, mult, shift, ozp, lo, hi, k_real=values.shape[1])
             d.rows = r
     return d
 
@@ -322,7 +322,7 @@ def _run_int(d: IntGemm, x: np.ndarray, out: np.ndarray, table: np.ndarray = gem
     if r is not None and r.ind.size == rows * d.filter_h:  # planned for this batch size
         a = x.reshape(-1).view(np.uint8)
         buf = row_segments.edge_segments(r, a, x.shape[2], d.in_c, d.filter_w, r.plan.pad_byte)
-        gemm.run_indirect(r.plan, a, r.ind, buf, d.filter_h, rows, ob, table)
+        gemm.run_indirect(r.plan, a, r.ind, buf, d.filter_h, rows, ob, table, seg_valid=d.filter_w * d.in_c)
         return out
     if d.ind is not None and d.ind.size == rows * taps:  # planned for this batch size
         gemm.run_indirect(d.groups[0], x.reshape(-1).view(np.uint8), d.ind, d.zeros, taps, rows, ob, table)

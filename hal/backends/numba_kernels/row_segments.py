@@ -4,8 +4,8 @@ read in place, one segment per filter row, instead of through an im2col copy.
 With dilation 1 along x, filter row fy of output pixel (n, oy, ox) is one contiguous run of
 ``fw·c`` input bytes. The GEMM reads it as a segment of ``4·kq`` bytes (the run rounded up to whole
 ``vpdpbusd`` steps), whose weights past the run are 0: the bytes read past the run (the next
-pixel's) multiply zeros. That holds only where no per-row term sums the bytes (``row_coef`` 0:
-per-channel or zero point 128 filters). A segment the image's edge cuts (or that would read past
+pixel's) multiply zeros, and a per-row term (a filter zero point other than the activations'
+shift) sums only the run's bytes. A segment the image's edge cuts (or that would read past
 the input's end) is gathered per execution into a small buffer after a block of zero-point bytes
 (``edge_segments``); a filter row wholly outside the image reads that block.
 """
@@ -34,8 +34,7 @@ def segment_bytes(fw: int, c: int) -> int:
 
 def padded_filter(values: np.ndarray, fh: int, fw: int, c: int) -> np.ndarray:
     """[out_c, fh·fw·c] filter values -> [fh · seg_bytes, out_c]: each filter row's weights, then
-    zeros (in the filter's dtype: a zero point of 0 or 128 is what row_coef 0 allows, and the
-    packed weight is value XOR 0x80 for uint8, so 128 packs to 0)."""
+    weights that pack to 0 (gemm packs a uint8 weight as value XOR 0x80: 128 there)."""
     seg = segment_bytes(fw, c)
     fill = 128 if values.dtype == np.uint8 else 0
     w = np.full((values.shape[0], fh, seg), fill, dtype=values.dtype)
