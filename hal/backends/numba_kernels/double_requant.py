@@ -8,10 +8,10 @@ per unit sums (x - x_zp)·(w - w_zp) in int32, exact when K·max|x − x_zp|·ma
 (checked at plan; larger layers stay with the extension's kernel). Where the CPU has AVX-512 VNNI
 and the filter minus its zero point fits int8, the sums come from ``vnni.row_sums`` over int8
 weights packed like the GEMM's (a quarter of the float32 copy's bytes), the inputs' zero point and
-int8 shift folded into one term per unit. The bias, the double
-requantization, the clamp and their int32 corner cases are the extension's steps, computed per
-sum in the same native pass (no [batch, num_units] intermediates in numpy). hal does not import the extension: the parameters are read from the
-operation's prepared params (``DoubleRequantData``) by name.
+int8 shift folded into one term per unit. The bias, the double requantization, the clamp and
+their int32 corner cases are the extension's steps, computed per sum in the same native pass (no
+[batch, num_units] intermediates in numpy). hal does not import the extension: the parameters
+are read from the operation's prepared params (``DoubleRequantData``) by name.
 """
 from __future__ import annotations
 

@@ -106,7 +106,8 @@ def make_plan(w2d: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x
     wpad[:k, :n] = signed
     packed = wpad.reshape(kq, KSTEP, panels, PANEL).transpose(2, 0, 3, 1)  # [panel, q, column, k]
     colsum = signed.astype(np.int64).sum(axis=0)
-    folded = bias.astype(np.int64) + (ca - x_zp) * colsum + (k if k_real is None else k_real) * (ca - x_zp) * (cw - zw0)
+    k_terms = k if k_real is None else k_real
+    folded = bias.astype(np.int64) + (ca - x_zp) * colsum + k_terms * (ca - x_zp) * (cw - zw0)
     shifts = np.asarray(shifts, dtype=np.int64)
     multipliers = np.asarray(multipliers, dtype=np.int64)
     assert ((multipliers >= 0) & (multipliers < 1 << 31)).all(), "QuantizeMultiplier's range (simd relies on it)"
@@ -128,8 +129,8 @@ I64 = numba.int64
 _SIG_GEMM = numba.void(ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64, I64, ro(np.int32, 1), I64,
                        ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64, rw(np.uint8, 1), I64, I64,
                        I64, I64, ro(np.uint8, 1), I64)
-_SIG_GEMM_IND = numba.void(ro(np.uint8, 1), ro(np.int32, 1), ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64, I64,
-                           ro(np.int32, 1), I64, ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64,
+_SIG_GEMM_IND = numba.void(ro(np.uint8, 1), ro(np.int32, 1), ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64,
+                           I64, ro(np.int32, 1), I64, ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64,
                            rw(np.uint8, 1), I64, I64, I64, I64, ro(np.uint8, 1), I64)
 #: Rows per block when a table follows the GEMM: each block's output is looked up while in cache.
 TABLE_ROWS = 48  # whole 6- and 8-row tiles
