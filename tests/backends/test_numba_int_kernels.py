@@ -156,13 +156,20 @@ def test_multipliers_above_one_and_int32_wrap_around(x_type):
     dict(x_shape=(1, 10, 9, 16), out_c=72, k=3, dilation=2, pads=(2, 1, 1, 2)),
     dict(x_shape=(1, 7, 7, 4), out_c=56, k=3, pads=(1, 1, 1, 1), act=1),
     dict(x_shape=(1, 7, 7, 8), out_c=24, k=1, stride=2),
+    # other channel counts: each filter row read in place (row_segments), the
+    # segments the image's edges cut gathered
+    dict(x_shape=(2, 8, 9, 3), out_c=20, k=5, pads=(2, 2, 2, 2), act=1),
+    dict(x_shape=(1, 9, 7, 6), out_c=16, k=3, stride=2, pads=(0, 1, 0, 1)),
+    dict(x_shape=(1, 6, 5, 5), out_c=36, k=2, pads=(1, 0, 0, 1)),
 ])
 def test_convolutions(x_type, w_type, case):
     model = _conv_model(x_type, w_type, **case)
     d = _data(model)
     assert isinstance(d, conv.IntGemm)
-    assert d.direct == (case["k"] == 1 and case.get("stride", 1) == 1 and case["x_shape"][3] % 4 == 0)
-    assert (d.ind is not None) == (not d.direct and case["x_shape"][3] % 4 == 0)
+    c = case["x_shape"][3]
+    assert d.direct == (case["k"] == 1 and case.get("stride", 1) == 1 and c % 4 == 0)
+    assert (d.ind is not None) == (not d.direct and c % 4 == 0)
+    assert (d.rows is not None) == (not d.direct and c % 4 != 0 and case.get("dilation", 1) == 1)
     # RELU's clamp and no row term (int8 filters, zero point 0): the tiles' cheaper epilogue
     assert all(g.general == (0 if case.get("act") and w_type != QU8 else 1) for g in d.groups)
     _check(model, case["x_shape"], x_type)

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from hal import quant
-from hal.backends.numba_kernels import BACKEND, depthwise, fc_float, gemm, lut, vnni
+from hal.backends.numba_kernels import BACKEND, depthwise, fc_float, gemm, lut, row_segments, vnni
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, multiply_right_shift, ro, rw
 from hal.operations.common import F32 as FLOAT32
 from hal.operations.common import QPC, QS8, QU8, QUANT8
@@ -124,6 +124,9 @@ class IntGemm:
     #: 4): each row's taps read in place, with ``zeros`` (the input zero point's bytes) for padding
     ind: np.ndarray | None = None
     zeros: np.ndarray | None = None
+    #: row_segments' table and GEMM (a single-group convolution whose input channels are not a
+    #: multiple of 4, dilation 1 along x): each filter row's run read in place
+    rows: row_segments.RowSegments | None = None
 
 
 def _int_gemm(ctx: OperationContext, out_c: int, groups: int, geometry: dict | None, batch: int = 1) -> IntGemm:
@@ -145,10 +148,19 @@ def _int_gemm(ctx: OperationContext, out_c: int, groups: int, geometry: dict | N
     direct = one and p.rows.pad_head == p.cols.pad_head == 0 and (p.rows.out, p.cols.out) == tuple(x.shape[1:3]) \
         and in_g % gemm.KSTEP == 0
     d = IntGemm(plans, in_c, out_c, direct, filter_h=p.rows.filter, filter_w=p.cols.filter, **geometry)
-    if not direct and groups == 1 and in_c % gemm.KSTEP == 0 and len(x.shape) == 4 and all(x.shape):
+    if direct or groups != 1 or len(x.shape) != 4 or not all(x.shape):
+        return d
+    if in_c % gemm.KSTEP == 0:
         d.ind = gemm.indirection(*x.shape, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w,
                                  d.pad_top, d.pad_left, d.out_h, d.out_w)
         d.zeros = np.full(in_c, plans[0].pad_byte, dtype=np.uint8)
+    elif d.dilation_w == 1:  # one segment per filter row, read in place
+        r = row_segments.plan(*x.shape, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.dilation_h, d.pad_top,
+                              d.pad_left, d.out_h, d.out_w)
+        if r is not None:
+            r.plan = gemm.make_plan(row_segments.padded_filter(values, d.filter_h, d.filter_w, in_c), wzp, bias,
+                                    x.dtype, x.zero_point, mult, shift, ozp, lo, hi, k_real=values.shape[1])
+            d.rows = r
     return d
 
 
@@ -306,6 +318,12 @@ def _run_int(d: IntGemm, x: np.ndarray, out: np.ndarray, table: np.ndarray = gem
     count = len(d.groups)
     in_g, oc_g = d.in_c // count, d.out_c // count
     taps = d.filter_h * d.filter_w
+    r = d.rows
+    if r is not None and r.ind.size == rows * d.filter_h:  # planned for this batch size
+        a = x.reshape(-1).view(np.uint8)
+        buf = row_segments.edge_segments(r, a, x.shape[2], d.in_c, d.filter_w, r.plan.pad_byte)
+        gemm.run_indirect(r.plan, a, r.ind, buf, d.filter_h, rows, ob, table, seg_valid=d.filter_w * d.in_c)
+        return out
     if d.ind is not None and d.ind.size == rows * taps:  # planned for this batch size
         gemm.run_indirect(d.groups[0], x.reshape(-1).view(np.uint8), d.ind, d.zeros, taps, rows, ob, table)
         return out

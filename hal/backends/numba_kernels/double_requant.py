@@ -8,10 +8,10 @@ per unit sums (x - x_zp)·(w - w_zp) in int32, exact when K·max|x − x_zp|·ma
 (checked at plan; larger layers stay with the extension's kernel). Where the CPU has AVX-512 VNNI
 and the filter minus its zero point fits int8, the sums come from ``vnni.row_sums`` over int8
 weights packed like the GEMM's (a quarter of the float32 copy's bytes), the inputs' zero point and
-int8 shift folded into one term per unit. The bias, the double
-requantization, the clamp and their int32 corner cases are the extension's steps, in numpy, on
-the [batch, num_units] sums. hal does not import the extension: the parameters are read from the
-operation's prepared params (``DoubleRequantData``) by name.
+int8 shift folded into one term per unit. The bias, the double requantization, the clamp and
+their int32 corner cases are the extension's steps, computed per sum in the same native pass (no
+[batch, num_units] intermediates in numpy). hal does not import the extension: the parameters
+are read from the operation's prepared params (``DoubleRequantData``) by name.
 """
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ from hal.registry import OperationContext
 EXTENSION = "com.nnhal.litert"
 FULLY_CONNECTED_DOUBLE_REQUANT = 0
 INPUT, WEIGHTS, BIAS = 0, 1, 2
-_EDGE = float(quant.INT32_MAX - 255)  # as the extension: below it, rounding plus a zero point stays in int32
 
 
 @dataclass
@@ -99,50 +98,80 @@ def _sums(x, x_zp, w, out):
             out[b, c] = s
 
 
-_SIG_VNNI = numba.void(ro(np.uint8, 2), numba.int64, ro(np.int8, 1), rw(np.int32, 2))
+_I32_MIN = quant.INT32_MIN
+_INT32_MIN, _INT32_MAX = float(quant.INT32_MIN), float(quant.INT32_MAX)
+_SIG_REQ = numba.void(ro(np.int64, 2), ro(np.int32, 1), ro(np.float64, 1), numba.int64, numba.int64, numba.int64,
+                      rw(np.uint8, 2))
+
+
+@numba.njit(inline="always")
+def _requantize_one(v, scale, zp, lo, hi):
+    """The extension's requantize of one int64 sum (bias added): int32(std::round(double(v) ·
+    scale)) + zero point, clamped. A rounded value outside int32 becomes INT32_MIN (the x86
+    cast's result) and the zero point's add wraps, as in LiteRT's int32 arithmetic."""
+    f = np.float64(v) * scale
+    whole = np.trunc(f)
+    if abs(f - whole) >= 0.5:  # half away from zero, exact (no floor(|f| + 0.5) misrounding)
+        whole += 1.0 if f > 0 else -1.0
+    r = np.int64(whole) if _INT32_MIN <= whole <= _INT32_MAX else np.int64(_I32_MIN)
+    y = ((r + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+    return lo if y < lo else (hi if y > hi else y)
+
+
+@numba.njit(_SIG_REQ, cache=True, nogil=True)
+def _requantize(acc, bias, scales, zp, lo, hi, out):
+    """out[b, c] (raw bytes) = requantized acc[b, c] + bias[c] (``bias`` empty: none)."""
+    with_bias = bias.shape[0] > 0
+    for b in range(acc.shape[0]):
+        for c in range(acc.shape[1]):
+            v = acc[b, c] + (np.int64(bias[c]) if with_bias else np.int64(0))
+            out[b, c] = np.uint8(_requantize_one(v, scales[c], zp, lo, hi) & 0xFF)
+
+
+_SIG_VNNI = numba.void(ro(np.uint8, 2), numba.int64, ro(np.int8, 1), ro(np.int64, 1), ro(np.int32, 1),
+                       ro(np.float64, 1), numba.int64, numba.int64, numba.int64, rw(np.uint8, 2))
 if vnni.AVAILABLE:
     from hal.backends.numba_kernels.vnni import row_sums
 
     @numba.njit(_SIG_VNNI, cache=True, nogil=True)
-    def _sums_vnni(x, xor, w, out):
-        """out[b, :] = the int32 sums of row b of ``x`` (bytes, 4·kq a row) with the packed ``w``."""
+    def _fc_vnni(x, xor, w, unit_terms, bias, scales, zp, lo, hi, out):
+        """out[b, :] (raw bytes): row b of ``x`` (bytes, 4·kq a row) against the packed ``w``, its
+        int32 sums plus ``unit_terms`` wrapped to int32 (exact: plan bounds Σ (x − x_zp)·w),
+        the bias added and requantized, in one pass."""
         kq = x.shape[1] // 4
-        panels = out.shape[1] // 16
+        n = out.shape[1]
+        panels = (n + 15) // 16
+        sums = np.empty(panels * 16, dtype=np.int32)
+        with_bias = bias.shape[0] > 0
         for b in range(x.shape[0]):
-            row_sums(x[b], 0, xor, w, kq, panels, out[b])
+            row_sums(x[b], 0, xor, w, kq, panels, sums)
+            for c in range(n):
+                s = ((np.int64(sums[c]) + unit_terms[c] + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+                v = s + (np.int64(bias[c]) if with_bias else np.int64(0))
+                out[b, c] = np.uint8(_requantize_one(v, scales[c], zp, lo, hi) & 0xFF)
 
 
-def _vnni_sums(d: DoubleRequantGemv, x: np.ndarray) -> np.ndarray:
-    kq, panels = -(-d.input_size // vnni.KSTEP), -(-d.num_units // vnni.PANEL)
-    a = x.view(np.uint8)
-    if d.input_size % vnni.KSTEP:  # whole 4-byte steps (the padded weights are 0 there)
-        a = np.zeros((d.batch, kq * vnni.KSTEP), dtype=np.uint8)
-        a[:, :d.input_size] = x.view(np.uint8)
-    sums = np.empty((d.batch, panels * vnni.PANEL), dtype=np.int32)
-    _sums_vnni(a, 0x80808080 if d.signed else 0, d.packed, sums)
-    # Σ x'·w may wrap int32 where Σ (x − x_zp)·w cannot (plan bounds it): the wrapped total is exact
-    return quant.wrap_int32(sums[:, :d.num_units].astype(np.int64) + d.unit_terms)
+_NO_BIAS = np.zeros(0, dtype=np.int32)
 
 
 def execute(ctx: OperationContext, inputs: list) -> list:
     d: DoubleRequantGemv = ctx.data
     x = np.ascontiguousarray(inputs[INPUT]).reshape(d.batch, d.input_size)
+    bias = inputs[BIAS]
+    bias = _NO_BIAS if bias is None or not bias.size else np.ascontiguousarray(bias, dtype=np.int32)
+    y = np.empty((d.batch, d.num_units), dtype=np.int8 if d.signed else np.uint8)
     if getattr(d, "packed", None) is not None:
-        acc = _vnni_sums(d, x)
+        a = x.view(np.uint8)
+        if d.input_size % vnni.KSTEP:  # whole 4-byte steps (the padded weights are 0 there)
+            a = np.zeros((d.batch, -(-d.input_size // vnni.KSTEP) * vnni.KSTEP), dtype=np.uint8)
+            a[:, :d.input_size] = x.view(np.uint8)
+        _fc_vnni(a, 0x80808080 if d.signed else 0, d.packed, d.unit_terms, bias, d.scales, d.output_zero_point,
+                 d.act_min, d.act_max, y.view(np.uint8))
     else:
         acc = np.empty((d.batch, d.num_units), dtype=np.int64)
         _sums(x, d.input_zero_point, d.weights, acc)
-    bias = inputs[BIAS]
-    if bias is not None and bias.size:
-        acc += bias.astype(np.int64)
-    # the extension's requantize: int32(round(double(acc) * scale)) + zero point, clamped
-    r = quant.round_half_away(acc.astype(np.float64) * d.scales)
-    if r.size and np.abs(r).max() >= _EDGE:  # near int32's limits: the cast's INT32_MIN and the add's wrap
-        r = np.where((r >= quant.INT32_MIN) & (r <= quant.INT32_MAX), r, quant.INT32_MIN).astype(np.int64)
-        y = np.clip(quant.wrap_int32(r + d.output_zero_point), d.act_min, d.act_max)
-    else:
-        y = np.clip(r + d.output_zero_point, d.act_min, d.act_max)
-    return [y.astype(np.int8 if d.signed else np.uint8)]
+        _requantize(acc, bias, d.scales, d.output_zero_point, d.act_min, d.act_max, y.view(np.uint8))
+    return [y]
 
 
 BACKEND.register_extension_kernel(EXTENSION, FULLY_CONNECTED_DOUBLE_REQUANT, plan=plan, execute=execute,

@@ -89,9 +89,12 @@ def _wrap32(v: np.ndarray) -> np.ndarray:
 
 
 def make_plan(w2d: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x_zp: int,
-              multipliers: np.ndarray, shifts: np.ndarray, output_zp: int, lo: int, hi: int) -> GemmPlan:
+              multipliers: np.ndarray, shifts: np.ndarray, output_zp: int, lo: int, hi: int,
+              k_real: int | None = None) -> GemmPlan:
     """``w2d``: [K, N] stored filter values (int8 or uint8); ``w_zp``: its zero point (0 for
-    per-channel filters, which NNAPI makes symmetric)."""
+    per-channel filters, which NNAPI makes symmetric). ``k_real``: the reduction's own length
+    where ``w2d`` has rows of padding (weights that pack to 0: 0, or 128 for uint8) between its
+    terms (row_segments), default K."""
     k, n = w2d.shape
     w_unsigned = w2d.dtype == np.uint8
     signed = (w2d.view(np.uint8) ^ 0x80).view(np.int8) if w_unsigned else w2d.view(np.int8)
@@ -103,7 +106,8 @@ def make_plan(w2d: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x
     wpad[:k, :n] = signed
     packed = wpad.reshape(kq, KSTEP, panels, PANEL).transpose(2, 0, 3, 1)  # [panel, q, column, k]
     colsum = signed.astype(np.int64).sum(axis=0)
-    folded = bias.astype(np.int64) + (ca - x_zp) * colsum + k * (ca - x_zp) * (cw - zw0)
+    k_terms = k if k_real is None else k_real
+    folded = bias.astype(np.int64) + (ca - x_zp) * colsum + k_terms * (ca - x_zp) * (cw - zw0)
     shifts = np.asarray(shifts, dtype=np.int64)
     multipliers = np.asarray(multipliers, dtype=np.int64)
     assert ((multipliers >= 0) & (multipliers < 1 << 31)).all(), "QuantizeMultiplier's range (simd relies on it)"
@@ -125,8 +129,8 @@ I64 = numba.int64
 _SIG_GEMM = numba.void(ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64, I64, ro(np.int32, 1), I64,
                        ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64, rw(np.uint8, 1), I64, I64,
                        I64, I64, ro(np.uint8, 1), I64)
-_SIG_GEMM_IND = numba.void(ro(np.uint8, 1), ro(np.int32, 1), ro(np.uint8, 1), I64, I64, I64, ro(np.int8, 1), I64, I64,
-                           ro(np.int32, 1), I64, ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64,
+_SIG_GEMM_IND = numba.void(ro(np.uint8, 1), ro(np.int32, 1), ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64,
+                           I64, ro(np.int32, 1), I64, ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64,
                            rw(np.uint8, 1), I64, I64, I64, I64, ro(np.uint8, 1), I64)
 #: Rows per block when a table follows the GEMM: each block's output is looked up while in cache.
 TABLE_ROWS = 48  # whole 6- and 8-row tiles
@@ -280,10 +284,12 @@ if vnni.AVAILABLE:
                 r0, r1, table, general, corr, kq * 64, np.empty(0, np.int32), np.empty(0, np.uint8))
 
     @numba.njit(_SIG_GEMM_IND, cache=True, nogil=True)
-    def _gemm_rows_indirect(a, ind, zeros, segs, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right, out_zp,
-                            lo, hi, out, o_off, ldo, r0, r1, table, general):
+    def _gemm_rows_indirect(a, ind, zeros, segs, seg_valid, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right,
+                            out_zp, lo, hi, out, o_off, ldo, r0, r1, table, general):
         """``_gemm_rows`` with row m made of the ``segs`` segments of ``4·kq`` bytes at
-        ``ind[m·segs + s]`` in ``a`` (or ``zeros`` where negative): a convolution's taps in place."""
+        ``ind[m·segs + s]`` in ``a`` (or, for a negative entry e, at −1 − e in ``zeros``): a
+        convolution's taps in place. The row term sums the first ``seg_valid`` bytes of each
+        segment (the rest multiply zero weights: row_segments' bytes past a filter row)."""
         corr = np.zeros(r1 - r0 + 8, dtype=np.int32)
         if row_coef != 0:
             xb = a_xor & 0xFF
@@ -291,8 +297,8 @@ if vnni.AVAILABLE:
                 s = np.int32(0)
                 for g in range(segs):
                     base = ind[m * segs + g]
-                    for kk in range(4 * kq):
-                        s += np.int32((a[base + kk] if base >= 0 else zeros[kk]) ^ xb)
+                    for kk in range(seg_valid):
+                        s += np.int32((a[base + kk] if base >= 0 else zeros[-1 - base + kk]) ^ xb)
                 corr[m - r0] = np.int32(np.int64(s) * row_coef)
         _blocks(a, 0, segs, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
                 r0, r1, table, general, corr, segs * kq * 64, ind, zeros)
@@ -378,12 +384,14 @@ def run(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.nda
 
 
 def run_indirect(p: GemmPlan, a: np.ndarray, ind: np.ndarray, zeros: np.ndarray, segs: int, rows: int,
-                 out: np.ndarray, table: np.ndarray = _NO_TABLE) -> None:
+                 out: np.ndarray, table: np.ndarray = _NO_TABLE, seg_valid: int | None = None) -> None:
     """``run`` with row m made of the ``segs`` segments ``ind[m·segs:(m + 1)·segs]`` locate in
-    ``a`` (``indirection``'s table; ``zeros`` for a negative entry), ``out`` rows n bytes apart."""
+    ``a`` (``indirection``'s table; a negative entry e: byte −1 − e of ``zeros``), ``out`` rows n
+    bytes apart; ``seg_valid``: the bytes of a segment its row term sums (default: all)."""
     args = p.kernel_args
-    _split(_gemm_rows_indirect, (a, ind, zeros, segs, rows, args[0], args[1], p.kq // segs, *args[3:], out, 0, p.n),
-           p, rows, table)
+    kq = p.kq // segs
+    _split(_gemm_rows_indirect, (a, ind, zeros, segs, 4 * kq if seg_valid is None else seg_valid, rows, args[0],
+                                 args[1], kq, *args[3:], out, 0, p.n), p, rows, table)
 
 
 def _split(kernel, args: tuple, p: GemmPlan, rows: int, table: np.ndarray) -> None:

@@ -70,34 +70,59 @@ Q8 = (np.int8, np.uint8)
 _SIGS = [numba.void(ro(t, 4), *[I64] * 8, rw(t, 4)) for t in Q8]
 
 
-@numba.njit(_SIGS, cache=True, nogil=True)
-def _max_pool(x, fh, fw, sh, sw, top, left, lo, hi, out):
-    """One output row at a time: ``acc[ox, :]`` takes the maximum over the window's input rows."""
-    n_b, h, w, c = x.shape
-    out_h, out_w = out.shape[1], out.shape[2]
-    acc = np.empty((out_w, c), dtype=out.dtype)
+_SIGS_MAX = [numba.void(ro(t, 1), *[I64] * 14, rw(t, 1)) for t in Q8]
+
+
+@numba.njit(_SIGS_MAX, cache=True, nogil=True)
+def _max_pool_rows(x, n_b, h, w, c, fh, fw, sh, sw, top, left, out_h, out_w, lo, hi, out):
+    """Flat NHWC bytes. Per output row: the maximum over the window's input rows, over whole rows
+    (contiguous, vectorised), then over each window's columns, channels innermost. Indexes are
+    unsigned: numba's guard against a negative index would keep the loops scalar."""
+    u = np.uint64
+    wc = u(w * c)
+    row = np.empty(w * c, dtype=x.dtype)
+    acc = np.empty(c, dtype=x.dtype)
+    cu = u(c)
     for n in range(n_b):
         for oy in range(out_h):
             y0 = oy * sh - top
             y1 = min(y0 + fh, h)
             y0 = max(y0, 0)
-            for iy in range(y0, y1):
-                for ox in range(out_w):
-                    x0 = ox * sw - left
-                    x1 = min(x0 + fw, w)
-                    x0 = max(x0, 0)
-                    if iy == y0:
-                        for ch in range(c):
-                            acc[ox, ch] = x[n, iy, x0, ch]
-                    for ix in range(x0, x1):
-                        for ch in range(c):
-                            a = acc[ox, ch]
-                            v = x[n, iy, ix, ch]
-                            acc[ox, ch] = v if v > a else a
+            base = u((n * h + y0) * w * c)
+            j = u(0)
+            while j < wc:
+                row[j] = x[base + j]
+                j += u(1)
+            for iy in range(y0 + 1, y1):
+                base = u((n * h + iy) * w * c)
+                j = u(0)
+                while j < wc:
+                    a, v = row[j], x[base + j]
+                    row[j] = v if v > a else a
+                    j += u(1)
+            o = u((n * out_h + oy) * out_w * c)
             for ox in range(out_w):
-                for ch in range(c):
-                    a = acc[ox, ch]
-                    out[n, oy, ox, ch] = lo if a < lo else (hi if a > hi else a)
+                x0 = ox * sw - left
+                x1 = min(x0 + fw, w)
+                x0 = max(x0, 0)
+                first = u(x0 * c)
+                ch = u(0)
+                while ch < cu:
+                    acc[ch] = row[first + ch]
+                    ch += u(1)
+                for ix in range(x0 + 1, x1):
+                    at = u(ix * c)
+                    ch = u(0)
+                    while ch < cu:
+                        a, v = acc[ch], row[at + ch]
+                        acc[ch] = v if v > a else a
+                        ch += u(1)
+                ch = u(0)
+                while ch < cu:
+                    a = acc[ch]
+                    out[o + ch] = lo if a < lo else (hi if a > hi else a)
+                    ch += u(1)
+                o += cu
 
 
 @numba.njit(_SIGS, cache=True, nogil=True)
@@ -138,8 +163,13 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     d: PoolData = ctx.data
     x = np.ascontiguousarray(inputs[0])
     out = np.empty((x.shape[0], d.out_h, d.out_w, x.shape[3]), dtype=x.dtype)
-    (_max_pool if d.is_max else _avg_pool)(x, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.pad_top,
-                                           d.pad_left, d.act_min, d.act_max, out)
+    if d.is_max:
+        n, h, w, c = x.shape
+        _max_pool_rows(x.reshape(-1), n, h, w, c, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.pad_top,
+                       d.pad_left, d.out_h, d.out_w, d.act_min, d.act_max, out.reshape(-1))
+    else:
+        _avg_pool(x, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.pad_top, d.pad_left, d.act_min, d.act_max,
+                  out)
     return [out]
 
 

@@ -310,36 +310,53 @@ def _binary(is_mul: bool):
                 with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_v, period_v) as (r, _):
                     left = builder.sub(n_v, r)
                     width = builder.select(builder.icmp_signed("<", left, period_v), left, period_v)
+
+                    def lanes_at(j, keep):
+                        """Elements r + j .. r + j + 15 (``keep``: the lanes that exist; None: all)."""
+                        def operand(ptr, at, offset):
+                            ptr = builder.bitcast(builder.gep(ptr, [at]), v8.as_pointer())
+                            v = builder.load(ptr, align=1) if keep is None else masked_load(builder, ptr, v8, keep,
+                                                                                               zero8)
+                            return builder.add(builder.sext(v, v32) if signed else builder.zext(v, v32), offset)
+                        rj = builder.add(r, j)
+                        x = operand(a_ptr, builder.add(a_off_v, rj), prm[0])
+                        y = operand(b_ptr, builder.add(b_off_v, j), prm[1])
+                        if is_mul:
+                            q = requantize_lanes(builder, builder.mul(x, y), prm[2], prm[3], prm[4], prm[9], prm[10],
+                                                 prm[11], general, shifts_left)
+                        else:
+                            sx, sy = scale_x(x), scale_y(y)
+                            q = requantize_lanes(builder, builder.add(sx, sy), prm[7], zero, prm[8], prm[9],
+                                                 prm[10], prm[11], general, False)
+                        dst = builder.bitcast(builder.gep(o_ptr, [builder.add(o_off_v, rj)]), v8.as_pointer())
+                        if keep is None:
+                            builder.store(builder.trunc(q, v8), dst, align=1)
+                        else:
+                            masked_store(builder, builder.trunc(q, v8), dst, keep)
+
+                    # whole 16-lane steps with plain loads and stores, then one masked step for the rest
                     entry = builder.block
                     head = builder.append_basic_block("bin.head")
                     body = builder.append_basic_block("bin.body")
+                    tail = builder.append_basic_block("bin.tail")
+                    last = builder.append_basic_block("bin.last")
                     done = builder.append_basic_block("bin.done")
                     builder.branch(head)
                     builder.position_at_end(head)
                     j = builder.phi(i64)
                     j.add_incoming(ir.Constant(i64, 0), entry)
-                    builder.cbranch(builder.icmp_signed("<", j, width), body, done)
+                    step = ir.Constant(i64, LANES)
+                    builder.cbranch(builder.icmp_signed("<=", builder.add(j, step), width), body, tail)
                     builder.position_at_end(body)
-                    left_j = builder.trunc(builder.sub(width, j), i32)
-                    keep = builder.icmp_signed("<", lanes, splat(builder, left_j, v32))
-
-                    def operand(ptr, at, offset):
-                        v = masked_load(builder, builder.gep(ptr, [at]), v8, keep, zero8)
-                        return builder.add(builder.sext(v, v32) if signed else builder.zext(v, v32), offset)
-                    rj = builder.add(r, j)
-                    x = operand(a_ptr, builder.add(a_off_v, rj), prm[0])
-                    y = operand(b_ptr, builder.add(b_off_v, j), prm[1])
-                    if is_mul:
-                        q = requantize_lanes(builder, builder.mul(x, y), prm[2], prm[3], prm[4], prm[9], prm[10],
-                                             prm[11], general, shifts_left)
-                    else:
-                        sx, sy = scale_x(x), scale_y(y)
-                        q = requantize_lanes(builder, builder.add(sx, sy), prm[7], zero, prm[8], prm[9], prm[10],
-                                             prm[11], general, False)
-                    masked_store(builder, builder.trunc(q, v8), builder.gep(o_ptr, [builder.add(o_off_v, rj)]), keep)
-                    j_next = builder.add(j, ir.Constant(i64, LANES))
+                    lanes_at(j, None)
+                    j.add_incoming(builder.add(j, step), builder.block)
                     builder.branch(head)
-                    j.add_incoming(j_next, body)
+                    builder.position_at_end(tail)
+                    builder.cbranch(builder.icmp_signed("<", j, width), last, done)
+                    builder.position_at_end(last)
+                    left_j = builder.trunc(builder.sub(width, j), i32)
+                    lanes_at(j, builder.icmp_signed("<", lanes, splat(builder, left_j, v32)))
+                    builder.branch(done)
                     builder.position_at_end(done)
 
             # the cheaper requantization where simd.floor_at_zero_point holds (a RELU-type clamp and,

@@ -76,9 +76,10 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
 
     ``indirect``: two more arguments, ``ind`` (int32) and ``zeros`` (bytes), and each row made of
     ``lda`` segments of ``4 · kq`` bytes: segment s of row r is at byte ``ind[(a_off + min(r, rows
-    − 1)) · lda + s]`` of ``a``, or at ``zeros`` where that is negative (a convolution's taps read
-    in place, the padding's from a block of zero-point bytes: no im2col copy); its weight blocks
-    are ``s · kq`` on.
+    − 1)) · lda + s]`` of ``a``, or where that entry e is negative at byte −1 − e of ``zeros`` (a
+    convolution's taps read in place, the padding's from a block of zero-point bytes, a segment
+    cut by the image's edge from its gathered copy: no im2col copy); its weight blocks are
+    ``s · kq`` on.
     """
     def codegen(context, builder, signature, args):
         (a_arr, a_off_v, lda_v, rows_v, xor_v, w_arr, w_off_v, pstride_v, kq_v, corr_arr, corr_off_v, bias_arr,
@@ -170,7 +171,8 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
             for c in clamped_rows:
                 at = builder.add(builder.mul(builder.add(a_off_v, c), lda_v), seg)
                 off = builder.sext(builder.load(builder.gep(ind_ptr, [at])), i64)
-                row_ptrs.append(builder.select(builder.icmp_signed("<", off, ir.Constant(i64, 0)), zeros_ptr,
+                outside = builder.gep(zeros_ptr, [builder.sub(ir.Constant(i64, -1), off)])  # −1 − off
+                row_ptrs.append(builder.select(builder.icmp_signed("<", off, ir.Constant(i64, 0)), outside,
                                                builder.gep(a_ptr, [off])))
             inner = k_loop(row_ptrs, builder.mul(seg, kq_v), kq_v, outer)
             seg_end = builder.block
