@@ -89,6 +89,7 @@ class _Rewrite:
         self.dropped: set[int] = set()
         self._count = 0
         self._const_cache: dict[tuple, str] = {}
+        self._four: dict[str, str] = {}
 
     def fresh(self, hint: str) -> str:
         self._count += 1
@@ -290,16 +291,30 @@ class _Rewrite:
                 if nchw is None or nchw in self.outputs or any(id(r) not in converted for r in self.readers[nchw]):
                     continue
                 # the ReorderOutput the conv fed is left unread (the reshape took its place)
-                dims = list(numpy_helper.to_array(self.inits[reshape.input[1]]))
-                n, cb, h, wb = dims
-                four = self.add("Reshape", [add.input[b], self.shape_const([n, cb * self.b, h, wb // self.b])])
+                n, cb, h, wb = (int(d) for d in numpy_helper.to_array(self.inits[reshape.input[1]]))
+                four = self.four(add.input[b], (n, cb * self.b, h, wb // self.b))
                 while len(conv.input) < 3:
                     conv.input.append("")
                 conv.input.append(four)
-                add.op_type = "Identity"
-                del add.input[:]
-                add.input.append(reshape.output[0])
+                self._rename(add.output[0], reshape.output[0])
+                self.added.remove(add)
                 break
+
+    def four(self, view: str, s) -> str:
+        """``view`` as the 4-D NCHWc tensor ``s`` (what NCHWc operators read): one Reshape per view."""
+        if view not in self._four:
+            self._four[view] = self.add("Reshape", [view, self.shape_const(list(s))])
+        return self._four[view]
+
+    def _rename(self, old: str, new: str) -> None:
+        """Every added node and view that named value ``old`` names ``new`` (the Add a Sum replaced)."""
+        for n in self.added:
+            for k, i in enumerate(n.input):
+                if i == old:
+                    n.input[k] = new
+        for k, v in self.view.items():
+            if v == old:
+                self.view[k] = new
 
     def _readers_of(self, name: str) -> int:
         return sum(name in n.input for n in self.added)
@@ -315,7 +330,14 @@ class _Rewrite:
             for r in readers:
                 if r.op_type == "ReorderInput" and r.domain == NCHWC and not _attr(r, "channels_last", 0):
                     self.dropped.add(next(j for j, n in enumerate(self.nodes) if n is r))
-                    self.add("Reshape", [view, self.shape_const(list(s))], outputs=[r.output[0]])
+                    if r.output[0] in self.outputs:
+                        self.add("Reshape", [view, self.shape_const(list(s))], outputs=[r.output[0]])
+                        continue
+                    four = self.four(view, s)
+                    for reader in self.readers[r.output[0]]:
+                        for k, i in enumerate(reader.input):
+                            if i == r.output[0]:
+                                reader.input[k] = four
             others = [r for r in readers if not (r.op_type == "ReorderInput" and r.domain == NCHWC
                                                  and not _attr(r, "channels_last", 0))]
             if name in dropped_outputs and (others or name in self.outputs):
