@@ -4,7 +4,8 @@ Like a vendor driver compiling a partition for its accelerator: each run of cons
 operations this backend lowers (TENSOR_FLOAT32 today) becomes one ONNX graph (weights as
 initializers; activations in NCHW, the convolutions' layout, from the first operation that wants
 it to the partition's edges: see graph.py) and one ``InferenceSession`` with every graph optimisation
-on: convolutions re-laid out as NCHWc with bias, Clip and residual Add fused, threads from
+on: convolutions re-laid out as NCHWc with bias, Clip and residual Add fused, and the element-wise
+operations between them moved onto the NCHWc tensors too (blocked.py), threads from
 ``hal.backends.compute_threads()``. An execution is one ``run`` call for the whole partition.
 
 The compilation cache stores the optimised model (ONNX, every graph optimisation applied) with its
