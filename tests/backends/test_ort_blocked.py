@@ -49,8 +49,8 @@ SPECIAL = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-38, -1e-38, 1e30, -1e30]
 
 
 def _blocked_chain():
-    """PReLU in both exact forms, a residual ADD (a convolution's Sum), a max-pooled shortcut
-    widened by PAD, CONCATENATIONs with constants (zeros: a Pad), a MUL by a [w, c] constant; 16 to 64 channels
+    """PReLU in both exact forms, residual ADDs (a convolution's Sum; one with RELU6), a max-pooled
+    shortcut widened by PAD, CONCATENATIONs with constants (zeros: a Pad), a MUL by a [w, c] constant; 16 to 64 channels
     (multiples of the block size), four 4-D outputs, three of them read inside the chain too.
     Special values in the first input's first row of pixels (the second input, max-pooled, has
     none: onnxruntime's MaxPool drops a NaN the reference keeps, with or without this pass)."""
@@ -60,7 +60,8 @@ def _blocked_chain():
     c = m.binary(Op.ADD, m.conv(b, 16, k=1), b)
     d = m.prelu(c, m.rng.uniform(1.0, 3.0, (1, 1, 16)))  # Min(x, x * alpha)
     e = m.max_pool(m.prelu(_identity_depthwise(m, m.input((1, 4, 6, 16)))))  # 2x3x16
-    f = m.binary(Op.ADD, m.conv(e, 32, k=1), m.pad(e, [(0, 0), (0, 0), (0, 0), (0, 16)]))
+    wide = m.pad(e, [(0, 0), (0, 0), (0, 0), (0, 16)])
+    f = m._out(Op.ADD, [m.conv(e, 32, k=1), wide, m.b.add_int32(3)], (1, 2, 3, 32))  # RELU6: the conv's Clip
     g = m.concat([m.prelu(f), m._f32(m.rng.normal(0, 1, (1, 2, 3, 16)))], 3)
     g = m.concat([m._f32(np.zeros((1, 2, 3, 16))), g], 3)  # a Pad of whole blocks
     y = m.binary(Op.MUL, m.conv(g, 48, k=1), m._f32(m.rng.normal(0, 1, (3, 48))))
@@ -78,8 +79,9 @@ def test_elementwise_operations_between_convolutions_stay_blocked_and_match_the_
     assert {"Max", "Min", "Pad", "Concat", "Mul"} <= ops, ops
     # No reorder into NCHWc but the inputs'; out of it only for the four outputs.
     assert _reorders(graph) == (2, 4)
-    # Both residual ADDs became convolutions' Sum inputs.
-    assert not any(n.op_type == "Add" for n in graph.node)
+    # Both residual ADDs became convolutions' Sum inputs, the RELU6 after one its activation.
+    assert not any(n.op_type in ("Add", "Clip") for n in graph.node)
+    assert [a.s for n in graph.node for a in n.attribute if a.name == "activation"] == [b"Clip"]
     _assert_matches_reference(model, inputs)
 
 

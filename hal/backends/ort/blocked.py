@@ -13,7 +13,8 @@ element, as in NCHW. Per-channel constants become [1, C/B, 1, W * B] rows (onnxr
 broadcast runs a whole row at a time; a [.., B] innermost span would be one call per B elements).
 A channel Pad / Concat (a widened shortcut) pads or joins whole blocks. An Add of a convolution's
 single-use output and another blocked value is then that convolution's Sum, as the transformer
-fuses it when both sides were convolutions. A value something else reads (a graph output, a
+fuses it when both sides were convolutions, and a Relu / Clip after it the convolution's
+activation (applied after the Sum; a RELU6 ADD of a pose-style network). A value something else reads (a graph output, a
 Gather, a Transpose) is reordered to NCHW where it is read, as before.
 
 Only values whose channels are a multiple of B are viewed (no padding channels to keep at zero).
@@ -268,6 +269,7 @@ class _Rewrite:
         if not converted:
             return 0
         self._fuse_sums(converted)
+        self._fuse_activations(converted)
         self._reconnect(converted)
         self._sort()
         return len(converted)
@@ -299,6 +301,38 @@ class _Rewrite:
                 self._rename(add.output[0], reshape.output[0])
                 self.added.remove(add)
                 break
+
+    def _conv_of(self, view: str, converted: set[int]):
+        """The NCHWc Conv whose output ``view`` is, when nothing but ``view``'s one reader reads that
+        output in any form (it may be changed), and the Conv has no activation yet."""
+        reshape = next((n for n in self.added if n.output[0] == view), None)
+        conv = reshape is not None and reshape.op_type == "Reshape" and self.producer.get(reshape.input[0])
+        if not conv or conv.op_type != "Conv" or conv.domain != NCHWC or _attr(conv, "activation") is not None \
+                or len(self.readers[conv.output[0]]) != 1 or self._readers_of(view) != 1:
+            return None
+        nchw = next((k for k, v in self.view.items() if v == view), None)
+        if nchw is None or nchw in self.outputs or any(id(r) not in converted for r in self.readers[nchw]):
+            return None
+        return conv
+
+    def _fuse_activations(self, converted) -> None:
+        """Relu / Clip (constant bounds) of a Conv's output -> the Conv's activation, applied after
+        its Sum as onnxruntime's own fusion does (a RELU6 after a residual ADD)."""
+        converted = {id(n) for n in converted}
+        for act in [n for n in self.added if n.op_type in ("Relu", "Clip")]:
+            conv = self._conv_of(act.input[0], converted)
+            if conv is None:
+                continue
+            if act.op_type == "Clip":
+                bounds = [self.constant(i) if i else None for i in (list(act.input[1:]) + ["", ""])[:2]]
+                if any(b is None or b.size != 1 for b in bounds):
+                    continue
+                conv.attribute.extend([helper.make_attribute("activation", "Clip"), helper.make_attribute(
+                    "activation_params", [float(b.reshape(())) for b in bounds])])
+            else:
+                conv.attribute.append(helper.make_attribute("activation", "Relu"))
+            self._rename(act.output[0], act.input[0])
+            self.added.remove(act)
 
     def four(self, view: str, s) -> str:
         """``view`` as the 4-D NCHWc tensor ``s`` (what NCHWc operators read): one Reshape per view."""
