@@ -4,7 +4,8 @@ Like a vendor driver compiling a partition for its accelerator: each run of cons
 operations this backend lowers (TENSOR_FLOAT32 today) becomes one ONNX graph (weights as
 initializers; activations in NCHW, the convolutions' layout, from the first operation that wants
 it to the partition's edges: see graph.py) and one ``InferenceSession`` with every graph optimisation
-on: convolutions re-laid out as NCHWc with bias, Clip and residual Add fused, threads from
+on: convolutions re-laid out as NCHWc with bias, Clip and residual Add fused, and the element-wise
+operations between them moved onto the NCHWc tensors too (blocked.py), threads from
 ``hal.backends.compute_threads()``. An execution is one ``run`` call for the whole partition.
 
 The compilation cache stores the optimised model (ONNX, every graph optimisation applied) with its
@@ -40,10 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from hal import backends
 from hal.backends.graph import GraphBackend
+from hal.backends.ort.blocked import keep_blocked, value_shapes
 from hal.backends.ort.graph import Inputs, OnnxGraph
 from hal.backends.ort.watchdog import WATCHDOG
 from hal.errors import HalError
@@ -71,9 +73,10 @@ PREPACKING_OPS = frozenset({"Gemm", "MatMul", "FusedGemm", "FusedMatMul", "ConvT
 #: The largest weight pre-packed (MobileNetV2's 5 MB classifier is not: copying it at load cost
 #: more than packing gained per run).
 PREPACK_MAX_BYTES = 1 << 20
-#: The artifact's form, in the backend's version: 2 = large weights are graph inputs unless a
-#: kernel pre-packs them (1 held all as external initializers, which onnxruntime copies at load).
-ARTIFACT_FORM = 2
+#: The artifact's form, in the backend's version: 3 = element-wise operations between NCHWc
+#: convolutions rewritten onto the blocked layout (blocked.py); 2 = large weights are graph inputs
+#: unless a kernel pre-packs them (1 held all as external initializers, which onnxruntime copies at load).
+ARTIFACT_FORM = 3
 #: The file onnxruntime writes the optimised graph's large initializers to, beside the graph.
 _WEIGHTS_FILE = "weights.bin"
 
@@ -234,6 +237,7 @@ def compile_partition(backend: GraphBackend, partition) -> tuple[OrtArtifact, Ex
         if os.path.exists(weights_path):
             with open(weights_path, "rb") as f:
                 weights = f.read()
+        keep_blocked(optimised, value_shapes(model), lambda init: _stored(init, weights))
         names, arrays, prepacked = _externalise(optimised, weights)
     artifact = OrtArtifact(np.frombuffer(optimised.SerializeToString(), dtype=np.uint8), input_names,
                            tuple(o.name for o in session.get_outputs()), names, arrays, prepacked, tuple(g.loops))
@@ -245,24 +249,23 @@ def _externalise(model: onnx.ModelProto, weights: bytes) -> tuple[tuple[str, ...
     """The initializers onnxruntime wrote to ``weights`` (their names and values, 64-byte aligned
     copies), those a kernel pre-packs (up to PREPACK_MAX_BYTES) first, and how many those are. Those
     stay in ``model`` marked as supplied at load; each other one leaves its initializers and becomes
-    a graph input of its type and shape."""
+    a graph input of its type and shape, as does an inline one of EXTERNAL_MIN_BYTES or more."""
     packed = _prepacked_reads(model.graph)
     found, kept = [], []
     for init in model.graph.initializer:
         if init.data_location != onnx.TensorProto.EXTERNAL:
-            kept.append(init)
+            # a large one made after onnxruntime wrote the file (blocked.py's constants): the same
+            if init.name in packed or len(init.raw_data) < EXTERNAL_MIN_BYTES:
+                kept.append(init)
+                continue
+            value = numpy_helper.to_array(init)
+            found.append((True, init.name, _aligned(value, value.shape)))
+            model.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
             continue
-        where = {e.key: e.value for e in init.external_data}
-        if where.get("location") != _WEIGHTS_FILE:
-            raise ValueError(f"initializer {init.name} is stored in {where.get('location')!r}")
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
-        offset, length = int(where.get("offset", 0)), int(where["length"])
-        count = int(np.prod(init.dims, dtype=np.int64))
-        if count * dtype.itemsize != length or offset + length > len(weights):
-            raise ValueError(f"initializer {init.name}: {length} bytes at {offset} do not hold {list(init.dims)}")
+        value = _stored(init, weights)
+        length = value.nbytes
         prepacked = init.name in packed and length <= PREPACK_MAX_BYTES
-        found.append((not prepacked, init.name, _aligned(np.frombuffer(weights, dtype, count, offset),
-                                                           tuple(init.dims))))
+        found.append((not prepacked, init.name, _aligned(value, tuple(init.dims))))
         if prepacked:
             kept.append(init)
             del init.external_data[:]
@@ -286,6 +289,19 @@ def _prepacked_reads(graph: onnx.GraphProto) -> set[str]:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
                 names |= _prepacked_reads(sub)
     return names
+
+
+def _stored(init: onnx.TensorProto, weights: bytes) -> np.ndarray:
+    """The value of an initializer onnxruntime wrote to ``weights`` (a view of those bytes)."""
+    where = {e.key: e.value for e in init.external_data}
+    if where.get("location") != _WEIGHTS_FILE:
+        raise ValueError(f"initializer {init.name} is stored in {where.get('location')!r}")
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
+    offset, length = int(where.get("offset", 0)), int(where["length"])
+    count = int(np.prod(init.dims, dtype=np.int64))
+    if count * dtype.itemsize != length or offset + length > len(weights):
+        raise ValueError(f"initializer {init.name}: {length} bytes at {offset} do not hold {list(init.dims)}")
+    return np.frombuffer(weights, dtype, count, offset).reshape(tuple(init.dims))
 
 
 def _aligned(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

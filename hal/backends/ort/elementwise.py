@@ -13,10 +13,12 @@ ONNX broadcasts both inputs numpy-style, as NNAPI does, so the operators map one
   is left out because +inf * 0 is NaN). Two memory-speed passes, where onnxruntime's PRelu with a
   per-channel slope was half of a landmark network's time (96x96x16 blocks, measured: PRelu 4.5x
   a Relu in NHWC, 3.7x in NCHW; Max/Mul in NCHW 1.2x). Neither Max nor Mul by a per-channel
-  constant exists in onnxruntime's NCHWc layout, so the convolutions around them reorder; forms
-  made only of NCHWc operators (relu(x) - alpha * relu(-x) with 1x1 depthwise or diagonal
-  convolutions) avoid the reorders but were slower on the face-landmark-style network (2.2-2.6
-  ms against 1.6 ms of kernel time: a 1x1 NCHWc convolution costs 2-3x a Relu pass). Otherwise
+  constant exists in onnxruntime's NCHWc layout: between NCHWc convolutions both run on the
+  blocked tensor itself (blocked.py, after onnxruntime's optimiser), with no reorder around them.
+  Forms made only of NCHWc operators (relu(x) - alpha * relu(-x) with 1x1 depthwise or diagonal
+  convolutions) were slower on the face-landmark-style network (2.2-2.6 ms against 1.6 ms of
+  kernel time: a 1x1 NCHWc convolution costs 2-3x a Relu pass), and lose a NaN (MLAS's Relu
+  is max(x, 0)); ONNX PRelu on the blocked view, 2.7x Max/Mul there. Otherwise
   PRelu when alpha broadcasts into the input's shape (ONNX broadcasts the slope one way only),
   else Where(x >= 0, x, x * alpha).
 * POW as Pow (float32; within CTS's tolerance of powf).
