@@ -4,11 +4,13 @@
 With a batch of a few rows a fully connected layer is a matrix-vector product: each weight is
 used once per row, so its time is the time to stream the weights through the core. The weights
 are packed at plan time into column tiles of ``TILE`` units, each tile's K rows of ``TILE``
-floats contiguous (the bias padded to whole tiles). Every row's ``TILE`` sums stay in vector
-registers while the tile's K rows stream past: per K step one load of the weights, shared by
-the batch's rows, and one fused multiply-add per 16 weights and row; then the activation's
-clamp and one (masked) store per 16 outputs. A chain runs every layer in one compiled call, its
-intermediate rows in a scratch buffer.
+floats contiguous, a layer's last tile only ``LANES`` wide when that holds its remaining units
+(a 10-unit classifier streams 16 columns, not 32), the bias padded to whole tiles. The packed
+weights start on a 64-byte boundary, so each 16-float load reads one cache line, never two.
+Every row's ``TILE`` sums stay in vector registers while the tile's K rows stream past: per K
+step one load of the weights, shared by the batch's rows, and one fused multiply-add per 16
+weights and row; then the activation's clamp and one (masked) store per 16 outputs. A chain
+runs every layer in one compiled call, its intermediate rows in a scratch buffer.
 
 Sums are float32 in tile order (TFLite's float kernels accumulate in float32 too); the reference
 backend sums in float64, so results differ by float32 rounding, far inside NNAPI's float32
@@ -44,8 +46,9 @@ def _vector_ptr(builder, ptr, at, vec):
     return builder.bitcast(builder.gep(ptr, [at]), vec.as_pointer())
 
 
-def _tile_of(rows: int):
-    """The intrinsic for ``rows`` rows (see ``_tile``)."""
+def _tile_of(rows: int, vectors: int = VECTORS):
+    """The intrinsic for ``rows`` rows and tiles of ``vectors`` × 16 units (see ``_tile``)."""
+    width = vectors * LANES
     @intrinsic
     def tile(typingctx, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count):
         sig = types.void(w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count)
@@ -61,7 +64,7 @@ def _tile_of(rows: int):
 
             def load(ptr, at):
                 return builder.load(_vector_ptr(builder, ptr, at, vf), align=4)
-            bias = [load(bp, builder.add(b_off_v, ir.Constant(i64, v * LANES))) for v in range(VECTORS)]
+            bias = [load(bp, builder.add(b_off_v, ir.Constant(i64, v * LANES))) for v in range(vectors)]
             entry = builder.block
             head, body, done = (builder.append_basic_block(f"fc.{n}") for n in ("head", "body", "done"))
             builder.branch(head)
@@ -71,18 +74,18 @@ def _tile_of(rows: int):
             sums = []  # [row][vector]
             for _ in range(rows):
                 sums.append([])
-                for v in range(VECTORS):
+                for v in range(vectors):
                     p = builder.phi(vf)
                     p.add_incoming(bias[v], entry)
                     sums[-1].append(p)
             builder.cbranch(builder.icmp_signed("<", k, k_v), body, done)
             builder.position_at_end(body)
-            at = builder.add(w_off_v, builder.mul(k, ir.Constant(i64, TILE)))
-            weights = [load(wp, builder.add(at, ir.Constant(i64, v * LANES))) for v in range(VECTORS)]
+            at = builder.add(w_off_v, builder.mul(k, ir.Constant(i64, width)))
+            weights = [load(wp, builder.add(at, ir.Constant(i64, v * LANES))) for v in range(vectors)]
             for r in range(rows):  # each weight loaded once, used by every row
                 xi = builder.add(builder.add(x_off_v, builder.mul(ir.Constant(i64, r), k_v)), k)
                 xk = splat(builder, builder.load(builder.gep(xp, [xi])), vf)
-                for v in range(VECTORS):
+                for v in range(vectors):
                     sums[r][v].add_incoming(builder.call(fma, [xk, weights[v], sums[r][v]]), body)
             k.add_incoming(builder.add(k, ir.Constant(i64, 1)), body)
             builder.branch(head)
@@ -93,7 +96,7 @@ def _tile_of(rows: int):
             store = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, mask]),
                 "llvm.masked.store.v16f32.p0")
-            for v in range(VECTORS):
+            for v in range(vectors):
                 left = builder.trunc(builder.sub(count_v, ir.Constant(i64, v * LANES)), i32)
                 keep = builder.icmp_signed("<", lanes, splat(builder, left, ir.VectorType(i32, LANES)))
                 for r in range(rows):
@@ -112,8 +115,10 @@ def _tile_of(rows: int):
 #: ``_tile[rows](w, w_off, x, x_off, K, b, b_off, lo, hi, out, o_off, o_stride, count)``: for rows
 #: r < ``rows``, out[o_off + r·o_stride:][:count] = clamp(b[b_off:][:count] + x[x_off + r·K:][:K] @
 #: tile, lo, hi) for the packed tile at w[w_off:] (K rows of TILE floats; count <= TILE). Every
-#: row's sums in registers, each weight vector loaded once per K step for all rows.
+#: row's sums in registers, each weight vector loaded once per K step for all rows. ``_narrow[rows]``:
+#: the same for a tile of K rows of LANES floats (count <= LANES).
 _tile1, _tile2, _tile3, _tile4 = (_tile_of(r) for r in range(1, MAX_BATCH + 1))
+_narrow1, _narrow2, _narrow3, _narrow4 = (_tile_of(r, 1) for r in range(1, MAX_BATCH + 1))
 
 
 _SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(np.int64, 2), ro(np.float32, 2),
@@ -124,7 +129,16 @@ _SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(n
 def _layer(src, weights, biases, k_count, n_units, w_at, b_at, lo, hi, batch, dst):
     for t in range((n_units + TILE - 1) // TILE):
         w, b, o, count = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE, min(TILE, n_units - t * TILE)
-        if batch == 1:
+        if count <= LANES:  # the layer's last tile, packed LANES wide
+            if batch == 1:
+                _narrow1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+            elif batch == 2:
+                _narrow2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+            elif batch == 3:
+                _narrow3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+            else:
+                _narrow4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+        elif batch == 1:
             _tile1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
         elif batch == 2:
             _tile2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
@@ -183,12 +197,29 @@ class FloatFc:
         return run
 
 
+def _widths(n: int) -> tuple[int, bool]:
+    """``pack``'s tiles for n units: how many TILE wide, and whether a last one LANES wide."""
+    full, rest = divmod(n, TILE)
+    return full + (rest > LANES), 0 < rest <= LANES
+
+
 def pack(weights: np.ndarray) -> np.ndarray:
-    """[N, K] weights as ceil(N / TILE) tiles of [K, TILE] (zero columns past N), flat."""
+    """[N, K] weights as tiles of [K, TILE], the last one [K, LANES] when N mod TILE <= LANES
+    (zero columns past N), flat."""
     n, k = weights.shape
-    padded = np.zeros((-(-n // TILE) * TILE, k), np.float32)
+    wide, narrow = _widths(n)
+    padded = np.zeros((wide * TILE + narrow * LANES, k), np.float32)
     padded[:n] = weights
-    return np.ascontiguousarray(padded.reshape(-1, TILE, k).transpose(0, 2, 1)).reshape(-1)
+    tiles = padded[:wide * TILE].reshape(wide, TILE, k).transpose(0, 2, 1)
+    return np.concatenate([tiles.reshape(-1), padded[wide * TILE:].T.reshape(-1)])
+
+
+def _on_a_line(parts: list[np.ndarray]) -> np.ndarray:
+    """``parts`` back to back in a new float32 array that starts on a 64-byte boundary."""
+    n = sum(p.size for p in parts)
+    raw = np.empty(n + LANES, np.float32)
+    skip = (-raw.ctypes.data % 64) // 4
+    return np.concatenate(parts, out=raw[skip:skip + n])
 
 
 def layers_of(params: list[FullyConnectedParams], weights: list[np.ndarray], biases: list[np.ndarray]) -> FloatFc:
@@ -207,7 +238,7 @@ def layers_of(params: list[FullyConnectedParams], weights: list[np.ndarray], bia
         w_at += packed[-1].size
         b_at += bias.size
     widest = max((p.num_units for p in params[:-1]), default=0)
-    return FloatFc(np.concatenate(packed), np.concatenate(padded), np.array(rows, np.int64),
+    return FloatFc(_on_a_line(packed), np.concatenate(padded), np.array(rows, np.int64),
                    np.array(clamps, np.float32), params[0].batch, widest)
 
 
@@ -246,10 +277,10 @@ def plan_chain(ctx) -> FloatFc | None:
         rows.append((k, n, at_w, at_b))
         at_w += d.weights.size
         at_b += d.biases.size
-    return FloatFc(np.concatenate([d.weights for d in datas]), np.concatenate([d.biases for d in datas]),
+    return FloatFc(_on_a_line([d.weights for d in datas]), np.concatenate([d.biases for d in datas]),
                    np.array(rows, np.int64), np.concatenate([d.clamps for d in datas]), datas[0].batch,
                    max(n for _, n in widths[:-1]))
 
 
-__all__ = ["FloatFc", "MAX_BATCH", "TILE", "execute", "layers_of", "pack", "plan", "plan_chain", "run_chain",
-           "supports"]
+__all__ = ["FloatFc", "MAX_BATCH", "TILE", "execute", "layers_of", "pack", "plan", "plan_chain",
+           "run_chain", "supports"]
