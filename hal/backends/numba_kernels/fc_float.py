@@ -46,15 +46,18 @@ def _vector_ptr(builder, ptr, at, vec):
     return builder.bitcast(builder.gep(ptr, [at]), vec.as_pointer())
 
 
-def _tile_of(rows: int, vectors: int = VECTORS):
-    """The intrinsic for ``rows`` rows and tiles of ``vectors`` × 16 units (see ``_tile``)."""
+def _tile_of(rows: int, vectors: int = VECTORS, streams: int = 1):
+    """The intrinsic for ``rows`` rows, tiles of ``vectors`` × 16 units, ``streams`` tiles at once
+    (see ``_tile``)."""
     width = vectors * LANES
+
     @intrinsic
-    def tile(typingctx, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count):
-        sig = types.void(w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count)
+    def tile(typingctx, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart):
+        sig = types.void(w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart)
 
         def codegen(context, builder, signature, args):
-            w_arr, w_off_v, x_arr, x_off_v, k_v, b_arr, b_off_v, lo_v, hi_v, o_arr, o_off_v, o_step, count_v = args
+            w_arr, w_off_v, x_arr, x_off_v, k_v, b_arr, b_off_v, lo_v, hi_v, o_arr, o_off_v, o_step, count_v, \
+                apart_v = args
             f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
             vf = ir.VectorType(f32, LANES)
             sa = signature.args
@@ -64,30 +67,43 @@ def _tile_of(rows: int, vectors: int = VECTORS):
 
             def load(ptr, at):
                 return builder.load(_vector_ptr(builder, ptr, at, vf), align=4)
-            bias = [load(bp, builder.add(b_off_v, ir.Constant(i64, v * LANES))) for v in range(vectors)]
+
+            def const(n):
+                return ir.Constant(i64, n)
+            # stream s's tile is ``apart`` tiles after stream 0's: its weights, bias and outputs
+            step = builder.mul(apart_v, const(width))
+            w_base = [builder.add(w_off_v, builder.mul(const(s), builder.mul(step, k_v))) for s in range(streams)]
+            b_base = [builder.add(b_off_v, builder.mul(const(s), step)) for s in range(streams)]
+            o_base = [builder.add(o_off_v, builder.mul(const(s), step)) for s in range(streams)]
+            bias = [[load(bp, builder.add(b_base[s], const(v * LANES))) for v in range(vectors)]
+                    for s in range(streams)]
             entry = builder.block
             head, body, done = (builder.append_basic_block(f"fc.{n}") for n in ("head", "body", "done"))
             builder.branch(head)
             builder.position_at_end(head)
             k = builder.phi(i64)
-            k.add_incoming(ir.Constant(i64, 0), entry)
-            sums = []  # [row][vector]
+            k.add_incoming(const(0), entry)
+            sums = []  # [row][stream][vector]
             for _ in range(rows):
                 sums.append([])
-                for v in range(vectors):
-                    p = builder.phi(vf)
-                    p.add_incoming(bias[v], entry)
-                    sums[-1].append(p)
+                for s in range(streams):
+                    sums[-1].append([])
+                    for v in range(vectors):
+                        p = builder.phi(vf)
+                        p.add_incoming(bias[s][v], entry)
+                        sums[-1][-1].append(p)
             builder.cbranch(builder.icmp_signed("<", k, k_v), body, done)
             builder.position_at_end(body)
-            at = builder.add(w_off_v, builder.mul(k, ir.Constant(i64, width)))
-            weights = [load(wp, builder.add(at, ir.Constant(i64, v * LANES))) for v in range(vectors)]
+            kw = builder.mul(k, const(width))
+            weights = [[load(wp, builder.add(builder.add(w_base[s], kw), const(v * LANES))) for v in range(vectors)]
+                       for s in range(streams)]
             for r in range(rows):  # each weight loaded once, used by every row
-                xi = builder.add(builder.add(x_off_v, builder.mul(ir.Constant(i64, r), k_v)), k)
+                xi = builder.add(builder.add(x_off_v, builder.mul(const(r), k_v)), k)
                 xk = splat(builder, builder.load(builder.gep(xp, [xi])), vf)
-                for v in range(vectors):
-                    sums[r][v].add_incoming(builder.call(fma, [xk, weights[v], sums[r][v]]), body)
-            k.add_incoming(builder.add(k, ir.Constant(i64, 1)), body)
+                for s in range(streams):
+                    for v in range(vectors):
+                        sums[r][s][v].add_incoming(builder.call(fma, [xk, weights[s][v], sums[r][s][v]]), body)
+            k.add_incoming(builder.add(k, const(1)), body)
             builder.branch(head)
             builder.position_at_end(done)
             lo_s, hi_s = splat(builder, lo_v, vf), splat(builder, hi_v, vf)
@@ -97,28 +113,31 @@ def _tile_of(rows: int, vectors: int = VECTORS):
                 builder.module, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, mask]),
                 "llvm.masked.store.v16f32.p0")
             for v in range(vectors):
-                left = builder.trunc(builder.sub(count_v, ir.Constant(i64, v * LANES)), i32)
+                left = builder.trunc(builder.sub(count_v, const(v * LANES)), i32)
                 keep = builder.icmp_signed("<", lanes, splat(builder, left, ir.VectorType(i32, LANES)))
                 for r in range(rows):
-                    # NaN stays NaN (both comparisons false), as the reference's clip keeps it
-                    s = sums[r][v]
-                    s = builder.select(builder.fcmp_ordered("<", s, lo_s), lo_s, s)
-                    s = builder.select(builder.fcmp_ordered(">", s, hi_s), hi_s, s)
-                    o = builder.add(o_off_v, builder.add(builder.mul(ir.Constant(i64, r), o_step),
-                                                         ir.Constant(i64, v * LANES)))
-                    builder.call(store, [s, _vector_ptr(builder, op, o, vf), ir.Constant(i32, 4), keep])
+                    for s in range(streams):
+                        # NaN stays NaN (both comparisons false), as the reference's clip keeps it
+                        y = sums[r][s][v]
+                        y = builder.select(builder.fcmp_ordered("<", y, lo_s), lo_s, y)
+                        y = builder.select(builder.fcmp_ordered(">", y, hi_s), hi_s, y)
+                        o = builder.add(o_base[s], builder.add(builder.mul(const(r), o_step), const(v * LANES)))
+                        builder.call(store, [y, _vector_ptr(builder, op, o, vf), ir.Constant(i32, 4), keep])
             return context.get_dummy_value()
         return sig, codegen
     return tile
 
 
-#: ``_tile[rows](w, w_off, x, x_off, K, b, b_off, lo, hi, out, o_off, o_stride, count)``: for rows
-#: r < ``rows``, out[o_off + r·o_stride:][:count] = clamp(b[b_off:][:count] + x[x_off + r·K:][:K] @
-#: tile, lo, hi) for the packed tile at w[w_off:] (K rows of TILE floats; count <= TILE). Every
-#: row's sums in registers, each weight vector loaded once per K step for all rows. ``_narrow[rows]``:
-#: the same for a tile of K rows of LANES floats (count <= LANES).
+#: ``_tile[rows](w, w_off, x, x_off, K, b, b_off, lo, hi, out, o_off, o_stride, count, apart)``: for
+#: rows r < ``rows``, out[o_off + r·o_stride:][:count] = clamp(b[b_off:][:count] + x[x_off + r·K:][:K]
+#: @ tile, lo, hi) for the packed tile at w[w_off:] (K rows of TILE floats; count <= TILE). Every
+#: row's sums in registers, each weight vector loaded once per K step for all rows.
+#: ``_narrow[rows]``: the same for a tile of K rows of LANES floats (count <= LANES). ``_pair[rows]``:
+#: two whole tiles at once, the second ``apart`` tiles after the first (its weights, bias and
+#: outputs): two sequential streams of weights, which the core fetches faster than one.
 _tile1, _tile2, _tile3, _tile4 = (_tile_of(r) for r in range(1, MAX_BATCH + 1))
 _narrow1, _narrow2, _narrow3, _narrow4 = (_tile_of(r, 1) for r in range(1, MAX_BATCH + 1))
+_pair1, _pair2, _pair3, _pair4 = (_tile_of(r, streams=2) for r in range(1, MAX_BATCH + 1))
 
 
 _SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(np.int64, 2), ro(np.float32, 2),
@@ -127,25 +146,36 @@ _SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(n
 
 @numba.njit(inline="always")
 def _layer(src, weights, biases, k_count, n_units, w_at, b_at, lo, hi, batch, dst):
-    for t in range((n_units + TILE - 1) // TILE):
+    pairs = n_units // TILE // 2  # whole tiles t and t + pairs, side by side
+    for t in range(pairs):
+        w, b, o = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE
+        if batch == 1:
+            _pair1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
+        elif batch == 2:
+            _pair2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
+        elif batch == 3:
+            _pair3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
+        else:
+            _pair4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
+    for t in range(2 * pairs, (n_units + TILE - 1) // TILE):
         w, b, o, count = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE, min(TILE, n_units - t * TILE)
         if count <= LANES:  # the layer's last tile, packed LANES wide
             if batch == 1:
-                _narrow1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+                _narrow1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
             elif batch == 2:
-                _narrow2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+                _narrow2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
             elif batch == 3:
-                _narrow3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+                _narrow3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
             else:
-                _narrow4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+                _narrow4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
         elif batch == 1:
-            _tile1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+            _tile1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
         elif batch == 2:
-            _tile2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+            _tile2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
         elif batch == 3:
-            _tile3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+            _tile3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
         else:
-            _tile4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+            _tile4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
 
 
 @numba.njit(_SIG, cache=True, nogil=True)
