@@ -107,6 +107,8 @@ def _assert_matches_reference(model, compiled, args):
     ((9, 100, 31, 1), (0, 3, 0), 2),
     ((48, 96, 130, 7), (1, 3, 0), 3),  # tiles in pairs, a single one left, a narrow last tile
     ((20, 128, 50), (2, 1), 4),        # pairs only; 50 units: a whole tile and a wide partial one
+    ((24, 224, 40), (1, 0), 2),        # 7 whole tiles: a quad, a pair and a single one
+    ((30, 300, 12), (3, 0), 1),        # 9 whole tiles: two quads and a single one, then a narrow one
 ])
 def test_a_perceptron_is_one_numba_step_that_matches_the_reference(sizes, acts, batch):
     rng = np.random.default_rng(len(sizes) * 7 + batch)

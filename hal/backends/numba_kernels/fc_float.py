@@ -9,8 +9,10 @@ floats contiguous, a layer's last tile only ``LANES`` wide when that holds its r
 weights start on a 64-byte boundary, so each 16-float load reads one cache line, never two.
 Every row's ``TILE`` sums stay in vector registers while the tile's K rows stream past: per K
 step one load of the weights, shared by the batch's rows, and one fused multiply-add per 16
-weights and row; then the activation's clamp and one (masked) store per 16 outputs. A chain
-runs every layer in one compiled call, its intermediate rows in a scratch buffer.
+weights and row; then the activation's clamp and one (masked) store per 16 outputs. Whole tiles
+run four (1-2 rows) or two at a time, a quarter or a half of the layer apart, so the weights come
+as that many sequential streams, which the core fetches in parallel (one stream is slower). A
+chain runs every layer in one compiled call, its intermediate rows in a scratch buffer.
 
 Sums are float32 in tile order (TFLite's float kernels accumulate in float32 too); the reference
 backend sums in float64, so results differ by float32 rounding, far inside NNAPI's float32
@@ -135,9 +137,12 @@ def _tile_of(rows: int, vectors: int = VECTORS, streams: int = 1):
 #: ``_narrow[rows]``: the same for a tile of K rows of LANES floats (count <= LANES). ``_pair[rows]``:
 #: two whole tiles at once, the second ``apart`` tiles after the first (its weights, bias and
 #: outputs): two sequential streams of weights, which the core fetches faster than one.
+#: ``_quad[rows]``: four whole tiles, each ``apart`` after the one before (1-2 rows: their 8 or 16
+#: vectors of sums and 8 of weights fit the 32 vector registers).
 _tile1, _tile2, _tile3, _tile4 = (_tile_of(r) for r in range(1, MAX_BATCH + 1))
 _narrow1, _narrow2, _narrow3, _narrow4 = (_tile_of(r, 1) for r in range(1, MAX_BATCH + 1))
 _pair1, _pair2, _pair3, _pair4 = (_tile_of(r, streams=2) for r in range(1, MAX_BATCH + 1))
+_quad1, _quad2 = (_tile_of(r, streams=4) for r in (1, 2))
 
 
 _SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(np.int64, 2), ro(np.float32, 2),
@@ -146,8 +151,17 @@ _SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(n
 
 @numba.njit(inline="always")
 def _layer(src, weights, biases, k_count, n_units, w_at, b_at, lo, hi, batch, dst):
-    pairs = n_units // TILE // 2  # whole tiles t and t + pairs, side by side
-    for t in range(pairs):
+    whole = n_units // TILE
+    quads = whole // 4 if batch <= 2 else 0  # whole tiles t, t + quads, t + 2·quads, t + 3·quads together
+    for t in range(quads):
+        w, b, o = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE
+        if batch == 1:
+            _quad1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, quads)
+        else:
+            _quad2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, quads)
+    done = 4 * quads
+    pairs = (whole - done) // 2  # then tiles t and t + pairs
+    for t in range(done, done + pairs):
         w, b, o = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE
         if batch == 1:
             _pair1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
@@ -157,7 +171,7 @@ def _layer(src, weights, biases, k_count, n_units, w_at, b_at, lo, hi, batch, ds
             _pair3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
         else:
             _pair4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
-    for t in range(2 * pairs, (n_units + TILE - 1) // TILE):
+    for t in range(done + 2 * pairs, (n_units + TILE - 1) // TILE):
         w, b, o, count = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE, min(TILE, n_units - t * TILE)
         if count <= LANES:  # the layer's last tile, packed LANES wide
             if batch == 1:
