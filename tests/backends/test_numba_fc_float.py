@@ -105,6 +105,10 @@ def _assert_matches_reference(model, compiled, args):
     ((16, 16), (0,), 1),
     ((64, 40, 3), (1, 0), 4),
     ((9, 100, 31, 1), (0, 3, 0), 2),
+    ((48, 96, 130, 7), (1, 3, 0), 3),  # tiles in pairs, a single one left, a narrow last tile
+    ((20, 128, 50), (2, 1), 4),        # pairs only; 50 units: a whole tile and a wide partial one
+    ((24, 224, 40), (1, 0), 2),        # 7 whole tiles: a quad, a pair and a single one
+    ((30, 300, 12), (3, 0), 1),        # 9 whole tiles: two quads and a single one, then a narrow one
 ])
 def test_a_perceptron_is_one_numba_step_that_matches_the_reference(sizes, acts, batch):
     rng = np.random.default_rng(len(sizes) * 7 + batch)
@@ -181,3 +185,15 @@ def test_bound_to_fixed_arrays_it_computes_into_them_with_one_perf_record():
         assert [(t.backend, t.count) for t in result.timings] == [("numba", 3)]
     executions, records = pm.perf.snapshot()
     assert executions == 3 and [(r.backend, r.count, r.executions) for r in records] == [("numba", 3, 3)]
+
+
+def test_packed_weights_start_on_a_cache_line_and_narrow_last_tiles_take_sixteen_columns():
+    rng = np.random.default_rng(17)
+    model = _mlp((40, 70, 10), (1, 0), 1, rng)  # 70 = 2 tiles of 32 + 6; 10 < 16
+    compiled = compile_model(model, backend_order=ORDER)
+    loaded = load_compiled(*dump_compiled(compiled), backend_order=ORDER)
+    for c in (compiled, loaded):
+        d = c.static_plan.program[0].ctx.data
+        assert d.weights.ctypes.data % 64 == 0
+        assert d.weights.size == 40 * (2 * fc_float.TILE + 16) + 70 * 16
+        _assert_matches_reference(model, c, _inputs(model, rng))

@@ -4,11 +4,15 @@
 With a batch of a few rows a fully connected layer is a matrix-vector product: each weight is
 used once per row, so its time is the time to stream the weights through the core. The weights
 are packed at plan time into column tiles of ``TILE`` units, each tile's K rows of ``TILE``
-floats contiguous (the bias padded to whole tiles). Every row's ``TILE`` sums stay in vector
-registers while the tile's K rows stream past: per K step one load of the weights, shared by
-the batch's rows, and one fused multiply-add per 16 weights and row; then the activation's
-clamp and one (masked) store per 16 outputs. A chain runs every layer in one compiled call, its
-intermediate rows in a scratch buffer.
+floats contiguous, a layer's last tile only ``LANES`` wide when that holds its remaining units
+(a 10-unit classifier streams 16 columns, not 32), the bias padded to whole tiles. The packed
+weights start on a 64-byte boundary, so each 16-float load reads one cache line, never two.
+Every row's ``TILE`` sums stay in vector registers while the tile's K rows stream past: per K
+step one load of the weights, shared by the batch's rows, and one fused multiply-add per 16
+weights and row; then the activation's clamp and one (masked) store per 16 outputs. Whole tiles
+run four (1-2 rows) or two at a time, a quarter or a half of the layer apart, so the weights come
+as that many sequential streams, which the core fetches in parallel (one stream is slower). A
+chain runs every layer in one compiled call, its intermediate rows in a scratch buffer.
 
 Sums are float32 in tile order (TFLite's float kernels accumulate in float32 too); the reference
 backend sums in float64, so results differ by float32 rounding, far inside NNAPI's float32
@@ -44,14 +48,18 @@ def _vector_ptr(builder, ptr, at, vec):
     return builder.bitcast(builder.gep(ptr, [at]), vec.as_pointer())
 
 
-def _tile_of(rows: int):
-    """The intrinsic for ``rows`` rows (see ``_tile``)."""
+def _tile_of(rows: int, vectors: int = VECTORS, streams: int = 1):
+    """The intrinsic for ``rows`` rows, tiles of ``vectors`` × 16 units, ``streams`` tiles at once
+    (see ``_tile``)."""
+    width = vectors * LANES
+
     @intrinsic
-    def tile(typingctx, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count):
-        sig = types.void(w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count)
+    def tile(typingctx, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart):
+        sig = types.void(w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart)
 
         def codegen(context, builder, signature, args):
-            w_arr, w_off_v, x_arr, x_off_v, k_v, b_arr, b_off_v, lo_v, hi_v, o_arr, o_off_v, o_step, count_v = args
+            w_arr, w_off_v, x_arr, x_off_v, k_v, b_arr, b_off_v, lo_v, hi_v, o_arr, o_off_v, o_step, count_v, \
+                apart_v = args
             f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
             vf = ir.VectorType(f32, LANES)
             sa = signature.args
@@ -61,30 +69,43 @@ def _tile_of(rows: int):
 
             def load(ptr, at):
                 return builder.load(_vector_ptr(builder, ptr, at, vf), align=4)
-            bias = [load(bp, builder.add(b_off_v, ir.Constant(i64, v * LANES))) for v in range(VECTORS)]
+
+            def const(n):
+                return ir.Constant(i64, n)
+            # stream s's tile is ``apart`` tiles after stream 0's: its weights, bias and outputs
+            step = builder.mul(apart_v, const(width))
+            w_base = [builder.add(w_off_v, builder.mul(const(s), builder.mul(step, k_v))) for s in range(streams)]
+            b_base = [builder.add(b_off_v, builder.mul(const(s), step)) for s in range(streams)]
+            o_base = [builder.add(o_off_v, builder.mul(const(s), step)) for s in range(streams)]
+            bias = [[load(bp, builder.add(b_base[s], const(v * LANES))) for v in range(vectors)]
+                    for s in range(streams)]
             entry = builder.block
             head, body, done = (builder.append_basic_block(f"fc.{n}") for n in ("head", "body", "done"))
             builder.branch(head)
             builder.position_at_end(head)
             k = builder.phi(i64)
-            k.add_incoming(ir.Constant(i64, 0), entry)
-            sums = []  # [row][vector]
+            k.add_incoming(const(0), entry)
+            sums = []  # [row][stream][vector]
             for _ in range(rows):
                 sums.append([])
-                for v in range(VECTORS):
-                    p = builder.phi(vf)
-                    p.add_incoming(bias[v], entry)
-                    sums[-1].append(p)
+                for s in range(streams):
+                    sums[-1].append([])
+                    for v in range(vectors):
+                        p = builder.phi(vf)
+                        p.add_incoming(bias[s][v], entry)
+                        sums[-1][-1].append(p)
             builder.cbranch(builder.icmp_signed("<", k, k_v), body, done)
             builder.position_at_end(body)
-            at = builder.add(w_off_v, builder.mul(k, ir.Constant(i64, TILE)))
-            weights = [load(wp, builder.add(at, ir.Constant(i64, v * LANES))) for v in range(VECTORS)]
+            kw = builder.mul(k, const(width))
+            weights = [[load(wp, builder.add(builder.add(w_base[s], kw), const(v * LANES))) for v in range(vectors)]
+                       for s in range(streams)]
             for r in range(rows):  # each weight loaded once, used by every row
-                xi = builder.add(builder.add(x_off_v, builder.mul(ir.Constant(i64, r), k_v)), k)
+                xi = builder.add(builder.add(x_off_v, builder.mul(const(r), k_v)), k)
                 xk = splat(builder, builder.load(builder.gep(xp, [xi])), vf)
-                for v in range(VECTORS):
-                    sums[r][v].add_incoming(builder.call(fma, [xk, weights[v], sums[r][v]]), body)
-            k.add_incoming(builder.add(k, ir.Constant(i64, 1)), body)
+                for s in range(streams):
+                    for v in range(vectors):
+                        sums[r][s][v].add_incoming(builder.call(fma, [xk, weights[s][v], sums[r][s][v]]), body)
+            k.add_incoming(builder.add(k, const(1)), body)
             builder.branch(head)
             builder.position_at_end(done)
             lo_s, hi_s = splat(builder, lo_v, vf), splat(builder, hi_v, vf)
@@ -93,55 +114,95 @@ def _tile_of(rows: int):
             store = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, mask]),
                 "llvm.masked.store.v16f32.p0")
-            for v in range(VECTORS):
-                left = builder.trunc(builder.sub(count_v, ir.Constant(i64, v * LANES)), i32)
+            for v in range(vectors):
+                left = builder.trunc(builder.sub(count_v, const(v * LANES)), i32)
                 keep = builder.icmp_signed("<", lanes, splat(builder, left, ir.VectorType(i32, LANES)))
                 for r in range(rows):
-                    # NaN stays NaN (both comparisons false), as the reference's clip keeps it
-                    s = sums[r][v]
-                    s = builder.select(builder.fcmp_ordered("<", s, lo_s), lo_s, s)
-                    s = builder.select(builder.fcmp_ordered(">", s, hi_s), hi_s, s)
-                    o = builder.add(o_off_v, builder.add(builder.mul(ir.Constant(i64, r), o_step),
-                                                         ir.Constant(i64, v * LANES)))
-                    builder.call(store, [s, _vector_ptr(builder, op, o, vf), ir.Constant(i32, 4), keep])
+                    for s in range(streams):
+                        # NaN stays NaN (both comparisons false), as the reference's clip keeps it
+                        y = sums[r][s][v]
+                        y = builder.select(builder.fcmp_ordered("<", y, lo_s), lo_s, y)
+                        y = builder.select(builder.fcmp_ordered(">", y, hi_s), hi_s, y)
+                        o = builder.add(o_base[s], builder.add(builder.mul(const(r), o_step), const(v * LANES)))
+                        builder.call(store, [y, _vector_ptr(builder, op, o, vf), ir.Constant(i32, 4), keep])
             return context.get_dummy_value()
         return sig, codegen
     return tile
 
 
-#: ``_tile[rows](w, w_off, x, x_off, K, b, b_off, lo, hi, out, o_off, o_stride, count)``: for rows
-#: r < ``rows``, out[o_off + r·o_stride:][:count] = clamp(b[b_off:][:count] + x[x_off + r·K:][:K] @
-#: tile, lo, hi) for the packed tile at w[w_off:] (K rows of TILE floats; count <= TILE). Every
+#: ``_tile[rows](w, w_off, x, x_off, K, b, b_off, lo, hi, out, o_off, o_stride, count, apart)``: for
+#: rows r < ``rows``, out[o_off + r·o_stride:][:count] = clamp(b[b_off:][:count] + x[x_off + r·K:][:K]
+#: @ tile, lo, hi) for the packed tile at w[w_off:] (K rows of TILE floats; count <= TILE). Every
 #: row's sums in registers, each weight vector loaded once per K step for all rows.
+#: ``_narrow[rows]``: the same for a tile of K rows of LANES floats (count <= LANES). ``_pair[rows]``:
+#: two whole tiles at once, the second ``apart`` tiles after the first (its weights, bias and
+#: outputs): two sequential streams of weights, which the core fetches faster than one.
+#: ``_quad[rows]``: four whole tiles, each ``apart`` after the one before (1-2 rows: their 8 or 16
+#: vectors of sums and 8 of weights fit the 32 vector registers).
 _tile1, _tile2, _tile3, _tile4 = (_tile_of(r) for r in range(1, MAX_BATCH + 1))
+_narrow1, _narrow2, _narrow3, _narrow4 = (_tile_of(r, 1) for r in range(1, MAX_BATCH + 1))
+_pair1, _pair2, _pair3, _pair4 = (_tile_of(r, streams=2) for r in range(1, MAX_BATCH + 1))
+_quad1, _quad2 = (_tile_of(r, streams=4) for r in (1, 2))
 
 
 _SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(np.int64, 2), ro(np.float32, 2),
-                   numba.int64, rw(np.float32, 1), rw(np.float32, 1))]
+                   numba.int64, numba.int64, rw(np.float32, 1))]
 
 
 @numba.njit(inline="always")
 def _layer(src, weights, biases, k_count, n_units, w_at, b_at, lo, hi, batch, dst):
-    for t in range((n_units + TILE - 1) // TILE):
-        w, b, o, count = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE, min(TILE, n_units - t * TILE)
+    whole = n_units // TILE
+    quads = whole // 4 if batch <= 2 else 0  # whole tiles t, t + quads, t + 2·quads, t + 3·quads together
+    for t in range(quads):
+        w, b, o = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE
         if batch == 1:
-            _tile1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
-        elif batch == 2:
-            _tile2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
-        elif batch == 3:
-            _tile3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+            _quad1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, quads)
         else:
-            _tile4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count)
+            _quad2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, quads)
+    done = 4 * quads
+    pairs = (whole - done) // 2  # then tiles t and t + pairs
+    for t in range(done, done + pairs):
+        w, b, o = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE
+        if batch == 1:
+            _pair1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
+        elif batch == 2:
+            _pair2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
+        elif batch == 3:
+            _pair3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
+        else:
+            _pair4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
+    for t in range(done + 2 * pairs, (n_units + TILE - 1) // TILE):
+        w, b, o, count = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE, min(TILE, n_units - t * TILE)
+        if count <= LANES:  # the layer's last tile, packed LANES wide
+            if batch == 1:
+                _narrow1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
+            elif batch == 2:
+                _narrow2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
+            elif batch == 3:
+                _narrow3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
+            else:
+                _narrow4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
+        elif batch == 1:
+            _tile1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
+        elif batch == 2:
+            _tile2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
+        elif batch == 3:
+            _tile3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
+        else:
+            _tile4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
 
 
 @numba.njit(_SIG, cache=True, nogil=True)
-def run_chain(x, weights, biases, layers, clamps, batch, scratch, out):
+def run_chain(x, weights, biases, layers, clamps, batch, widest, out):
     """Every layer of a chain on ``batch`` rows: layer l (``layers[l]`` = K, N, its packed weights'
     offset in ``weights``, its padded bias's offset in ``biases``; ``clamps[l]`` = its activation's
     bounds) reads the previous layer's rows (``x`` for the first) and writes ``out`` (the last) or
-    one half of ``scratch`` (the others; each half holds batch × the widest layer)."""
+    one half of a scratch buffer (the others; each half holds batch × ``widest``, the widest
+    layer). The scratch is allocated here, per call: concurrent calls never share it, and this
+    allocation measured as cheap as a buffer passed in, where numpy's from Python was not."""
     n_layers = layers.shape[0]
-    half = scratch.shape[0] // 2
+    half = batch * widest
+    scratch = np.empty(2 * half, np.float32)
     for layer in range(n_layers):
         k_count, n_units, w_at, b_at = layers[layer, 0], layers[layer, 1], layers[layer, 2], layers[layer, 3]
         lo, hi = clamps[layer, 0], clamps[layer, 1]
@@ -166,29 +227,44 @@ class FloatFc:
     widest: int  # the largest output width of a layer before the last (0: one layer)
 
     def run(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        scratch = np.empty(2 * self.batch * self.widest, np.float32)
-        run_chain(x.reshape(-1), self.weights, self.biases, self.layers, self.clamps, self.batch, scratch,
+        run_chain(x.reshape(-1), self.weights, self.biases, self.layers, self.clamps, self.batch, self.widest,
                   out.reshape(-1))
         return out
 
     def bind(self, inputs: list[np.ndarray], outputs: list[np.ndarray]):
         """A runner computing from ``inputs[0]``'s current contents into ``outputs[0]`` (fixed
-        C-contiguous float32 arrays: a burst's slots), with no per-call allocation."""
+        C-contiguous float32 arrays: a burst's slots), with no per-call work in Python but the call."""
         x, out = inputs[0].reshape(-1), outputs[0].reshape(-1)
-        scratch = np.empty(2 * self.batch * self.widest, np.float32)
-        args = (x, self.weights, self.biases, self.layers, self.clamps, self.batch, scratch, out)
+        args = (x, self.weights, self.biases, self.layers, self.clamps, self.batch, self.widest, out)
 
         def run() -> None:
             run_chain(*args)
         return run
 
 
+def _widths(n: int) -> tuple[int, bool]:
+    """``pack``'s tiles for n units: how many TILE wide, and whether a last one LANES wide."""
+    full, rest = divmod(n, TILE)
+    return full + (rest > LANES), 0 < rest <= LANES
+
+
 def pack(weights: np.ndarray) -> np.ndarray:
-    """[N, K] weights as ceil(N / TILE) tiles of [K, TILE] (zero columns past N), flat."""
+    """[N, K] weights as tiles of [K, TILE], the last one [K, LANES] when N mod TILE <= LANES
+    (zero columns past N), flat."""
     n, k = weights.shape
-    padded = np.zeros((-(-n // TILE) * TILE, k), np.float32)
+    wide, narrow = _widths(n)
+    padded = np.zeros((wide * TILE + narrow * LANES, k), np.float32)
     padded[:n] = weights
-    return np.ascontiguousarray(padded.reshape(-1, TILE, k).transpose(0, 2, 1)).reshape(-1)
+    tiles = padded[:wide * TILE].reshape(wide, TILE, k).transpose(0, 2, 1)
+    return np.concatenate([tiles.reshape(-1), padded[wide * TILE:].T.reshape(-1)])
+
+
+def _on_a_line(parts: list[np.ndarray]) -> np.ndarray:
+    """``parts`` back to back in a new float32 array that starts on a 64-byte boundary."""
+    n = sum(p.size for p in parts)
+    raw = np.empty(n + LANES, np.float32)
+    skip = (-raw.ctypes.data % 64) // 4
+    return np.concatenate(parts, out=raw[skip:skip + n])
 
 
 def layers_of(params: list[FullyConnectedParams], weights: list[np.ndarray], biases: list[np.ndarray]) -> FloatFc:
@@ -207,7 +283,7 @@ def layers_of(params: list[FullyConnectedParams], weights: list[np.ndarray], bia
         w_at += packed[-1].size
         b_at += bias.size
     widest = max((p.num_units for p in params[:-1]), default=0)
-    return FloatFc(np.concatenate(packed), np.concatenate(padded), np.array(rows, np.int64),
+    return FloatFc(_on_a_line(packed), np.concatenate(padded), np.array(rows, np.int64),
                    np.array(clamps, np.float32), params[0].batch, widest)
 
 
@@ -246,10 +322,10 @@ def plan_chain(ctx) -> FloatFc | None:
         rows.append((k, n, at_w, at_b))
         at_w += d.weights.size
         at_b += d.biases.size
-    return FloatFc(np.concatenate([d.weights for d in datas]), np.concatenate([d.biases for d in datas]),
+    return FloatFc(_on_a_line([d.weights for d in datas]), np.concatenate([d.biases for d in datas]),
                    np.array(rows, np.int64), np.concatenate([d.clamps for d in datas]), datas[0].batch,
                    max(n for _, n in widths[:-1]))
 
 
-__all__ = ["FloatFc", "MAX_BATCH", "TILE", "execute", "layers_of", "pack", "plan", "plan_chain", "run_chain",
-           "supports"]
+__all__ = ["FloatFc", "MAX_BATCH", "TILE", "execute", "layers_of", "pack", "plan", "plan_chain",
+           "run_chain", "supports"]
