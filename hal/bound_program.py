@@ -8,9 +8,9 @@ executable / a fused step's plan offering ``bind(inputs, outputs)``; a reshape w
 a model output is a view of its input's buffer (no call); any other step runs its ``execute`` on
 the fixed buffers and its results are copied into its output buffers.
 
-Memory: one buffer per intermediate tensor, for the binding's lifetime (no reuse between tensors
-whose lives do not overlap): a binding's memory is the sum of the model's activations, which for
-the 8-bit vision models served through a burst is a few MB.
+Memory: the plan's memory plan (``Plan.release``) says when a tensor is dead; its buffer is then
+taken by a later intermediate (``_Arena``), so a binding holds about the model's largest live
+activations, for the binding's lifetime.
 """
 from __future__ import annotations
 
@@ -119,8 +119,8 @@ def bind_program(plan: Plan, template: dict[int, np.ndarray], inputs: dict[int, 
     produced = {o for s in plan.program for o in s.outputs}
     if any(o not in produced or o in inputs for o in outputs):
         return None
-    calls = []
-    for step in plan.program:
+    calls, arena = [], _Arena()
+    for step, dead in zip(plan.program, plan.release):
         if step.spec is not None and (step.ctx.op_type in CONTROL_FLOW or step.spec.data_dependent_outputs):
             return None
         if getattr(getattr(step.ctx, "executable", None), "loops", ()):
@@ -132,13 +132,53 @@ def bind_program(plan: Plan, template: dict[int, np.ndarray], inputs: dict[int, 
         view = _view(step, args, infos[0]) if step.outputs[0] not in outputs else None
         if view is not None:
             arrays[step.outputs[0]] = view
+            arena.share(step.inputs[0], step.outputs[0])
             calls.append(_nothing)
-            continue
-        dests = [outputs[o] if o in outputs else np.empty(info.shape, info.dtype)
-                 for o, info in zip(step.outputs, infos)]
-        arrays.update(zip(step.outputs, dests))
-        calls.append(_bind_step(step, args, dests) or _executed(step, args, dests))
+        else:
+            dests = [outputs[o] if o in outputs else arena.take(o, info.shape, info.dtype)
+                     for o, info in zip(step.outputs, infos)]
+            arrays.update(zip(step.outputs, dests))
+            calls.append(_bind_step(step, args, dests) or _executed(step, args, dests))
+        for o in dead:  # the memory plan: this step was the tensor's last reader
+            arena.give(o)
     return BoundProgram(calls, list(plan.program), record)
+
+
+class _Arena:
+    """The intermediates' memory: a dead tensor's buffer is taken again by a later tensor (the
+    smallest free one that fits), so that successive layers write memory still in cache, as
+    numpy's allocator gives ``execute`` the memory it has just freed. A view shares its input's
+    buffer, which is free once neither is live."""
+
+    def __init__(self) -> None:
+        self.free: list[np.ndarray] = []  # uint8 buffers, smallest first
+        self.owner: dict[int, np.ndarray] = {}  # live operand -> its buffer
+        self.users: dict[int, int] = {}  # id(buffer) -> live operands in it
+
+    def take(self, operand: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = max(int(np.prod(shape)) * dtype.itemsize, 1)
+        k = next((k for k, b in enumerate(self.free) if b.size >= nbytes), None)
+        raw = self.free.pop(k) if k is not None else np.empty(-(-nbytes // 64) * 64, np.uint8)
+        self.owner[operand] = raw
+        self.users[id(raw)] = 1
+        return raw[:nbytes].view(dtype)[:int(np.prod(shape))].reshape(shape)
+
+    def share(self, operand: int, view: int) -> None:
+        raw = self.owner.get(operand)
+        if raw is not None:
+            self.owner[view] = raw
+            self.users[id(raw)] += 1
+
+    def give(self, operand: int) -> None:
+        raw = self.owner.pop(operand, None)
+        if raw is None:
+            return
+        self.users[id(raw)] -= 1
+        if not self.users[id(raw)]:
+            del self.users[id(raw)]
+            self.free.append(raw)
+            self.free.sort(key=lambda b: b.size)
 
 
 def _view(step: Step, args: list, out) -> np.ndarray | None:

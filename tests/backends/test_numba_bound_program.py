@@ -86,7 +86,7 @@ def test_a_passed_deadline_stops_before_the_next_step():
     for timed in (False, True):
         deadline = time.monotonic_ns() + 10**6
 
-        def late_step() -> None:  # the first step outlasts the deadline
+        def late_step(deadline: int = deadline) -> None:  # the first step outlasts the deadline
             while time.monotonic_ns() <= deadline:
                 pass
         program = BoundProgram([late_step, lambda: ran.append(1), lambda: ran.append(2)], steps, OperationTiming)
