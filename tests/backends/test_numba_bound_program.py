@@ -21,13 +21,15 @@ from hal.types import ErrorStatus, ExecutionPreference, OperationType, Priority 
 from nnhal.examples import efficientnet_b0, mobilenet_like  # noqa: E402
 from nnhal.examples_quantized import blazeface_quantized, small_cnn  # noqa: E402
 from service.execution import PreparedModel  # noqa: E402
+from tests.backends.test_numba import _fc  # noqa: E402 - the numba tests' FULLY_CONNECTED model
 from tests.harness import random_tensor  # noqa: E402
 
 ORDER = ["numba", "reference"]
 #: The operations these models run on the numba backend that must bind (not run ``execute``).
 BINDING = {OperationType.CONV_2D, OperationType.DEPTHWISE_CONV_2D, OperationType.ADD, OperationType.PAD,
            OperationType.MAX_POOL_2D, OperationType.AVERAGE_POOL_2D, OperationType.SOFTMAX, OperationType.MEAN,
-           OperationType.CONCATENATION}
+           OperationType.CONCATENATION, OperationType.FULLY_CONNECTED, OperationType.MUL,
+           OperationType.LOGISTIC}
 
 
 def _model(build, dtype):
@@ -128,3 +130,17 @@ def test_the_service_binds_a_multi_step_program():
         for got, want in zip(outs, execute(compiled, [ins[0].copy()])):
             np.testing.assert_array_equal(got, want)
         assert len(result.timings) == len(compiled.static_plan.program)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_a_fully_connected_layer_binds(dtype):
+    model = _fc(dtype, 40, 9, 5)
+    compiled = compile_model(model, backend_order=ORDER)
+    ins, outs, runner = _bind(compiled)
+    assert not getattr(runner.calls[0], "__qualname__", "").startswith("_executed")
+    reference = compile_model(model, backend_order=["reference"])
+    rng = np.random.default_rng(6)
+    for _ in range(2):
+        ins[0][...] = random_tensor(rng, ins[0].shape, dtype)
+        runner()
+        np.testing.assert_array_equal(outs[0], execute(reference, [ins[0].copy()])[0])

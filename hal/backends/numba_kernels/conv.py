@@ -433,6 +433,19 @@ def execute_fully_connected(ctx: OperationContext, inputs: list) -> list:
     return [_finish(d, _gemm(d, a), x.dtype)]
 
 
+def bind_fully_connected(ctx: OperationContext, inputs: list, outputs: list):
+    """``execute_fully_connected`` of the fixed input into the fixed ``outputs[0]``: a zero-argument
+    runner (the VNNI GEMM as a 1x1 convolution of the rows, or the float kernel), else None."""
+    d, x, out = ctx.data, inputs[INPUT], outputs[0]
+    if x is None or not x.flags.c_contiguous:
+        return None
+    if isinstance(d, fc_float.FloatFc):
+        return d.bind([x], [out]) if x.dtype == np.float32 else None
+    if isinstance(d, IntGemm):
+        return bound_convolve(d, x.reshape(d.batch, 1, 1, d.in_c), out.reshape(d.batch, 1, 1, d.out_c))
+    return None
+
+
 @dataclass
 class TableAfter:
     """hal.fusion's ``table_after`` for a convolution: its plan, then a 256-byte table (the
@@ -467,5 +480,5 @@ BACKEND.register([CONV, DW], plan=plan_conv, execute=execute_conv, types=QUANT8,
 BACKEND.register(GROUPED, plan=plan_grouped, execute=execute_conv, types=QUANT8, supports=supports,
                  prepacked_inputs=(FILTER, BIAS), bind=bind_conv)
 BACKEND.register(FC, plan=plan_fully_connected, execute=execute_fully_connected, types=(QU8, QS8, FLOAT32),
-                 supports=supports_fully_connected, prepacked_inputs=(FILTER, BIAS))
+                 supports=supports_fully_connected, prepacked_inputs=(FILTER, BIAS), bind=bind_fully_connected)
 BACKEND.register_fusion("fc_chain", plan=fc_float.plan_chain, execute=fc_float.execute)
