@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hal import control_flow
+from hal.bound_program import bind_program
 from hal.compiler import CompiledModel
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.model import Request
@@ -257,16 +258,34 @@ def _run_step(step: Step, values: dict[int, np.ndarray], infos: list[OperandInfo
 def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.ndarray]):
     """A runner for fixed input and output arrays (a local burst's shared-memory slots), or None.
 
-    When a static model's whole program is one step that binds arrays (a graph-backend
-    partition's executable, or a fused step's plan with a ``bind``: the numba backend's
-    ``fc_chain``) and reads exactly the model's inputs and writes exactly its outputs, the step
-    binds the arrays once: each ``runner(timings, deadline_ns)`` then computes from the inputs'
-    current contents straight into the outputs, with no per-execution argument handling and no
-    copy (``loop_timeout_ns`` bounds a partition that runs loops, as ``execute``'s does).
-    Otherwise (several steps, a per-operation backend) the caller uses ``execute`` and copies."""
+    Each ``runner(timings, deadline_ns, loop_timeout_ns)`` computes from the inputs' current
+    contents straight into the outputs, with no per-execution argument handling. A static model
+    whose whole program is one step that binds arrays (a graph-backend partition's executable, or
+    a fused step's plan with a ``bind``: the numba backend's ``fc_chain``) and reads exactly the
+    model's inputs and writes exactly its outputs binds that step (``loop_timeout_ns`` bounds a
+    partition that runs loops, as ``execute``'s does); any other static program is bound step by
+    step (``hal.bound_program``: intermediates allocated once, each step's arguments computed once).
+    None (the caller uses ``execute`` and copies): a model planned per execution, arrays that are
+    not C-contiguous or not the prepared shapes, control flow, data-dependent shapes."""
     plan = compiled.static_plan
-    if plan is None or len(plan.program) != 1:
+    if plan is None or len(inputs) != len(compiled.input_indexes) or len(outputs) != len(compiled.output_indexes) \
+            or len(set(compiled.output_indexes)) != len(compiled.output_indexes):
         return None
+    single = _bind_single(compiled, plan, inputs, outputs) if len(plan.program) == 1 else None
+    if single is not None:
+        return single
+    fixed = [(i, a) for i, a in zip(compiled.input_indexes, inputs)] + \
+        [(o, a) for o, a in zip(compiled.output_indexes, outputs)]
+    for i, arr in fixed:
+        info = plan.infos[i]
+        if arr.shape != info.shape or arr.dtype != info.dtype or not arr.flags.c_contiguous:
+            return None
+    return bind_program(plan, compiled.constants, dict(zip(compiled.input_indexes, inputs)),
+                        dict(zip(compiled.output_indexes, outputs)), OperationTiming)
+
+
+def _bind_single(compiled: CompiledModel, plan: Plan, inputs: list[np.ndarray], outputs: list[np.ndarray]):
+    """``bind`` of a program of one step that binds the model's own arrays, or None."""
     step = plan.program[0]
     holder = None
     if step.spec is None:  # a partition (its executable) or a fused step (its plan)
@@ -274,8 +293,7 @@ def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.nda
         holder = getattr(step.ctx, "data", None) if holder is None else holder
     binder = getattr(holder, "bind", None)
     if binder is None or sorted(step.inputs) != sorted(compiled.input_indexes) \
-            or sorted(step.outputs) != sorted(compiled.output_indexes) \
-            or len(set(compiled.output_indexes)) != len(compiled.output_indexes):
+            or sorted(step.outputs) != sorted(compiled.output_indexes):
         return None
     by_operand = dict(zip(compiled.input_indexes, inputs))
     out_by_operand = dict(zip(compiled.output_indexes, outputs))

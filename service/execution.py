@@ -214,11 +214,12 @@ class PreparedModel:
 
 
 class BoundExecution:
-    """``PreparedModel.bind``: a model's executions on fixed arrays. When the whole model is one
-    graph-backend partition reading exactly the inputs and writing exactly the outputs, the
-    partition computes straight into the outputs (``hal.executor.bind``); otherwise each
-    execution's results are copied into them once. Everything per execution is prepared here
-    once (the work, the shapes): a call is the admission, the gate, the work and the records."""
+    """``PreparedModel.bind``: a model's executions on fixed arrays. A static model's program is
+    bound to them (``hal.executor.bind``: one partition computing straight into the outputs, or
+    every step bound once, intermediates allocated once); otherwise (control flow, shapes that
+    depend on the data) each execution's results are copied into them once. Everything per
+    execution is prepared here once (the work, the shapes): a call is the admission, the gate, the
+    work and the records."""
 
     def __init__(self, model: PreparedModel, inputs: list[np.ndarray], outputs: list[np.ndarray]):
         self.model, self.inputs, self.outputs = model, inputs, outputs

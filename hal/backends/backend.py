@@ -7,7 +7,7 @@ import pathlib
 import sys
 from typing import Iterable
 
-from hal.backends.kernel import Execute, Kernel, Plan, Supports
+from hal.backends.kernel import Bind, Execute, Kernel, Plan, Supports
 from hal.extension_registry import extension, extension_identity, extension_modules, file_digest
 from hal.types import OperationType
 
@@ -39,33 +39,35 @@ class Backend:
 
     def register(self, op_types: OperationType | int | Iterable[OperationType | int], *, plan: Plan,
                  execute: Execute, types: Iterable[int] | None = None, supports: Supports | None = None,
-                 prepacked_inputs: Iterable[int] = (), native_float16: bool = False) -> None:
+                 prepacked_inputs: Iterable[int] = (), native_float16: bool = False,
+                 bind: Bind | None = None) -> None:
         """``native_float16``: the kernel computes float16 operands itself (else float16
-        operations reach it widened to float32: see ``via_float32``)."""
+        operations reach it widened to float32: see ``via_float32``). ``bind``: see ``Kernel.bind``."""
         if isinstance(op_types, int):
             op_types = [op_types]
         for t in op_types:
             if int(t) in self.kernels:
                 raise RuntimeError(f"backend {self.name}: operation {t} registered twice")
             self.kernels[int(t)] = Kernel(self.name, plan, execute, None if types is None else tuple(types),
-                                          supports, tuple(prepacked_inputs), native_float16)
+                                          supports, tuple(prepacked_inputs), native_float16, bind)
         self._identity = None
 
-    def register_fusion(self, pattern: str, *, plan: Plan, execute: Execute) -> None:
+    def register_fusion(self, pattern: str, *, plan: Plan, execute: Execute, bind: Bind | None = None) -> None:
         """Run ``pattern`` (one of ``hal.fusion.PATTERNS``) as one step: ``plan(ctx)`` gets a
         ``hal.fusion.FusedContext`` whose members are the pattern's steps as this backend planned
         them, and returns the fused step's data, or None to leave the operations as they are."""
         if pattern in self.fusions:
             raise RuntimeError(f"backend {self.name}: fusion {pattern!r} registered twice")
-        self.fusions[pattern] = Kernel(self.name, plan, execute)
+        self.fusions[pattern] = Kernel(self.name, plan, execute, bind=bind)
         self._identity = None
 
     def register_extension_kernel(self, extension: str, op_type: int, *, plan: Plan, execute: Execute,
-                                  supports: Supports | None = None, prepacked_inputs: Iterable[int] = ()) -> None:
+                                  supports: Supports | None = None, prepacked_inputs: Iterable[int] = (),
+                                  bind: Bind | None = None) -> None:
         """Run operation ``op_type`` (its code within ``extension``) of a vendor extension; the
         extension's own backend stays next in line (and is what the kernel must equal)."""
         self.extension_kernels[(extension, int(op_type))] = Kernel(self.name, plan, execute, None, supports,
-                                                                   tuple(prepacked_inputs))
+                                                                   tuple(prepacked_inputs), bind=bind)
         self._identity = None
 
     def kernel(self, op_type: int) -> Kernel | None:

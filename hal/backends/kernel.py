@@ -15,6 +15,10 @@ from hal.types import OperandType, type_name
 Plan = Callable[[OperationContext], Any]
 Execute = Callable[[OperationContext, list], list]
 Supports = Callable[[OperationContext], "str | None"]
+#: ``bind(ctx, inputs, outputs)``: a zero-argument runner computing from the fixed ``inputs``' current
+#: contents into the fixed, C-contiguous ``outputs`` (prepared shapes and dtypes), its scratch
+#: allocated once; None where this operation's plan has no such form (``execute`` runs it then).
+Bind = Callable[[OperationContext, list, list], "Callable[[], object] | None"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,8 @@ class Kernel:
     #: False: the kernel is written for float32 and runs float16 operations through
     #: ``via_float32`` (NNAPI's CPU path: widen, compute in float32, round the outputs once).
     native_float16: bool = False
+    #: A whole-program runner binds each step once (hal.bound_program); None: ``execute`` only.
+    bind: Bind | None = None
 
     def for_context(self, ctx: OperationContext) -> "Kernel":
         """The kernel to run ``ctx`` with: itself, or its float32 adapter for float16 operands."""
@@ -89,4 +95,5 @@ def via_float32(kernel: Kernel) -> Kernel:
 
     plan.__qualname__ = execute.__qualname__ = f"via_float32({getattr(kernel.execute, '__qualname__', '?')})"
     supports = None if kernel.supports is None else (lambda ctx: kernel.supports(float32_view(ctx)))
-    return dataclasses.replace(kernel, plan=plan, execute=execute, supports=supports, native_float16=True)
+    return dataclasses.replace(kernel, plan=plan, execute=execute, supports=supports, native_float16=True,
+                               bind=None)  # the float32 kernel's bind would skip the widening

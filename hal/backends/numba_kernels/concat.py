@@ -10,6 +10,7 @@ per element (or a plain copy), in one native pass per input. Copies alone in an 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numba
@@ -18,6 +19,7 @@ import numpy as np
 from hal import backends
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.gemm import in_order
 from hal.operations.common import QUANT8
 from hal.operations.concatenation import axis_input
 from hal.registry import OperationContext, lookup
@@ -112,4 +114,23 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     return [out]
 
 
-BACKEND.register(CONCATENATION, plan=plan, execute=execute, types=QUANT8, supports=supports)
+def bind(ctx: OperationContext, inputs: list, outputs: list):
+    """``execute`` of the fixed contiguous inputs into the fixed ``outputs[0]``: a zero-argument runner."""
+    d: ConcatTables = ctx.data
+    xs, out = inputs[:len(d.copy)], outputs[0]
+    if out.size == 0 or any(x is None or not x.flags.c_contiguous for x in xs):
+        return None
+    outer = 1
+    for n in out.shape[:d.axis]:
+        outer *= n
+    out2 = out.reshape(outer, -1).view(np.uint8)
+    calls, offset = [], 0
+    for x, table, copy in zip(xs, d.tables, d.copy, strict=True):
+        if x.size:
+            x2 = x.reshape(outer, -1).view(np.uint8)
+            calls.append(functools.partial(_copy if copy else _place, x2, table, offset, out2))
+            offset += x2.shape[1]
+    return in_order(*calls)
+
+
+BACKEND.register(CONCATENATION, plan=plan, execute=execute, types=QUANT8, supports=supports, bind=bind)

@@ -370,6 +370,41 @@ def execute_conv(ctx: OperationContext, inputs: list) -> list:
     return [convolve(ctx.data, x if x.flags.c_contiguous else np.ascontiguousarray(x))]
 
 
+def bound_convolve(d, x: np.ndarray, out: np.ndarray, table: np.ndarray = gemm._NO_TABLE):
+    """``convolve`` of the fixed contiguous ``x`` into the fixed ``out`` as a zero-argument runner
+    (scratch allocated here), or None: the forms without VNNI plans run through ``execute``."""
+    if x is None or not x.flags.c_contiguous:
+        return None
+    if isinstance(d, depthwise.DepthwiseData):
+        return depthwise.bind(d, x, out, table)
+    if type(d) is not IntGemm:
+        return None
+    rows, ob, a = out.size // d.out_c, out.reshape(-1).view(np.uint8), x.reshape(-1).view(np.uint8)
+    count, taps, r = len(d.groups), d.filter_h * d.filter_w, d.rows
+    in_g, oc_g = d.in_c // count, d.out_c // count
+    if d.direct and count == 1:  # the order convolve and _run_int choose in
+        return gemm.bound(d.groups[0], a, 0, d.in_c, rows, ob, 0, d.out_c, table)
+    if r is not None and r.ind.size == rows * d.filter_h:
+        buf, fill = row_segments.bound_edge_segments(r, a, x.shape[2], d.in_c, d.filter_w, r.plan.pad_byte)
+        return gemm.in_order(fill, gemm.bound_indirect(r.plan, a, r.ind, buf, d.filter_h, rows, ob, table,
+                                                       seg_valid=d.filter_w * d.in_c))
+    if d.ind is not None and d.ind.size == rows * taps:
+        return gemm.bound_indirect(d.groups[0], a, d.ind, d.zeros, taps, rows, ob, table)
+    if d.direct:
+        return gemm.in_order(*[gemm.bound(p, a, g * in_g, d.in_c, rows, ob, g * oc_g, d.out_c, table)
+                               for g, p in enumerate(d.groups)])
+    if count != 1:
+        return None
+    p = d.groups[0]
+    cols, gather = gemm.bound_gather(p, x, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w,
+                                     d.pad_top, d.pad_left, d.out_h, d.out_w)
+    return gemm.in_order(gather, gemm.bound(p, cols.reshape(-1), 0, cols.shape[1], rows, ob, 0, d.out_c, table))
+
+
+def bind_conv(ctx: OperationContext, inputs: list, outputs: list):
+    return bound_convolve(ctx.data, inputs[INPUT], outputs[0])
+
+
 def _gemm_conv(d: GemmData, x: np.ndarray) -> np.ndarray:
     n = x.shape[0]
     k = d.weights.shape[0]
@@ -398,6 +433,19 @@ def execute_fully_connected(ctx: OperationContext, inputs: list) -> list:
     return [_finish(d, _gemm(d, a), x.dtype)]
 
 
+def bind_fully_connected(ctx: OperationContext, inputs: list, outputs: list):
+    """``execute_fully_connected`` of the fixed input into the fixed ``outputs[0]``: a zero-argument
+    runner (the VNNI GEMM as a 1x1 convolution of the rows, or the float kernel), else None."""
+    d, x, out = ctx.data, inputs[INPUT], outputs[0]
+    if x is None or not x.flags.c_contiguous:
+        return None
+    if isinstance(d, fc_float.FloatFc):
+        return d.bind([x], [out]) if x.dtype == np.float32 else None
+    if isinstance(d, IntGemm):
+        return bound_convolve(d, x.reshape(d.batch, 1, 1, d.in_c), out.reshape(d.batch, 1, 1, d.out_c))
+    return None
+
+
 @dataclass
 class TableAfter:
     """hal.fusion's ``table_after`` for a convolution: its plan, then a 256-byte table (the
@@ -417,16 +465,20 @@ def plan_table_after(ctx) -> TableAfter | None:
     return TableAfter(d, np.ascontiguousarray(t.table.view(np.uint8)))
 
 
+def bind_table_after(ctx, inputs: list, outputs: list):
+    return bound_convolve(ctx.data.conv, inputs[INPUT], outputs[0], ctx.data.table)
+
+
 def execute_table_after(ctx, inputs: list) -> list:
     x = inputs[INPUT]
     return [convolve(ctx.data.conv, x if x.flags.c_contiguous else np.ascontiguousarray(x), ctx.data.table)]
 
 
-BACKEND.register_fusion("table_after", plan=plan_table_after, execute=execute_table_after)
+BACKEND.register_fusion("table_after", plan=plan_table_after, execute=execute_table_after, bind=bind_table_after)
 BACKEND.register([CONV, DW], plan=plan_conv, execute=execute_conv, types=QUANT8, supports=supports,
-                 prepacked_inputs=(FILTER, BIAS))
+                 prepacked_inputs=(FILTER, BIAS), bind=bind_conv)
 BACKEND.register(GROUPED, plan=plan_grouped, execute=execute_conv, types=QUANT8, supports=supports,
-                 prepacked_inputs=(FILTER, BIAS))
+                 prepacked_inputs=(FILTER, BIAS), bind=bind_conv)
 BACKEND.register(FC, plan=plan_fully_connected, execute=execute_fully_connected, types=(QU8, QS8, FLOAT32),
-                 supports=supports_fully_connected, prepacked_inputs=(FILTER, BIAS))
+                 supports=supports_fully_connected, prepacked_inputs=(FILTER, BIAS), bind=bind_fully_connected)
 BACKEND.register_fusion("fc_chain", plan=fc_float.plan_chain, execute=fc_float.execute)

@@ -13,6 +13,7 @@ in all of them. Other forms: one scalar native pass
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numba
@@ -173,6 +174,29 @@ def execute(d: DepthwiseData, x: np.ndarray, table: np.ndarray = _NO_TABLE) -> n
         if table.size:
             lookup_in_place(out.reshape(-1).view(np.uint8), 0, out.size, table)
     return out
+
+
+def bind(d: DepthwiseData, x: np.ndarray, out: np.ndarray, table: np.ndarray = _NO_TABLE):
+    """``execute`` of the fixed contiguous ``x`` into the fixed ``out`` as a zero-argument runner."""
+    n = x.shape[0]
+    if d.rows is not None:
+        fh = d.weights.shape[0]
+        return functools.partial(
+            _depthwise_rows, x.reshape(-1), *d.rows, *d.lanes[2:], *(d.rows64 or _NO_ROWS64), n, x.shape[1],
+            x.shape[2], x.shape[3], fh, d.input_zp, 0x80 if x.dtype == np.int8 else 0, d.output_zp, d.act_min,
+            d.act_max, d.stride_h, d.stride_w, d.dilation_h, d.pad_top, d.pad_left, d.out_h, d.out_w, d.general,
+            out.reshape(-1), table)
+    if d.lanes is not None:
+        fh, fw, _ = d.weights.shape
+        return functools.partial(
+            _depthwise_pixels, x.reshape(-1), *d.lanes, n, x.shape[1], x.shape[2], x.shape[3], fh, fw, d.input_zp,
+            d.output_zp, d.act_min, d.act_max, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w, d.pad_top,
+            d.pad_left, d.out_h, d.out_w, out.reshape(-1), table)
+    if table.size:
+        return None
+    return functools.partial(_depthwise, x, d.weights, d.bias, d.input_zp, d.multiplier, d.multipliers, d.shifts,
+                             d.output_zp, d.act_min, d.act_max, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w,
+                             d.pad_top, d.pad_left, out)
 
 
 _SIGS_DW = [numba.void(ro(t, 4), ro(np.int32, 3), ro(np.int32, 1), I64, I64, ro(np.int64, 1), ro(np.int64, 1),

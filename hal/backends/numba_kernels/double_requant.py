@@ -15,6 +15,7 @@ are read from the operation's prepared params (``DoubleRequantData``) by name.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numba
@@ -23,6 +24,7 @@ import numpy as np
 from hal import quant
 from hal.backends.numba_kernels import BACKEND, vnni
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.gemm import in_order
 from hal.registry import OperationContext
 
 EXTENSION = "com.nnhal.litert"
@@ -174,5 +176,29 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     return [y]
 
 
+def bind(ctx: OperationContext, inputs: list, outputs: list):
+    """``execute`` of the fixed contiguous input into the fixed ``outputs[0]`` as a zero-argument
+    runner: the bias converted and the zero-padded rows allocated once (the bias is a constant)."""
+    d: DoubleRequantGemv = ctx.data
+    x, bias, y = inputs[INPUT], inputs[BIAS], outputs[0].view(np.uint8)
+    if x is None or not x.flags.c_contiguous or (bias is not None and not ctx.inputs[BIAS].is_constant):
+        return None
+    x = x.reshape(d.batch, d.input_size)
+    bias = _NO_BIAS if bias is None or not bias.size else np.ascontiguousarray(bias, dtype=np.int32)
+    if getattr(d, "packed", None) is None:
+        acc = np.empty((d.batch, d.num_units), dtype=np.int64)
+        return in_order(functools.partial(_sums, x, d.input_zero_point, d.weights, acc),
+                        functools.partial(_requantize, acc, bias, d.scales, d.output_zero_point, d.act_min,
+                                          d.act_max, y))
+    a = x.view(np.uint8)
+    gemv = functools.partial(_fc_vnni, a, 0x80808080 if d.signed else 0, d.packed, d.unit_terms, bias, d.scales,
+                             d.output_zero_point, d.act_min, d.act_max, y)
+    if d.input_size % vnni.KSTEP == 0:
+        return gemv
+    padded = np.zeros((d.batch, -(-d.input_size // vnni.KSTEP) * vnni.KSTEP), dtype=np.uint8)
+    gemv = functools.partial(_fc_vnni, padded, *gemv.args[1:])
+    return in_order(functools.partial(np.copyto, padded[:, :d.input_size], a), gemv)
+
+
 BACKEND.register_extension_kernel(EXTENSION, FULLY_CONNECTED_DOUBLE_REQUANT, plan=plan, execute=execute,
-                                  supports=supports, prepacked_inputs=(WEIGHTS,))
+                                  supports=supports, prepacked_inputs=(WEIGHTS,), bind=bind)

@@ -394,6 +394,50 @@ def run_indirect(p: GemmPlan, a: np.ndarray, ind: np.ndarray, zeros: np.ndarray,
                                  args[1], kq, *args[3:], out, 0, p.n), p, rows, table)
 
 
+def bound(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.ndarray, o_off: int = 0,
+          ldo: int | None = None, table: np.ndarray = _NO_TABLE):
+    """``run`` on fixed arrays as a zero-argument runner (its arguments put together once)."""
+    return _bound_split(_gemm_rows, (a, a_off, lda, rows, *p.kernel_args, out, o_off, p.n if ldo is None else ldo),
+                        p, rows, table)
+
+
+def bound_indirect(p: GemmPlan, a: np.ndarray, ind: np.ndarray, zeros: np.ndarray, segs: int, rows: int,
+                   out: np.ndarray, table: np.ndarray = _NO_TABLE, seg_valid: int | None = None):
+    """``run_indirect`` on fixed arrays as a zero-argument runner."""
+    args = p.kernel_args
+    kq = p.kq // segs
+    return _bound_split(_gemm_rows_indirect, (a, ind, zeros, segs, 4 * kq if seg_valid is None else seg_valid, rows,
+                                              args[0], args[1], kq, *args[3:], out, 0, p.n), p, rows, table)
+
+
+def _bound_split(kernel, args: tuple, p: GemmPlan, rows: int, table: np.ndarray):
+    """``_split`` as a zero-argument runner: the kernel itself where the GEMM is too small to split."""
+    if rows * p.k * p.n < PARALLEL_MACS:
+        return functools.partial(kernel, *args, 0, rows, table, p.flags)
+    return functools.partial(_split, kernel, args, p, rows, table)
+
+
+def bound_gather(p: GemmPlan, x: np.ndarray, fh: int, fw: int, sh: int, sw: int, dh: int, dw: int, top: int,
+                 left: int, out_h: int, out_w: int):
+    """``gather`` into a buffer allocated once: (the buffer, a zero-argument runner filling it)."""
+    n_b, h, w, c = x.shape
+    cols = np.empty((n_b * out_h * out_w, p.kq * KSTEP), dtype=np.uint8)
+    fill = functools.partial(_gather_rows, x.reshape(-1).view(np.uint8), n_b, h, w, c, p.pad_byte, p.a_xor & 0xFF,
+                             fh, fw, sh, sw, dh, dw, top, left, out_h, out_w, cols.reshape(-1))
+    return cols, fill
+
+
+def in_order(*calls):
+    """One zero-argument runner making ``calls`` in order (the only call where there is one)."""
+    if len(calls) == 1:
+        return calls[0]
+
+    def run() -> None:
+        for call in calls:
+            call()
+    return run
+
+
 def _split(kernel, args: tuple, p: GemmPlan, rows: int, table: np.ndarray) -> None:
     """``kernel(*args, r0, r1, table, flags)`` over the rows, split over the compute threads."""
     threads = (backends.compute_threads() or 1) if rows * p.k * p.n >= PARALLEL_MACS else 1

@@ -23,6 +23,7 @@ two member plans, so one lookup pass instead of a lookup pass and a multiplicati
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numba
@@ -204,6 +205,28 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     return [out]
 
 
+def bind(ctx: OperationContext, inputs: list, outputs: list):
+    """``execute`` of the fixed inputs into the fixed ``outputs[0]`` as a zero-argument runner; None
+    where an input would be broadcast into a copy (its contents are read per execution)."""
+    d: TableData = ctx.data
+    table, out = d.table, outputs[0].reshape(-1)
+    if any(x is None or not x.flags.c_contiguous for x in inputs[:1 if table.size == 256 else 2]):
+        return None
+    if table.size == 256:
+        x = inputs[0].reshape(-1).view(np.uint8)
+        if _VBMI and table.itemsize == 1:
+            return functools.partial(_lookup_bytes, x, table.view(np.uint8), out.view(np.uint8))
+        return functools.partial(_lookup1, x, table, out)
+    operands = [_operand(x, d.shape) for x in inputs[:2]]
+    if any(not np.may_share_memory(flat, x) and not info.is_constant
+           for (flat, _), x, info in zip(operands, inputs, ctx.inputs)):
+        return None
+    (a, pa), (b, pb) = operands
+    if d.arith is not None:
+        return functools.partial(_arith, d.mul, a.view(out.dtype), pa, b.view(out.dtype), pb, d.arith, out)
+    return functools.partial(_lookup2, a, pa, b, pb, d.table, out)
+
+
 def plan_swish(ctx) -> TableData | None:
     """hal.fusion's ``swish`` (LOGISTIC(x) -> y; MUL of x and y): as a function of x alone, one
     256-entry table, MUL's plan applied to (x, logistic table[x]). Both member plans are the
@@ -224,6 +247,6 @@ def plan_swish(ctx) -> TableData | None:
     return TableData(table, md.shape)
 
 
-BACKEND.register(BINARY, plan=plan, execute=execute, types=QUANT8)
-BACKEND.register(UNARY, plan=plan, execute=execute, types=QUANT8)
-BACKEND.register_fusion("swish", plan=plan_swish, execute=execute)
+BACKEND.register(BINARY, plan=plan, execute=execute, types=QUANT8, bind=bind)
+BACKEND.register(UNARY, plan=plan, execute=execute, types=QUANT8, bind=bind)
+BACKEND.register_fusion("swish", plan=plan_swish, execute=execute, bind=bind)

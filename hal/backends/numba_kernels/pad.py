@@ -8,6 +8,7 @@ are copied, never computed: exact.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numba
@@ -80,5 +81,14 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     return [out]
 
 
+def bind(ctx: OperationContext, inputs: list, outputs: list):
+    """``execute`` of the fixed contiguous input into the fixed ``outputs[0]``: a zero-argument runner."""
+    d: PadPlan = ctx.data
+    x = inputs[0]
+    if x is None or not x.flags.c_contiguous:
+        return None
+    return functools.partial(_pad4, x.reshape(-1), d.shape4, d.window, d.value, outputs[0].reshape(-1))
+
+
 BACKEND.register([OperationType.PAD, OperationType.PAD_V2], plan=plan, execute=execute, types=QUANT8,
-                 supports=supports)
+                 supports=supports, bind=bind)

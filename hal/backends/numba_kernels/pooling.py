@@ -14,6 +14,7 @@ Both clamp to the fused activation's range. NCHW declines (the reference backend
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numba
@@ -173,4 +174,19 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     return [out]
 
 
-BACKEND.register([AVG, MAX], plan=plan, execute=execute, types=QUANT8, supports=supports)
+def bind(ctx: OperationContext, inputs: list, outputs: list):
+    """``execute`` of the fixed contiguous input into the fixed ``outputs[0]``: a zero-argument runner."""
+    d: PoolData = ctx.data
+    x, out = inputs[0], outputs[0]
+    if x is None or not x.flags.c_contiguous:
+        return None
+    if d.is_max:
+        n, h, w, c = x.shape
+        return functools.partial(_max_pool_rows, x.reshape(-1), n, h, w, c, d.filter_h, d.filter_w, d.stride_h,
+                                 d.stride_w, d.pad_top, d.pad_left, d.out_h, d.out_w, d.act_min, d.act_max,
+                                 out.reshape(-1))
+    return functools.partial(_avg_pool, x, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.pad_top, d.pad_left,
+                             d.act_min, d.act_max, out)
+
+
+BACKEND.register([AVG, MAX], plan=plan, execute=execute, types=QUANT8, supports=supports, bind=bind)

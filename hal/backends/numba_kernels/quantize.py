@@ -12,6 +12,7 @@ and execution is one table lookup per element — no widened copy of the input.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numba
@@ -96,4 +97,19 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     return [out]
 
 
-BACKEND.register(QUANTIZE, plan=plan, execute=execute, types=(F32, F16), native_float16=True)
+def bind(ctx: OperationContext, inputs: list, outputs: list):
+    """``execute`` of the fixed contiguous input into the fixed ``outputs[0]``: a zero-argument runner
+    (the float16 form, a table, and the float32 one; another input dtype runs ``execute``)."""
+    d: QuantizeData = ctx.data
+    x, out = inputs[0], outputs[0].reshape(-1)
+    if x is None or not x.flags.c_contiguous or x.size == 0:
+        return None
+    if d.table is not None:
+        return functools.partial(_lookup, x.reshape(-1).view(np.uint16), d.table, out) if x.itemsize == 2 else None
+    if x.dtype != np.float32:
+        return None
+    return functools.partial(_quantize, x.reshape(-1), np.float32(d.scale), np.float32(d.low), np.float32(d.high),
+                             d.zero_point, out)
+
+
+BACKEND.register(QUANTIZE, plan=plan, execute=execute, types=(F32, F16), native_float16=True, bind=bind)

@@ -13,6 +13,7 @@ sum modulo 2^32. Other axis sets (not one contiguous run, or none) fall back to 
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -115,4 +116,16 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     return [out]
 
 
-BACKEND.register(MEAN, plan=plan, execute=execute, types=QUANT8, supports=supports)
+def bind(ctx: OperationContext, inputs: list, outputs: list):
+    """``execute`` of the fixed contiguous input into the fixed ``outputs[0]``: a zero-argument runner."""
+    d: MeanData = ctx.data
+    x, out = inputs[0], outputs[0]
+    if x is None or not x.flags.c_contiguous or out.size == 0 or d.count == 0:
+        return None
+    args = (d.bias, d.multiplier, d.shift, d.output_zero_point, d.qmin, d.qmax)
+    if d.inner == 1:
+        return functools.partial(_mean_rows, x.reshape(d.outer, d.count), *args, out.reshape(d.outer))
+    return functools.partial(_mean_strided, x.reshape(d.outer, d.count, d.inner), *args, out.reshape(d.outer, d.inner))
+
+
+BACKEND.register(MEAN, plan=plan, execute=execute, types=QUANT8, supports=supports, bind=bind)

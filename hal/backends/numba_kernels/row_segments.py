@@ -11,6 +11,7 @@ the input's end) is gathered per execution into a small buffer after a block of 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numba
@@ -95,3 +96,10 @@ def edge_segments(r: RowSegments, x: np.ndarray, w: int, c: int, fw: int, pad_by
     buf = np.empty(r.seg_bytes * (1 + len(r.edges)), dtype=np.uint8)
     _fill(x, r.edges, w, c, fw, pad_byte, r.seg_bytes, buf)
     return buf
+
+
+def bound_edge_segments(r: RowSegments, x: np.ndarray, w: int, c: int, fw: int, pad_byte: int):
+    """``edge_segments`` into a buffer allocated once: (the buffer, a zero-argument runner filling
+    it from ``x``'s current contents)."""
+    buf = np.empty(r.seg_bytes * (1 + len(r.edges)), dtype=np.uint8)
+    return buf, functools.partial(_fill, x, r.edges, w, c, fw, pad_byte, r.seg_bytes, buf)

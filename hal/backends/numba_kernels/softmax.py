@@ -11,6 +11,7 @@ minimum, as in the reference.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numba
@@ -144,4 +145,18 @@ def execute(ctx: OperationContext, inputs: list) -> list:
     return [out]
 
 
-BACKEND.register(SOFTMAX, plan=plan, execute=execute, types=QUANT8)
+def bind(ctx: OperationContext, inputs: list, outputs: list):
+    """``execute`` of the fixed contiguous input into the fixed ``outputs[0]``: a zero-argument runner."""
+    d: SoftmaxTables = ctx.data
+    x, out = inputs[0], outputs[0]
+    if x is None or not x.flags.c_contiguous or x.size == 0:
+        return None
+    n = x.shape[d.axis]
+    outer = 1
+    for k in x.shape[:d.axis]:
+        outer *= k
+    return functools.partial(_softmax, x.reshape(outer, n, -1), d.exps, d.terms, d.radius, d.qmin, d.qmax,
+                             out.reshape(outer, n, -1))
+
+
+BACKEND.register(SOFTMAX, plan=plan, execute=execute, types=QUANT8, bind=bind)
