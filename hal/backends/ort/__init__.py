@@ -35,6 +35,7 @@ import importlib
 import os
 import pkgutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -190,8 +191,32 @@ class BoundRun:
             limited_run(lambda options: self._run(self._binding, options), self.loops, limits)
 
 
+_arena_lock = threading.Lock()
+_arena_registered: bool | None = None  # None: not tried yet
+
+
+def _shared_arena() -> bool:
+    """Register one CPU arena for every session of this process (once): a session loaded from the
+    cache runs first on memory an earlier session already touched, instead of growing (and
+    page-faulting) an arena of its own. The arena keeps the largest footprint it has served.
+    False if onnxruntime refuses it: then each session keeps its own arena."""
+    global _arena_registered
+    with _arena_lock:
+        if _arena_registered is None:
+            try:
+                ort.create_and_register_allocator(
+                    ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT),
+                    ort.OrtArenaCfg(0, -1, -1, -1))  # onnxruntime's defaults: no limit, its growth rule
+                _arena_registered = True
+            except (AttributeError, RuntimeError, ort.capi.onnxruntime_pybind11_state.Fail):
+                _arena_registered = False  # not asked again
+        return _arena_registered
+
+
 def session_options() -> ort.SessionOptions:
     so = ort.SessionOptions()
+    if _shared_arena():
+        so.add_session_config_entry("session.use_env_allocators", "1")
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     # never set (an in-process caller): 1, as `nnhal serve --threads` defaults and TFLite's default
