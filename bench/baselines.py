@@ -64,19 +64,33 @@ def beside(path: str, inputs: list, folder: str) -> Iterator[Beside]:
         yield b
 
 
+#: The benchmarks' pause between configurations (time_interleaved's ``settle_s``).
+SETTLE_S = 0.01
+
+
 def time_interleaved(configs: dict, run, rounds: int, per_round: int,
-                     remote: dict[str, Callable[[int], list[float]]] | None = None) -> dict[str, list[float]]:
+                     remote: dict[str, Callable[[int], list[float]]] | None = None,
+                     warmup: int = 0, settle_s: float = 0.0) -> dict[str, list[float]]:
     """Seconds per ``run(config)``, configurations interleaved round by round, the order reversed
     every other round (no first-run or thermal bias toward one of them). ``remote``: configurations
-    another process times, ``f(n)`` -> the seconds of its n runs (tflite-runtime's worker)."""
+    another process times, ``f(n)`` -> the seconds of its n runs (tflite-runtime's worker).
+    ``warmup``: untimed runs of a configuration before its timed ones in each round, so the figures
+    are of back-to-back invokes (an app's loop), not of the first invoke after another
+    configuration ran (its caches cold; a service's thread asleep). ``settle_s``: a pause before
+    each configuration's runs, so that none runs while the one before still holds a core (LiteRT's
+    2-thread interpreter leaves its worker spinning for milliseconds after an invoke)."""
     remote = remote or {}
     times: dict[str, list[float]] = {k: [] for k in [*configs, *remote]}
     keys = list(times)
     for r in range(rounds):
         for k in (keys if r % 2 == 0 else reversed(keys)):
+            if settle_s:
+                time.sleep(settle_s)
             if k in remote:
-                times[k] += remote[k](per_round)
+                times[k] += remote[k](warmup + per_round)[warmup:]
                 continue
+            for _ in range(warmup):
+                run(configs[k])
             for _ in range(per_round):
                 t = time.perf_counter()
                 run(configs[k])

@@ -17,7 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.baselines import anchor, beside, not_measured_row, p50_cell, ratio_cells, time_interleaved, with_ratios
+from bench.baselines import (
+    SETTLE_S,
+    anchor,
+    beside,
+    not_measured_row,
+    p50_cell,
+    ratio_cells,
+    time_interleaved,
+    with_ratios,
+)
 from bench.rpc_roundtrip import start_server, stop_servers
 from delegate import load_delegate
 from delegate.runtime import Interpreter
@@ -76,7 +85,8 @@ def measure(rounds: int = 5, per_round: int = 40, progress=None) -> list[dict]:
                     it.allocate_tensors()
                     run(it, xs)  # warm-up
                 with beside(path, xs, d) as tflrt:
-                    times = time_interleaved(configs, lambda it, xs=xs: run(it, xs), rounds, per_round, tflrt.remote)
+                    times = time_interleaved(configs, lambda it, xs=xs: run(it, xs), rounds, per_round, tflrt.remote,
+                                             warmup=1, settle_s=SETTLE_S)
                 figures = with_ratios(times, tflrt.config)
                 for k in (anchor(1), tflrt.config, *delegates):
                     if k not in figures:

@@ -20,6 +20,14 @@ def test_remote_configurations_are_interleaved_with_local_ones():
     assert calls == ["A", "A", "B", "B", "r2", "r2", "B", "B", "A", "A", "A", "A", "B", "B", "r2"]
 
 
+def test_warmup_runs_are_run_but_not_timed():
+    calls = []
+    times = baselines.time_interleaved({"a": "A"}, calls.append, rounds=2, per_round=2, warmup=1,
+                                       remote={"r": lambda n: calls.append(f"r{n}") or list(range(n))})
+    assert calls == ["A", "A", "A", "r3", "r3", "A", "A", "A"]
+    assert len(times["a"]) == 4 and times["r"] == [1, 2, 1, 2]  # the remote's first run of each round dropped
+
+
 def test_ratios_are_against_both_cpus_and_the_faster_one_is_bold():
     anchor = baselines.anchor(1)
     figures = baselines.with_ratios({anchor: [0.004], "tflrt": [0.002], "nnhal": [0.008]}, "tflrt")
