@@ -129,17 +129,24 @@ _LN2_HI, _LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
 
 
 @numba.njit(inline="always", fastmath=True, error_model="numpy")
+def _exp_parts(x):
+    """exp(x) as e^r (the polynomial) and the int64 bits of the float64 2^n it is to be multiplied
+    by: Cody-Waite reduction to |r| <= ln2/2, degree-11 Taylor polynomial, 2^n from the exponent
+    bits; x clamped to +-700."""
+    x = min(max(x, -700.0), 700.0)
+    m = np.floor(x * _LOG2E + 0.5)
+    r = x - m * _LN2_HI - m * _LN2_LO
+    poly = 1.0 + r * (1.0 + r * (1 / 2 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (
+        1 / 720 + r * (1 / 5040 + r * (1 / 40320 + r * (1 / 362880 + r * (1 / 3628800 + r / 39916800))))))))))
+    return poly, (np.int64(m) + 1023) << 52
+
+
+@numba.njit(inline="always", fastmath=True, error_model="numpy")
 def _exp_into(src, scale, dst, lo, hi, bits):
-    """dst[lo:hi] = exp(scale · src[lo:hi]) within a few float64 ulps (Cody-Waite reduction to
-    |r| <= ln2/2, degree-11 Taylor polynomial, 2^n from the exponent bits): a loop LLVM vectorises,
-    where libm's exp and tanh are a call per element."""
+    """dst[lo:hi] = exp(scale · src[lo:hi]) within a few float64 ulps (``_exp_parts``): a loop LLVM
+    vectorises, where libm's exp and tanh are a call per element."""
     for k in range(lo, hi):
-        x = min(max(scale * src[k], -700.0), 700.0)
-        m = np.floor(x * _LOG2E + 0.5)
-        r = x - m * _LN2_HI - m * _LN2_LO
-        dst[k] = 1.0 + r * (1.0 + r * (1 / 2 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (
-            1 / 720 + r * (1 / 5040 + r * (1 / 40320 + r * (1 / 362880 + r * (1 / 3628800 + r / 39916800))))))))))
-        bits[k] = (np.int64(m) + 1023) << 52
+        dst[k], bits[k] = _exp_parts(scale * src[k])
     powers = bits.view(np.float64)
     for k in range(lo, hi):
         dst[k] *= powers[k]
@@ -150,12 +157,7 @@ def _exp_scaled_into(src, scales, dst, n, bits):
     """dst[:n] = exp(scales[k] · src[k]): ``_exp_into`` with a scale per element, so the gates of
     several activations run through one loop."""
     for k in range(n):
-        x = min(max(scales[k] * src[k], -700.0), 700.0)
-        m = np.floor(x * _LOG2E + 0.5)
-        r = x - m * _LN2_HI - m * _LN2_LO
-        dst[k] = 1.0 + r * (1.0 + r * (1 / 2 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (
-            1 / 720 + r * (1 / 5040 + r * (1 / 40320 + r * (1 / 362880 + r * (1 / 3628800 + r / 39916800))))))))))
-        bits[k] = (np.int64(m) + 1023) << 52
+        dst[k], bits[k] = _exp_parts(scales[k] * src[k])
     powers = bits.view(np.float64)
     for k in range(n):
         dst[k] *= powers[k]
