@@ -123,7 +123,7 @@ def bind_program(plan: Plan, template: dict[int, np.ndarray], inputs: dict[int, 
     for step, dead in zip(plan.program, plan.release):
         if step.spec is not None and (step.ctx.op_type in CONTROL_FLOW or step.spec.data_dependent_outputs):
             return None
-        if getattr(getattr(step.ctx, "executable", None), "loops", ()):
+        if runs_loops(step):
             return None
         infos = [plan.infos[o] for o in step.outputs]
         if any(0 in info.shape for info in infos):
@@ -191,15 +191,26 @@ def _view(step: Step, args: list, out) -> np.ndarray | None:
     return x.reshape(out.shape)
 
 
+def plan_binder(step: Step) -> Callable | None:
+    """A partition's executable's or a fused step's plan's ``bind(inputs, outputs)``, if it has one."""
+    if step.spec is not None:
+        return None
+    holder = getattr(step.ctx, "executable", None)
+    return getattr(getattr(step.ctx, "data", None) if holder is None else holder, "bind", None)
+
+
+def runs_loops(step: Step) -> bool:
+    """Whether a partition step's executable runs loops (a graph backend's lowered WHILE): it is
+    then called with the execution's deadline and loop timeout, which bound it."""
+    return bool(getattr(getattr(step.ctx, "executable", None), "loops", ()))
+
+
 def _bind_step(step: Step, args: list, dests: list) -> Callable[[], object] | None:
     if step.kernel.bind is not None:
         return step.kernel.bind(step.ctx, args, dests)
-    if step.spec is None:  # a partition (its executable) or a fused step (its plan)
-        holder = getattr(step.ctx, "executable", None)
-        holder = getattr(step.ctx, "data", None) if holder is None else holder
-        binder = getattr(holder, "bind", None)
-        if binder is not None and all(a is not None and a.flags.c_contiguous for a in args):
-            return binder(args, dests)
+    binder = plan_binder(step)
+    if binder is not None and all(a is not None and a.flags.c_contiguous for a in args):
+        return binder(args, dests)
     return None
 
 
@@ -222,4 +233,4 @@ def _executed(step: Step, args: list, dests: list) -> Callable[[], None]:
     return run
 
 
-__all__ = ["BoundProgram", "VIEWS", "bind_program"]
+__all__ = ["BoundProgram", "VIEWS", "bind_program", "plan_binder", "runs_loops"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hal import control_flow
-from hal.bound_program import bind_program
+from hal.bound_program import bind_program, plan_binder, runs_loops
 from hal.compiler import CompiledModel
 from hal.errors import HalError, RuntimeValueNeeded
 from hal.model import Request
@@ -163,7 +163,7 @@ class _Bound:
         steps = []
         for step, dead in zip(plan.program, plan.release):
             # 1: IF / WHILE run here; 2: a partition whose graph loops, run with the execution's limits
-            flow = 1 if step.spec is not None and step.ctx.op_type in CONTROL_FLOW else 2 if _loops(step) else 0
+            flow = 1 if step.spec is not None and step.ctx.op_type in CONTROL_FLOW else 2 if runs_loops(step) else 0
             outs = tuple((o, plan.infos[o].shape, plan.infos[o].dtype, j) for j, o in enumerate(step.outputs))
             steps.append((step, step.kernel.execute, step.ctx, step.inputs, outs, dead, flow))
         return cls(template, tuple(compiled.input_indexes), tuple(compiled.output_indexes), tuple(steps),
@@ -205,12 +205,6 @@ class _Bound:
             for o in dead:  # the memory plan: this step was the tensor's last reader
                 values[o] = None
         return [values[o] for o in self.outputs]
-
-
-def _loops(step: Step) -> bool:
-    """Whether a partition step's executable runs loops (a graph backend's lowered WHILE): it is
-    then called with the execution's deadline and loop timeout, which bound it."""
-    return bool(getattr(getattr(step.ctx, "executable", None), "loops", ()))
 
 
 def _zero_sized_output(step: Step, infos: list[OperandInfo]) -> bool:
@@ -287,11 +281,7 @@ def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.nda
 def _bind_single(compiled: CompiledModel, plan: Plan, inputs: list[np.ndarray], outputs: list[np.ndarray]):
     """``bind`` of a program of one step that binds the model's own arrays, or None."""
     step = plan.program[0]
-    holder = None
-    if step.spec is None:  # a partition (its executable) or a fused step (its plan)
-        holder = getattr(step.ctx, "executable", None)
-        holder = getattr(step.ctx, "data", None) if holder is None else holder
-    binder = getattr(holder, "bind", None)
+    binder = plan_binder(step)
     if binder is None or sorted(step.inputs) != sorted(compiled.input_indexes) \
             or sorted(step.outputs) != sorted(compiled.output_indexes):
         return None
@@ -302,7 +292,7 @@ def _bind_single(compiled: CompiledModel, plan: Plan, inputs: list[np.ndarray], 
         if arr.shape != info.shape or arr.dtype != info.dtype or not arr.flags.c_contiguous:
             return None
     run = binder([np.ascontiguousarray(by_operand[i]) for i in step.inputs], [out_by_operand[o] for o in step.outputs])
-    loops = _loops(step)
+    loops = runs_loops(step)
     # what each execution records, looked up once: the runner is a burst's whole per-request work
     index, op_type, backend, count, clock = step.index, step.ctx.op_type, step.kernel.backend, len(step.operations), \
         time.perf_counter_ns
