@@ -10,6 +10,7 @@ the two CPUs is in bold.
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -66,30 +67,40 @@ def beside(path: str, inputs: list, folder: str) -> Iterator[Beside]:
 
 #: The benchmarks' pause between configurations (time_interleaved's ``settle_s``).
 SETTLE_S = 0.01
+#: The benchmarks' untimed invokes before a configuration's timed ones (time_interleaved's
+#: ``warmup_s``): after SETTLE_S idle, a small model's invokes take this long to come back to
+#: their back-to-back time (a service's threads and caches wake up; LiteRT's caches too).
+WARMUP_S = 0.002
 
 
 def time_interleaved(configs: dict, run, rounds: int, per_round: int,
                      remote: dict[str, Callable[[int], list[float]]] | None = None,
-                     warmup: int = 0, settle_s: float = 0.0) -> dict[str, list[float]]:
+                     warmup: int = 0, settle_s: float = 0.0, warmup_s: float = 0.0) -> dict[str, list[float]]:
     """Seconds per ``run(config)``, configurations interleaved round by round, the order reversed
     every other round (no first-run or thermal bias toward one of them). ``remote``: configurations
     another process times, ``f(n)`` -> the seconds of its n runs (tflite-runtime's worker).
-    ``warmup``: untimed runs of a configuration before its timed ones in each round, so the figures
-    are of back-to-back invokes (an app's loop), not of the first invoke after another
-    configuration ran (its caches cold; a service's thread asleep). ``settle_s``: a pause before
-    each configuration's runs, so that none runs while the one before still holds a core (LiteRT's
-    2-thread interpreter leaves its worker spinning for milliseconds after an invoke)."""
+    ``warmup``, ``warmup_s``: untimed runs of a configuration before its timed ones in each round,
+    at least ``warmup`` of them and at least ``warmup_s`` of its time (counted from the runs of
+    earlier rounds), so the figures are of back-to-back invokes (an app's loop), not of the first
+    invokes after another configuration ran (its caches cold, a service's thread asleep): a model
+    of tens of microseconds takes a few hundred microseconds of invokes to get there again.
+    ``settle_s``: a pause before each configuration's runs, so that none runs while the one before
+    still holds a core (LiteRT's 2-thread interpreter leaves its worker spinning for milliseconds
+    after an invoke)."""
     remote = remote or {}
     times: dict[str, list[float]] = {k: [] for k in [*configs, *remote]}
     keys = list(times)
     for r in range(rounds):
         for k in (keys if r % 2 == 0 else reversed(keys)):
+            n_warm = warmup
+            if warmup_s and times[k]:
+                n_warm = max(warmup, math.ceil(warmup_s / max(statistics.median(times[k]), 1e-7)))
             if settle_s:
                 time.sleep(settle_s)
             if k in remote:
-                times[k] += remote[k](warmup + per_round)[warmup:]
+                times[k] += remote[k](n_warm + per_round)[n_warm:]
                 continue
-            for _ in range(warmup):
+            for _ in range(n_warm):
                 run(configs[k])
             for _ in range(per_round):
                 t = time.perf_counter()

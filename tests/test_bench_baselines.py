@@ -28,6 +28,17 @@ def test_warmup_runs_are_run_but_not_timed():
     assert len(times["a"]) == 4 and times["r"] == [1, 2, 1, 2]  # the remote's first run of each round dropped
 
 
+def test_warmup_time_adds_untimed_runs_to_short_configurations():
+    """A configuration whose runs took 1 ms in earlier rounds gets warmup_s / 1 ms untimed runs
+    before its timed ones; one slower than warmup_s keeps the ``warmup`` count."""
+    calls = []
+    remote = {"short": lambda n: calls.append(n) or [1e-3] * n, "long": lambda n: calls.append(-n) or [1.0] * n}
+    times = baselines.time_interleaved({}, None, rounds=3, per_round=2, remote=remote, warmup=1, warmup_s=0.005)
+    # round 0: no figures yet (warmup 1); round 1 reversed; round 2 in order
+    assert calls == [3, -3, -3, 7, 7, -3]
+    assert times["short"] == [1e-3] * 6 and times["long"] == [1.0] * 6
+
+
 def test_ratios_are_against_both_cpus_and_the_faster_one_is_bold():
     anchor = baselines.anchor(1)
     figures = baselines.with_ratios({anchor: [0.004], "tflrt": [0.002], "nnhal": [0.008]}, "tflrt")
