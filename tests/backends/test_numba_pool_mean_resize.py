@@ -148,7 +148,7 @@ def _mean(dtype, shape, axes, keep, q):
     ([1, 7, 7, 13], [1, 2], True), ([2, 5, 3, 40], [2, 1], True), ([3, 1, 9, 2], [1, 2], False),
     ([1, 112, 112, 3], [1, 2], True), ([4, 6, 33], [-1], False), ([2, 3, 4, 5], [3], True), ([257], [0], True),
     ([2, 3, 4, 5], [1], False), ([2, 3, 4, 5], [1, 2, 3], True), ([2, 3, 4, 5], [0, 1], False),
-    ([3, 4], [0], True), ([6, 1, 1, 7], [1, 2], True),
+    ([3, 4], [0], True), ([6, 1, 1, 7], [1, 2], True), ([1, 9, 9, 150], [1, 2], True), ([2, 4, 70], [1], False),
 ])
 def test_mean_contiguous_axes(dtype, shape, axes, keep):
     rng = np.random.default_rng(len(shape) * 100 + sum(shape))
