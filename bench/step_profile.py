@@ -13,11 +13,13 @@ import ctypes
 import sys
 import time
 
+import llvmlite.binding as llvm
 import numpy as np
 
 from delegate.mapping import convert_partition
 from delegate.tfl import read_model
 from hal import backends
+from hal.backends.numba_kernels import vnni
 from hal.compiler import compile_model
 from hal.executor import bind
 from hal.types import OperationType as Op
@@ -33,8 +35,6 @@ _CHAINS = 12  # independent accumulators: more than latency × throughput, so th
 
 def vnni_peak_macs_per_s(iterations: int = 20_000_000) -> float | None:
     """u8 × s8 multiply-accumulates per second of one core's ``vpdpbusd`` (None without AVX-512 VNNI)."""
-    import llvmlite.binding as llvm
-    from hal.backends.numba_kernels import vnni
     if not vnni.AVAILABLE:
         return None
     llvm.initialize_native_target()
