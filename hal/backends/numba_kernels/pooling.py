@@ -9,7 +9,8 @@ the channels (contiguous in NHWC) as the vectorised inner loop.
   with ``n`` the window's cell count. The quotient is computed as a float64 division truncated:
   exact for operands below 2^52, and it vectorises where an integer division does not.
 * MAX_POOL_2D: the maximum of the covered cells (the stored values: input and output share one
-  quantization).
+  quantization): the window's rows first, over whole input rows; then each window's columns, 64
+  channels per step (``_window_max``).
 Both clamp to the fused activation's range. NCHW declines (the reference backend transposes).
 """
 from __future__ import annotations
@@ -19,10 +20,15 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from hal import quant
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.simd import masked_load, masked_store, splat
 from hal.operations.common import QUANT8
 from hal.operations.pooling import AVG, MAX, PoolParams
 from hal.registry import OperationContext
@@ -71,19 +77,57 @@ Q8 = (np.int8, np.uint8)
 _SIGS = [numba.void(ro(t, 4), *[I64] * 8, rw(t, 4)) for t in Q8]
 
 
+@intrinsic
+def _window_max(typingctx, row, first, count, c, lo, hi, out, o):
+    """``out[o + ch] = clamp(max_k row[first + k·c + ch], lo, hi)`` for ch < ``c``, k < ``count``
+    (>= 1): a window's columns, 64 channels per step (the last step's lanes past ``c`` masked),
+    where a loop over a few dozen channels would stay scalar."""
+    sig = types.void(row, first, count, c, lo, hi, out, o)
+    signed = row.dtype == types.int8
+
+    def codegen(context, builder, signature, args):
+        row_arr, first_v, count_v, c_v, lo_v, hi_v, out_arr, o_v = args
+        i8, i64 = ir.IntType(8), ir.IntType(64)
+        v8 = ir.VectorType(i8, 64)
+        sa = signature.args
+        r_ptr = builder.bitcast(context.make_array(sa[0])(context, builder, row_arr).data, i8.as_pointer())
+        o_ptr = builder.bitcast(context.make_array(sa[6])(context, builder, out_arr).data, i8.as_pointer())
+        lanes = ir.Constant(v8, list(range(64)))
+        zero = ir.Constant(v8, [0] * 64)
+        lo8, hi8 = (splat(builder, builder.trunc(v, i8), v8) for v in (lo_v, hi_v))
+
+        def above(a, b):
+            return builder.icmp_signed(">", a, b) if signed else builder.icmp_unsigned(">", a, b)
+        with cgutils.for_range_slice(builder, ir.Constant(i64, 0), c_v, ir.Constant(i64, 64)) as (ch, _):
+            left = builder.sub(c_v, ch)
+            left = builder.select(builder.icmp_signed("<", left, ir.Constant(i64, 64)), left, ir.Constant(i64, 64))
+            keep = builder.icmp_unsigned("<", lanes, splat(builder, builder.trunc(left, i8), v8))
+            at = builder.add(first_v, ch)
+            best = cgutils.alloca_once_value(builder, masked_load(builder, builder.gep(r_ptr, [at]), v8, keep, zero))
+            with cgutils.for_range(builder, builder.sub(count_v, ir.Constant(i64, 1))) as loop:
+                k = builder.add(loop.index, ir.Constant(i64, 1))
+                v = masked_load(builder, builder.gep(r_ptr, [builder.add(at, builder.mul(k, c_v))]), v8, keep, zero)
+                b = builder.load(best)
+                builder.store(builder.select(above(v, b), v, b), best)
+            b = builder.load(best)
+            b = builder.select(above(lo8, b), lo8, b)
+            b = builder.select(above(b, hi8), hi8, b)
+            masked_store(builder, b, builder.gep(o_ptr, [builder.add(o_v, ch)]), keep)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
 _SIGS_MAX = [numba.void(ro(t, 1), *[I64] * 14, rw(t, 1)) for t in Q8]
 
 
 @numba.njit(_SIGS_MAX, cache=True, nogil=True)
 def _max_pool_rows(x, n_b, h, w, c, fh, fw, sh, sw, top, left, out_h, out_w, lo, hi, out):
     """Flat NHWC bytes. Per output row: the maximum over the window's input rows, over whole rows
-    (contiguous, vectorised), then over each window's columns, channels innermost. Indexes are
+    (contiguous, vectorised), then over each window's columns (``_window_max``). Indexes are
     unsigned: numba's guard against a negative index would keep the loops scalar."""
     u = np.uint64
     wc = u(w * c)
     row = np.empty(w * c, dtype=x.dtype)
-    acc = np.empty(c, dtype=x.dtype)
-    cu = u(c)
     for n in range(n_b):
         for oy in range(out_h):
             y0 = oy * sh - top
@@ -101,29 +145,13 @@ def _max_pool_rows(x, n_b, h, w, c, fh, fw, sh, sw, top, left, out_h, out_w, lo,
                     a, v = row[j], x[base + j]
                     row[j] = v if v > a else a
                     j += u(1)
-            o = u((n * out_h + oy) * out_w * c)
+            o = (n * out_h + oy) * out_w * c
             for ox in range(out_w):
                 x0 = ox * sw - left
                 x1 = min(x0 + fw, w)
                 x0 = max(x0, 0)
-                first = u(x0 * c)
-                ch = u(0)
-                while ch < cu:
-                    acc[ch] = row[first + ch]
-                    ch += u(1)
-                for ix in range(x0 + 1, x1):
-                    at = u(ix * c)
-                    ch = u(0)
-                    while ch < cu:
-                        a, v = acc[ch], row[at + ch]
-                        acc[ch] = v if v > a else a
-                        ch += u(1)
-                ch = u(0)
-                while ch < cu:
-                    a = acc[ch]
-                    out[o + ch] = lo if a < lo else (hi if a > hi else a)
-                    ch += u(1)
-                o += cu
+                _window_max(row, x0 * c, x1 - x0, c, lo, hi, out, o)
+                o += c
 
 
 @numba.njit(_SIGS, cache=True, nogil=True)
