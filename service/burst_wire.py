@@ -161,6 +161,10 @@ class Reply(NamedTuple):
     shapes_raw: bytes = b""
 
 
+#: A Reply from its fields' tuple, without NamedTuple's keyword-handling constructor (every reply is one).
+_new_reply = tuple.__new__
+
+
 def pack_shapes(shapes: list[OutputShape]) -> bytes:
     """The reply's output shape records (a bound execution's are packed once and reused)."""
     out = bytearray()
@@ -180,6 +184,12 @@ def write_reply(view: memoryview, seq: int, status: int, message: str, shapes: b
     view[SHAPES_OFFSET:SHAPES_OFFSET + len(shapes)] = shapes
 
 
+def write_success(view: memoryview, seq: int, t_dev: int, t_drv: int, shared: bool) -> None:
+    """A successful reply whose output shape records are already in place (``write_reply`` wrote
+    them for an earlier reply, and nothing has written that area since): the fixed part alone."""
+    REP.pack_into(view, REPLY_OFFSET, seq, 0, 0, t_dev, t_drv, REPLY_SHARED if shared else 0)
+
+
 def read_reply(view: memoryview, n_outputs: int, known: tuple[bytes, list[tuple[int, ...]]] | None = None) -> Reply:
     """The reply; ``known``: (raw bytes, shapes) of output shapes read before, reused when the
     reply's shape records are those same bytes (a static model's every reply)."""
@@ -193,7 +203,7 @@ def read_reply(view: memoryview, n_outputs: int, known: tuple[bytes, list[tuple[
         for k in range(n_outputs):
             rank, _, *dims = SHAPE.unpack_from(raw, k * SHAPE.size)
             shapes.append(tuple(dims[:min(rank, MAX_DIMS)]))
-    return Reply(seq, status, message, shapes, t_dev, t_drv, bool(flags & REPLY_SHARED), raw)
+    return _new_reply(Reply, (seq, status, message, shapes, t_dev, t_drv, bool(flags & REPLY_SHARED), raw))
 
 
 # ---- the handshake -------------------------------------------------------------------------------

@@ -98,6 +98,8 @@ class LocalBurstServer:
         #: but for its number is served without decoding its header.
         self._bound_header: wire.RequestHeader | None = None
         self._bound_request: tuple[bytes, bytes, int] = (b"", b"", 0)
+        #: The output shape records the reply area holds (the very bytes object written), if any.
+        self._shapes_written: bytes | None = None
         self.closed = threading.Event()
         self.thread = threading.Thread(target=self._run, name="nnhal-local-burst", daemon=True)
         self.thread.start()
@@ -185,11 +187,12 @@ class LocalBurstServer:
                 shapes = wire.pack_shapes(result.output_shapes)
             if again is None and self._bound is not None:
                 self._bound_header, self._bound_request = header, wire.request_key(view, header)
-            if header.measure:
-                wire.write_reply(view, seq, ErrorStatus.NONE, "", shapes, result.time_on_device_ns,
-                                 result.time_in_driver_ns, self.shared)
+            t_dev, t_drv = (result.time_on_device_ns, result.time_in_driver_ns) if header.measure else (-1, -1)
+            if shapes is self._shapes_written:  # a bound model's every reply after its first
+                wire.write_success(view, seq, t_dev, t_drv, self.shared)
             else:
-                wire.write_reply(view, seq, ErrorStatus.NONE, "", shapes, -1, -1, self.shared)
+                wire.write_reply(view, seq, ErrorStatus.NONE, "", shapes, t_dev, t_drv, self.shared)
+                self._shapes_written = shapes
         except HalError as e:
             self._fail(view, seq, e.status, e.message, getattr(e, "output_shapes", None) or [])
         except Exception as e:  # noqa: BLE001 - never let a request kill the burst thread
@@ -231,6 +234,7 @@ class LocalBurstServer:
             return None  # e.g. a scalar sent with dimensions: served, but validated each time
 
     def _fail(self, view: memoryview, seq: int, status, message: str, shapes) -> None:
+        self._shapes_written = None
         wire.write_reply(view, seq, status, message, wire.pack_shapes(shapes), -1, -1, self.shared)
 
 
