@@ -86,6 +86,10 @@ def read_graph(ctx_p: int, memory: ReadableMemory | None = None) -> tuple[TfLite
     """Snapshot of the interpreter's current graph as a TfLiteGraph (node k = plan[k]); ``memory``:
     the process's mappings if just read (else read here).
 
+    Constants are read-only views of the model's buffers, not copies (a warm start reads them only
+    to hash them): valid while the Interpreter lives, so only TFLite's callbacks read them, and a
+    kernel drops the snapshot when TFLite frees it (delegate.nnhal_kernel).
+
     Raises CorruptModelError (one line) rather than read a constant, name or custom-options range
     that lies outside readable memory, or hand TFLite back a graph its node replacement crashes on."""
     ctx = TfLiteContext.from_address(ctx_p)
@@ -190,9 +194,10 @@ def _read_tensor(ctx: TfLiteContext, i: int, memory: ReadableMemory) -> GraphTen
     if t.allocation_type == capi.kTfLiteMmapRo and t.data and t.type in capi.TFLITE_TYPE_DTYPE:
         _check_constant(i, name, t, shape, sparsity is None, memory)
         if sparsity is None:
-            data = capi.tensor_array(t).copy()
+            data = capi.tensor_array(t)
         else:  # only the stored values: densified by delegate.mapping.folding
-            data = np.frombuffer((C.c_char * t.bytes).from_address(t.data), capi.TFLITE_TYPE_DTYPE[t.type]).copy()
+            data = np.frombuffer((C.c_char * t.bytes).from_address(t.data), capi.TFLITE_TYPE_DTYPE[t.type])
+        data.flags.writeable = False  # the model's own bytes (often a read-only file mapping)
     return GraphTensor(index=i, name=name,
                        type=capi.TFLITE_TYPE_TO_SCHEMA.get(t.type, -1), shape=shape, shape_signature=sig,
                        scales=scales, zero_points=zps, quantized_dimension=qdim, data=data,
