@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 
 from delegate import capi
 from delegate.cost import CostModel
@@ -90,15 +91,31 @@ class NnhalDelegate(SimpleDelegateInterface):
         self._record: DelegationRecord | None = None
         self._probed: dict[int, str | None] | None = None
         self._made: list[NnhalKernel] = []
+        #: The connection, started now: it overlaps TFLite reading the model (the delegate connects
+        #: when TFLite first prepares it, and a unix-socket session costs a handshake and two round trips).
+        self._early: _EarlyConnect | None = _EarlyConnect(self._connector())
 
     # ---- service connection ---------------------------------------------------
+    def _connector(self):
+        """A call that connects to the service (capturing the options, not the delegate)."""
+        from delegate.embedded import connect
+        address, tls = self.options.service_address, self.options.tls
+
+        def run() -> Client:
+            return connect(address, **(tls.connect_kwargs() if tls else {}))
+        return run
+
     def connect(self) -> Client | None:
         if self.client is not None:
             return self.client
-        from delegate.embedded import connect
+        early, self._early = self._early, None
         try:
-            tls = self.options.tls
-            self.client = connect(self.options.service_address, **(tls.connect_kwargs() if tls else {}))
+            # the early attempt's answer, unless it had already failed before this prepare (then it is
+            # stale: the service may have started since): connect again
+            if early is not None and not early.failed():
+                self.client = early.result()
+            else:
+                self.client = self._connector()()
             self.report.service = self.client.address
         except ServiceUnavailableError as e:
             self.report.error = str(e)
@@ -207,6 +224,32 @@ class NnhalDelegate(SimpleDelegateInterface):
                     by_node[node].backend = ",".join(names)
 
 
+
+
+class _EarlyConnect:
+    """``connect()`` run in a thread started now; ``result()`` waits for it (and raises its error)."""
+
+    def __init__(self, connect) -> None:
+        self._out: list = []
+        self._thread = threading.Thread(target=self._run, args=(connect,), daemon=True, name="nnhal-connect")
+        self._thread.start()
+
+    def _run(self, connect) -> None:
+        try:
+            self._out.append((connect(), None))
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread by result()
+            self._out.append((None, e))
+
+    def failed(self) -> bool:
+        """Finished, with an error."""
+        return not self._thread.is_alive() and self._out[0][1] is not None
+
+    def result(self):
+        self._thread.join()
+        client, error = self._out[0]
+        if error is not None:
+            raise error
+        return client
 
 
 def load_delegate(service_address: str | None = None, **options) -> PythonDelegate:
