@@ -26,7 +26,6 @@ import hashlib
 import json
 import logging
 import os
-import threading
 from dataclasses import dataclass
 
 import blake3
@@ -184,28 +183,6 @@ def weights_digest(graph: TfLiteGraph) -> bytes:
             weights.update(len(view).to_bytes(8, "little"))
             weights.update(view)
     return weights.digest()
-
-
-class WeightsDigest:
-    """weights_digest(graph), computed in a thread started now; ``result()`` waits for it."""
-
-    def __init__(self, graph: TfLiteGraph) -> None:
-        self._out: list = []
-        self._thread = threading.Thread(target=self._run, args=(graph,), daemon=True, name="nnhal-fingerprint")
-        self._thread.start()
-
-    def _run(self, graph: TfLiteGraph) -> None:
-        try:
-            self._out.append((weights_digest(graph), None))
-        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread by result()
-            self._out.append((None, e))
-
-    def result(self) -> bytes:
-        self._thread.join()
-        digest, error = self._out[0]
-        if error is not None:
-            raise error
-        return digest
 
 
 def record_key(fingerprint: bytes, options: object, salt: bytes, service_version: str,

@@ -22,19 +22,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 
 from delegate import capi
+from delegate.background import Background
 from delegate.cost import CostModel
 from delegate.delegation_record import (
     DelegationRecord,
     PartitionRecord,
-    WeightsDigest,
     fetch_record,
     graph_fingerprint,
     record_key,
     record_of,
     recordable,
+    weights_digest,
 )
 from delegate.delegation_report import DelegationReport, NodeReport, fill_report  # noqa: F401 (re-exported)
 from delegate.mapping import MappingError
@@ -93,7 +93,7 @@ class NnhalDelegate(SimpleDelegateInterface):
         self._made: list[NnhalKernel] = []
         #: The connection, started now: it overlaps TFLite reading the model (the delegate connects
         #: when TFLite first prepares it, and a unix-socket session costs a handshake and two round trips).
-        self._early: _EarlyConnect | None = _EarlyConnect(self._connector())
+        self._early: Background | None = Background("nnhal-connect", self._connector())
 
     # ---- service connection ---------------------------------------------------
     def _connector(self):
@@ -135,7 +135,8 @@ class NnhalDelegate(SimpleDelegateInterface):
             self.report = report
         self._current = report
         # the record's key hashes every weight: in a thread (BLAKE3 runs without the GIL) while connecting
-        weights = WeightsDigest(as_read) if context.subgraph == 0 and recordable(as_read) else None
+        weights = Background("nnhal-fingerprint", weights_digest, as_read) \
+            if context.subgraph == 0 and recordable(as_read) else None
         if self.connect() is None:
             for r in report.nodes:
                 r.reason = "nnhal service unreachable"
@@ -224,32 +225,6 @@ class NnhalDelegate(SimpleDelegateInterface):
                     by_node[node].backend = ",".join(names)
 
 
-
-
-class _EarlyConnect:
-    """``connect()`` run in a thread started now; ``result()`` waits for it (and raises its error)."""
-
-    def __init__(self, connect) -> None:
-        self._out: list = []
-        self._thread = threading.Thread(target=self._run, args=(connect,), daemon=True, name="nnhal-connect")
-        self._thread.start()
-
-    def _run(self, connect) -> None:
-        try:
-            self._out.append((connect(), None))
-        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread by result()
-            self._out.append((None, e))
-
-    def failed(self) -> bool:
-        """Finished, with an error."""
-        return not self._thread.is_alive() and self._out[0][1] is not None
-
-    def result(self):
-        self._thread.join()
-        client, error = self._out[0]
-        if error is not None:
-            raise error
-        return client
 
 
 def load_delegate(service_address: str | None = None, **options) -> PythonDelegate:
