@@ -124,7 +124,23 @@ def read_graph(ctx_p: int, memory: ReadableMemory | None = None) -> tuple[TfLite
                                intermediates=tuple(int_array(node.intermediates))))
     constants = {i for i in range(ctx.tensors_size) if capi.tensor_at(ctx, i).allocation_type == capi.kTfLiteMmapRo}
     _check_dataflow(nodes, plan, constants)
-    return TfLiteGraph(tensors=tensors, nodes=nodes, inputs=[], outputs=[]), plan
+    return TfLiteGraph(tensors=tensors, nodes=nodes, inputs=[], outputs=[],
+                       constant_bytes=_constant_bytes(tensors, memory)), plan
+
+
+def _constant_bytes(tensors: list[GraphTensor], memory: ReadableMemory) -> tuple[int, memoryview] | None:
+    """The memory holding every constant, from the first one's byte to the last one's end, when it is
+    readable without a gap and not much larger than the constants (TFLite keeps them all in the
+    model's buffer): (its address, a read-only view). None otherwise."""
+    ranges = [(t.data.__array_interface__["data"][0], t.data.nbytes) for t in tensors
+              if t.data is not None and t.data.nbytes]
+    if not ranges or not memory.known:
+        return None
+    lo = min(a for a, _ in ranges)
+    hi = max(a + n for a, n in ranges)
+    if hi - lo > 2 * sum(n for _, n in ranges) + (1 << 20) or not memory.readable(lo, hi - lo):
+        return None
+    return lo, memoryview((C.c_char * (hi - lo)).from_address(lo)).cast("B").toreadonly()
 
 
 def unpreparable_nodes(ctx_p: int, plan: list[int]) -> list[int]:

@@ -134,7 +134,8 @@ class NnhalDelegate(SimpleDelegateInterface):
         else:
             self.report = report
         self._current = report
-        # the record's key hashes every weight: in a thread (BLAKE3 runs without the GIL) while connecting
+        # the record's key hashes every weight: in a thread (BLAKE3 runs without the GIL) while the
+        # connection is awaited and the rest of the key is hashed
         weights = Background("nnhal-fingerprint", weights_digest, as_read) \
             if context.subgraph == 0 and recordable(as_read) else None
         if self.connect() is None:
@@ -144,7 +145,7 @@ class NnhalDelegate(SimpleDelegateInterface):
         self.partition_options = dataclasses.replace(self.partition_options, cost=self._cost_model())
         self._record_key, self._record, self._probed, self._made = None, None, None, []
         if weights is not None and self._cost and self._cost[0] is self.client and self.client.version:
-            self._record_key = record_key(graph_fingerprint(as_read, weights.result()), self.options,
+            self._record_key = record_key(graph_fingerprint(as_read, weights.result), self.options,
                                           self.options.token_salt(), self.client.version, self._cost[2])
             self._record = fetch_record(self.client, self._record_key, len(context.graph.nodes))
         return True
