@@ -91,8 +91,8 @@ class NnhalDelegate(SimpleDelegateInterface):
         self._record: DelegationRecord | None = None
         self._probed: dict[int, str | None] | None = None
         self._made: list[NnhalKernel] = []
-        #: The connection, started now: it overlaps TFLite reading the model (the delegate connects
-        #: when TFLite first prepares it, and a unix-socket session costs a handshake and two round trips).
+        #: The connection (ticket handshake, channel, session), started now in a thread: it overlaps
+        #: TFLite loading the model and the graph snapshot; the first prepare takes it (connect).
         self._early: Background | None = Background("nnhal-connect", self._connector())
 
     # ---- service connection ---------------------------------------------------
