@@ -26,8 +26,8 @@ import hashlib
 import json
 import logging
 import os
-import threading
 from dataclasses import dataclass
+from typing import Callable
 
 import blake3
 import numpy as np
@@ -157,9 +157,10 @@ def recordable(graph: TfLiteGraph) -> bool:
     return not any(n.builtin_code in _CONTROL_FLOW for n in graph.nodes)
 
 
-def graph_fingerprint(graph: TfLiteGraph, weights: bytes | None = None) -> bytes:
+def graph_fingerprint(graph: TfLiteGraph, weights: bytes | Callable[[], bytes] | None = None) -> bytes:
     """Digest of everything the mapping reads of ``graph``: the constants' bytes (``weights``:
-    weights_digest's, computed here if not given) and every other field of its tensors and nodes."""
+    weights_digest's, or a call that waits for it, called once the rest is hashed; computed here
+    if not given) and every other field of its tensors and nodes."""
     described = []
     for t in graph.tensors:
         data = None if t.data is None else (t.data.dtype.str, t.data.shape)
@@ -169,14 +170,33 @@ def graph_fingerprint(graph: TfLiteGraph, weights: bytes | None = None) -> bytes
         described.append((n.index, n.builtin_code, n.inputs, n.outputs, _canonical(n.options), n.custom_code,
                           n.custom_options, n.version, n.intermediates))
     h = hashlib.sha256(repr(described).encode())
-    h.update(weights_digest(graph) if weights is None else weights)
+    h.update(weights_digest(graph) if weights is None else weights if isinstance(weights, bytes) else weights())
     return h.digest()
 
 
 def weights_digest(graph: TfLiteGraph) -> bytes:
-    """BLAKE3 of every constant's bytes (read in place), each preceded by its length. BLAKE3 runs
-    without the GIL: the delegate computes this in a thread while it connects to the service."""
+    """BLAKE3 of every constant's bytes, read in place. Where the snapshot has the memory holding them
+    all (``constant_bytes``), that memory in one call (which runs without the GIL, so the thread
+    computing it is not held up by the delegate's Python meanwhile) after each constant's position
+    and length in it; else each constant after its length. The two spellings never meet: each
+    begins with its own tag."""
     weights = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    span = graph.constant_bytes
+    if span is not None:
+        lo, memory = span
+        table = []
+        for t in graph.tensors:
+            if t.data is not None:
+                at = t.data.__array_interface__["data"][0] - lo if t.data.nbytes else 0
+                if not 0 <= at <= len(memory) - t.data.nbytes or not t.data.flags.c_contiguous:
+                    break  # not in that memory (a rewritten graph): each constant on its own
+                table += (t.index, at, t.data.nbytes)
+        else:
+            weights.update(b"in place\0")
+            weights.update(np.array(table, dtype="<i8").tobytes())
+            weights.update(memory)
+            return weights.digest()
+    weights.update(b"each\0")
     for t in graph.tensors:
         data = t.data
         if data is not None:
@@ -184,28 +204,6 @@ def weights_digest(graph: TfLiteGraph) -> bytes:
             weights.update(len(view).to_bytes(8, "little"))
             weights.update(view)
     return weights.digest()
-
-
-class WeightsDigest:
-    """weights_digest(graph), computed in a thread started now; ``result()`` waits for it."""
-
-    def __init__(self, graph: TfLiteGraph) -> None:
-        self._out: list = []
-        self._thread = threading.Thread(target=self._run, args=(graph,), daemon=True, name="nnhal-fingerprint")
-        self._thread.start()
-
-    def _run(self, graph: TfLiteGraph) -> None:
-        try:
-            self._out.append((weights_digest(graph), None))
-        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread by result()
-            self._out.append((None, e))
-
-    def result(self) -> bytes:
-        self._thread.join()
-        digest, error = self._out[0]
-        if error is not None:
-            raise error
-        return digest
 
 
 def record_key(fingerprint: bytes, options: object, salt: bytes, service_version: str,

@@ -86,6 +86,10 @@ def read_graph(ctx_p: int, memory: ReadableMemory | None = None) -> tuple[TfLite
     """Snapshot of the interpreter's current graph as a TfLiteGraph (node k = plan[k]); ``memory``:
     the process's mappings if just read (else read here).
 
+    Constants are read-only views of the model's buffers, not copies (a warm start reads them only
+    to hash them): valid while the Interpreter lives, so only TFLite's callbacks read them, and a
+    kernel drops the snapshot when TFLite frees it (delegate.nnhal_kernel).
+
     Raises CorruptModelError (one line) rather than read a constant, name or custom-options range
     that lies outside readable memory, or hand TFLite back a graph its node replacement crashes on."""
     ctx = TfLiteContext.from_address(ctx_p)
@@ -120,7 +124,23 @@ def read_graph(ctx_p: int, memory: ReadableMemory | None = None) -> tuple[TfLite
                                intermediates=tuple(int_array(node.intermediates))))
     constants = {i for i in range(ctx.tensors_size) if capi.tensor_at(ctx, i).allocation_type == capi.kTfLiteMmapRo}
     _check_dataflow(nodes, plan, constants)
-    return TfLiteGraph(tensors=tensors, nodes=nodes, inputs=[], outputs=[]), plan
+    return TfLiteGraph(tensors=tensors, nodes=nodes, inputs=[], outputs=[],
+                       constant_bytes=_constant_bytes(tensors, memory)), plan
+
+
+def _constant_bytes(tensors: list[GraphTensor], memory: ReadableMemory) -> tuple[int, memoryview] | None:
+    """The memory holding every constant, from the first one's byte to the last one's end, when it is
+    readable without a gap and not much larger than the constants (TFLite keeps them all in the
+    model's buffer): (its address, a read-only view). None otherwise."""
+    ranges = [(t.data.__array_interface__["data"][0], t.data.nbytes) for t in tensors
+              if t.data is not None and t.data.nbytes]
+    if not ranges or not memory.known:
+        return None
+    lo = min(a for a, _ in ranges)
+    hi = max(a + n for a, n in ranges)
+    if hi - lo > 2 * sum(n for _, n in ranges) + (1 << 20) or not memory.readable(lo, hi - lo):
+        return None
+    return lo, memoryview((C.c_char * (hi - lo)).from_address(lo)).cast("B").toreadonly()
 
 
 def unpreparable_nodes(ctx_p: int, plan: list[int]) -> list[int]:
@@ -190,9 +210,10 @@ def _read_tensor(ctx: TfLiteContext, i: int, memory: ReadableMemory) -> GraphTen
     if t.allocation_type == capi.kTfLiteMmapRo and t.data and t.type in capi.TFLITE_TYPE_DTYPE:
         _check_constant(i, name, t, shape, sparsity is None, memory)
         if sparsity is None:
-            data = capi.tensor_array(t).copy()
+            data = capi.tensor_array(t)
         else:  # only the stored values: densified by delegate.mapping.folding
-            data = np.frombuffer((C.c_char * t.bytes).from_address(t.data), capi.TFLITE_TYPE_DTYPE[t.type]).copy()
+            data = np.frombuffer((C.c_char * t.bytes).from_address(t.data), capi.TFLITE_TYPE_DTYPE[t.type])
+        data.flags.writeable = False  # the model's own bytes (often a read-only file mapping)
     return GraphTensor(index=i, name=name,
                        type=capi.TFLITE_TYPE_TO_SCHEMA.get(t.type, -1), shape=shape, shape_signature=sig,
                        scales=scales, zero_points=zps, quantized_dimension=qdim, data=data,

@@ -24,16 +24,17 @@ import dataclasses
 import logging
 
 from delegate import capi
+from delegate.background import Background
 from delegate.cost import CostModel
 from delegate.delegation_record import (
     DelegationRecord,
     PartitionRecord,
-    WeightsDigest,
     fetch_record,
     graph_fingerprint,
     record_key,
     record_of,
     recordable,
+    weights_digest,
 )
 from delegate.delegation_report import DelegationReport, NodeReport, fill_report  # noqa: F401 (re-exported)
 from delegate.mapping import MappingError
@@ -90,15 +91,31 @@ class NnhalDelegate(SimpleDelegateInterface):
         self._record: DelegationRecord | None = None
         self._probed: dict[int, str | None] | None = None
         self._made: list[NnhalKernel] = []
+        #: The connection (ticket handshake, channel, session), started now in a thread: it overlaps
+        #: TFLite loading the model and the graph snapshot; the first prepare takes it (connect).
+        self._early: Background | None = Background("nnhal-connect", self._connector())
 
     # ---- service connection ---------------------------------------------------
+    def _connector(self):
+        """A call that connects to the service (capturing the options, not the delegate)."""
+        from delegate.embedded import connect
+        address, tls = self.options.service_address, self.options.tls
+
+        def run() -> Client:
+            return connect(address, **(tls.connect_kwargs() if tls else {}))
+        return run
+
     def connect(self) -> Client | None:
         if self.client is not None:
             return self.client
-        from delegate.embedded import connect
+        early, self._early = self._early, None
         try:
-            tls = self.options.tls
-            self.client = connect(self.options.service_address, **(tls.connect_kwargs() if tls else {}))
+            # the early attempt's answer, unless it had already failed before this prepare (then it is
+            # stale: the service may have started since): connect again
+            if early is not None and not early.failed():
+                self.client = early.result()
+            else:
+                self.client = self._connector()()
             self.report.service = self.client.address
         except ServiceUnavailableError as e:
             self.report.error = str(e)
@@ -117,8 +134,10 @@ class NnhalDelegate(SimpleDelegateInterface):
         else:
             self.report = report
         self._current = report
-        # the record's key hashes every weight: in a thread (BLAKE3 runs without the GIL) while connecting
-        weights = WeightsDigest(as_read) if context.subgraph == 0 and recordable(as_read) else None
+        # the record's key hashes every weight: in a thread (BLAKE3 runs without the GIL) while the
+        # connection is awaited and the rest of the key is hashed
+        weights = Background("nnhal-fingerprint", weights_digest, as_read) \
+            if context.subgraph == 0 and recordable(as_read) else None
         if self.connect() is None:
             for r in report.nodes:
                 r.reason = "nnhal service unreachable"
@@ -126,7 +145,7 @@ class NnhalDelegate(SimpleDelegateInterface):
         self.partition_options = dataclasses.replace(self.partition_options, cost=self._cost_model())
         self._record_key, self._record, self._probed, self._made = None, None, None, []
         if weights is not None and self._cost and self._cost[0] is self.client and self.client.version:
-            self._record_key = record_key(graph_fingerprint(as_read, weights.result()), self.options,
+            self._record_key = record_key(graph_fingerprint(as_read, weights.result), self.options,
                                           self.options.token_salt(), self.client.version, self._cost[2])
             self._record = fetch_record(self.client, self._record_key, len(context.graph.nodes))
         return True

@@ -102,6 +102,8 @@ class NnhalKernel(SimpleDelegateKernel):
         """The converted partition (converted now if it came from a delegation record: a cache
         miss, an in-process fallback, a tool reading it)."""
         if self._part is None:
+            if self.graph is None:
+                raise RuntimeError("the partition's kernel was freed (its Interpreter is gone): nothing to convert")
             self._convert(self.graph, validate=False)
         return self._part
 
@@ -305,6 +307,13 @@ class NnhalKernel(SimpleDelegateKernel):
         service now, not when the whole client goes."""
         self.freed = True  # e.g. a resize undid the delegation: the next kernel created drops this one
         self._release()
+        # The graph snapshot's constants are views of the Interpreter's buffers, unmapped once it is
+        # gone: the snapshot is dropped, and a constant output (possibly such a view) copied. A converted
+        # partition's model owns its bytes (ModelBuilder.finish joins them): tools read it after the run.
+        self.graph = None
+        self.constant_outputs = {t: np.array(v) for t, v in self.constant_outputs.items()}
+        if self._part is not None:
+            self._part.constant_outputs = self.constant_outputs
 
     def _release(self) -> None:
         self._close_burst()

@@ -93,6 +93,10 @@ class TfLiteGraph:
     #: The model's subgraphs by TFLite subgraph index (IF and WHILE name them; 0 is the primary):
     #: a list from the reader, a loader reading them on first use in a delegate. None: unknown.
     subgraphs: Any = field(default=None, repr=False, compare=False)
+    #: (address, read-only bytes) of the memory from the first constant's byte to the last one's end,
+    #: where that is one readable range of the model's buffer (a delegate's snapshot): hashed in
+    #: one call (delegate.delegation_record.weights_digest). None: not known.
+    constant_bytes: Any = field(default=None, repr=False, compare=False)
 
     def subgraph(self, index: int) -> TfLiteGraph:
         """Subgraph ``index`` of the model (LookupError when there is none)."""
