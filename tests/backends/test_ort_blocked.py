@@ -167,3 +167,21 @@ def test_pose_network_resizes_in_the_blocked_layout():
     want = execute(compile_model(model, backend_order=["reference"]), [x])
     for g, w in zip(got, want, strict=True):
         assert np.abs(g - w).max() <= 1e-4 * np.abs(w).max()
+
+
+def test_mobilenet_v3_squeeze_excite_pools_in_the_blocked_layout():
+    """MobileNetV3-small (at 64x64, 10 classes): the global average pool of a 120-channel
+    HARD_SWISH convolution (padding channels zero: HardSwish(0) = 0) runs as an NCHWc pool, so
+    nothing is reordered into NCHWc after the input; outputs within 1e-4 of their scale."""
+    from delegate.mapping import convert_partition
+    from delegate.tfl import read_model
+    from nnhal.examples_mobilenet_v3 import mobilenet_v3_small
+    model = convert_partition(read_model(mobilenet_v3_small(np.float32, input_size=64, classes=10))).model
+    graph = _artifact_graph(model)
+    assert _reorders(graph)[0] == 0
+    assert not any(n.op_type == "GlobalAveragePool" and not n.domain for n in graph.node)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 64, 64, 3)).astype(np.float32)
+    got = execute(compile_model(model, backend_order=ORDER), [x])
+    want = execute(compile_model(model, backend_order=["reference"]), [x])
+    for g, w in zip(got, want, strict=True):
+        assert np.abs(g - w).max() <= 1e-4 * np.abs(w).max()

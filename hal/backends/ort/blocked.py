@@ -46,6 +46,8 @@ from hal.backends.ort.blocked_moves import _POOLS, NCHWC, BlockedMoves, _attr, _
 ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Where", "Greater", "Less", "GreaterOrEqual",
                          "LessOrEqual", "Equal", "Relu", "Clip", "Sigmoid", "Tanh", "Neg", "Abs", "Identity"})
 
+#: Activations of onnxruntime's NCHWc Conv that map zero to zero (Clip: when its bounds hold zero).
+_ZERO_ACTIVATIONS = frozenset({"Relu", "HardSwish", "LeakyRelu", "Tanh"})
 #: Element-wise operators that compute zero where every input is zero (finite constants): on a
 #: value whose channels are not whole blocks they keep the padding channels zero (Clip: when its
 #: bounds hold zero).
@@ -210,8 +212,10 @@ class _Rewrite(BlockedMoves):
         if node.op_type != "Conv":
             return False
         act = _attr(node, "activation")
-        if act is not None and not (act in (b"Relu", "Relu") or (act in (b"Clip", "Clip") and _zero_in(
-                _attr(node, "activation_params", [])))):
+        if isinstance(act, bytes):
+            act = act.decode()
+        if act is not None and act not in _ZERO_ACTIVATIONS and not (act == "Clip" and _zero_in(
+                _attr(node, "activation_params", []))):
             return False
         return len(node.input) < 4 or not node.input[3] or self.zero_lanes(node.input[3])
 
