@@ -103,6 +103,8 @@ class _Rewrite(BlockedMoves):
         self.view: dict[str, str] = {}
         #: NCHW value name -> the blocked view of that value with H and W swapped ([N, C/B, W, H*B])
         self.swapped: dict[str, str] = {}
+        #: views that hold a value and its swap (of H and W) both
+        self.aliased: set[str] = set()
         self.added: list = []
         self.dropped: set[int] = set()
         self._count = 0
@@ -294,7 +296,8 @@ class _Rewrite(BlockedMoves):
                         or self._readers_of(reshape.output[0]) != 1:
                     continue
                 nchw = nchw_of.get(reshape.output[0])
-                if nchw is None or nchw in self.outputs or any(id(r) not in converted for r in self.readers[nchw]):
+                if nchw is None or not self._one_value(reshape.output[0]) or nchw in self.outputs \
+                        or any(id(r) not in converted for r in self.readers[nchw]):
                     continue
                 # the ReorderOutput the conv fed is left unread (the reshape took its place)
                 n, cb, h, wb = (int(d) for d in numpy_helper.to_array(self.inits[reshape.input[1]]))
@@ -315,7 +318,8 @@ class _Rewrite(BlockedMoves):
                 or len(self.readers[conv.output[0]]) != 1 or self._readers_of(view) != 1:
             return None
         nchw = next((k for k, v in self.view.items() if v == view), None)
-        if nchw is None or nchw in self.outputs or any(id(r) not in converted for r in self.readers[nchw]):
+        if nchw is None or not self._one_value(view) or nchw in self.outputs \
+                or any(id(r) not in converted for r in self.readers[nchw]):
             return None
         return conv
 
@@ -354,6 +358,12 @@ class _Rewrite(BlockedMoves):
             for k, v in views.items():
                 if v == old:
                     views[k] = new
+        if old in self.aliased:
+            self.aliased.add(new)
+
+    def _one_value(self, view: str) -> bool:
+        """Whether ``view`` holds one NCHW value only (a swap of H and W names two: ``aliased``)."""
+        return view not in self.aliased
 
     def _readers_of(self, name: str) -> int:
         return sum(name in n.input for n in self.added)

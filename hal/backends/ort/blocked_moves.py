@@ -43,6 +43,7 @@ class BlockedMoves:
             return True
         if node.op_type == "Transpose" and list(_attr(node, "perm", [])) == [0, 1, 3, 2]:
             (self.view if swap else self.swapped)[out] = v
+            self.aliased.add(v)
             return True
         if node.op_type != "Gather" or len(node.input) != 2 or node.input[1] not in self.inits:
             return False
