@@ -3,7 +3,8 @@
 NNAPI filters are OHWI (CONV_2D, GROUPED_CONV_2D: [out_c, h, w, in_c / groups]) or [1, h, w, out_c]
 (DEPTHWISE_CONV_2D, out channel o reads input channel o // multiplier: ONNX's grouping with
 group = in_c); ONNX wants OIHW, so constant filters are transposed once here. The tail padding is
-what the windows reach, which gives ONNX's output size NNAPI's exactly.
+what the windows reach, which gives ONNX's output size NNAPI's exactly. A stem (an NHWC image
+of up to 3 channels) is read in place as one channel of w * c columns (``_pixels_as_columns``).
 """
 from __future__ import annotations
 
