@@ -115,3 +115,73 @@ def test_landmark_networks_reorder_only_for_their_heads(builder):
     want = execute(compile_model(model, backend_order=["reference"]), [x])
     for g, w in zip(got, want, strict=True):
         assert np.abs(g - w).max() <= 1e-4 * np.abs(w).max()
+
+
+def _partial_block_chain():
+    """24 channels (not whole blocks: their padding channels must stay zero): a residual ADD with
+    RELU6, a MUL by a per-channel constant and an ADD of a scalar (both laid out with zeros in the
+    padding channels), a max pool, the shortcut widened 24 -> 48 by PAD (the padding channels
+    become channels), a 2x bilinear upsampling (half-pixel centers) added to a projection, and a
+    LOGISTIC, which does not keep zeros (read in NCHW)."""
+    m = _Chain((1, 8, 6, 24), seed=9)
+    a = _identity_depthwise(m, m.inputs[0])
+    b = m._out(Op.ADD, [m.conv(a, 24, k=1), a, m.b.add_int32(3)], (1, 8, 6, 24))  # RELU6
+    c = m.binary(Op.MUL, b, m._f32(m.rng.normal(0, 2, 24)))
+    d = m.binary(Op.ADD, c, m._f32([0.5]))
+    e = m.max_pool(d)  # 4x3x24
+    wide = m.pad(e, [(0, 0), (0, 0), (0, 0), (0, 24)])
+    f = m.binary(Op.ADD, m.conv(e, 48, k=1), wide)
+    up = m.resize(f, Op.RESIZE_BILINEAR, 8, 6, half=True)
+    g = m.binary(Op.ADD, up, m.conv(d, 48, k=1))
+    y = m.conv(g, 16, k=1)
+    z = m.conv(m.unary(Op.LOGISTIC, c), 16, k=1)
+    inputs = [np.random.default_rng(10).normal(0, 4, (1, 8, 6, 24)).astype(np.float32)]
+    return m.finish([y, z]), inputs
+
+
+def test_values_of_partial_blocks_stay_blocked_and_match_the_reference():
+    model, inputs = _partial_block_chain()
+    graph = _artifact_graph(model)
+    relayout = [n for n in graph.node if n.op_type.startswith("Reorder")
+                and not any(a.name == "channels_last" and a.i for a in n.attribute)]
+    # The LOGISTIC's input reordered to NCHW and its output back: nothing else leaves the blocked layout.
+    assert sorted(n.op_type for n in relayout) == ["ReorderInput", "ReorderOutput"], [n.name for n in relayout]
+    # The resize's swaps of H and W move nothing; its gathers read the blocked tensor.
+    assert sum(n.op_type == "Transpose" for n in graph.node) <= 1  # the NHWC input's
+    assert sum(n.op_type == "Gather" for n in graph.node) == 6
+    _assert_matches_reference(model, inputs)
+
+
+def test_pose_network_resizes_in_the_blocked_layout():
+    """The bench's pose-style network (at 64x64): its 24-channel stem and bilinear decoder never
+    reorder to NCHW; outputs within 1e-4 of their scale from the reference backend's."""
+    from delegate.mapping import convert_partition
+    from delegate.tfl import read_model
+    from nnhal import examples
+    model = convert_partition(read_model(examples.pose_landmark_like(input_size=64))).model
+    graph = _artifact_graph(model)
+    assert _reorders(graph) == (0, 2)  # the two heads
+    assert sum(n.op_type == "Gather" for n in graph.node) == 12
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 64, 64, 3)).astype(np.float32)
+    got = execute(compile_model(model, backend_order=ORDER), [x])
+    want = execute(compile_model(model, backend_order=["reference"]), [x])
+    for g, w in zip(got, want, strict=True):
+        assert np.abs(g - w).max() <= 1e-4 * np.abs(w).max()
+
+
+def test_mobilenet_v3_squeeze_excite_pools_in_the_blocked_layout():
+    """MobileNetV3-small (at 64x64, 10 classes): the global average pool of a 120-channel
+    HARD_SWISH convolution (padding channels zero: HardSwish(0) = 0) runs as an NCHWc pool, so
+    nothing is reordered into NCHWc after the input; outputs within 1e-4 of their scale."""
+    from delegate.mapping import convert_partition
+    from delegate.tfl import read_model
+    from nnhal.examples_mobilenet_v3 import mobilenet_v3_small
+    model = convert_partition(read_model(mobilenet_v3_small(np.float32, input_size=64, classes=10))).model
+    graph = _artifact_graph(model)
+    assert _reorders(graph)[0] == 0
+    assert not any(n.op_type == "GlobalAveragePool" and not n.domain for n in graph.node)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 64, 64, 3)).astype(np.float32)
+    got = execute(compile_model(model, backend_order=ORDER), [x])
+    want = execute(compile_model(model, backend_order=["reference"]), [x])
+    for g, w in zip(got, want, strict=True):
+        assert np.abs(g - w).max() <= 1e-4 * np.abs(w).max()

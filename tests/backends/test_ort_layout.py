@@ -168,8 +168,42 @@ def test_a_mediapipe_style_chain_changes_layout_only_at_its_edges():
     lowered, optimised, edges = _partition_graphs(model)
     ops = {n.op_type for n in lowered.graph.node}
     assert {"Conv", "Max", "Add", "MaxPool", "Pad", "Concat", "Sigmoid"} <= ops, ops
-    assert _relayouts(lowered.graph) == edges == 2
-    assert _relayouts(optimised.graph) <= edges
+    # The stem convolution reads the NHWC input as one channel (no Transpose): the output's only.
+    assert edges == 2 and _relayouts(lowered.graph) == 1
+    assert _relayouts(optimised.graph) <= 1
+    _assert_matches_reference(model, inputs)
+
+
+@pytest.mark.parametrize("c, k, stride, pads, dilation", [
+    (3, 3, 2, 1, 1), (3, 3, 1, 2, 1), (1, 5, 2, 1, 1), (2, 3, 3, 2, 1), (3, 3, 2, (0, 2, 1, 0), 1),
+    (3, 3, 1, 1, (1, 2)), (3, 3, 1, 1, (2, 1)), (8, 3, 2, 1, 1)])
+def test_a_stem_convolution_reads_nhwc_pixels_as_columns(c, k, stride, pads, dilation):
+    """A CONV_2D of an NHWC input of up to 3 channels is a one-channel convolution of [n, 1, h, w * c]
+    (no Transpose of the input); SAME (1) / VALID (2) or explicit padding (left, right, top,
+    bottom), strides, a height dilation. A width dilation (dilation: (width, height)) and 8
+    channels take the NCHW form. Against the reference backend with CTS's float criteria."""
+    m = _Chain((2, 11, 13, c), seed=11)
+    n, h, w, _ = m.shapes[m.inputs[0]]
+    i = m.b.add_int32
+    dw, dh = (dilation, dilation) if isinstance(dilation, int) else dilation
+    wt = m._f32(m.rng.normal(0, 1, (5, k, k, c)))
+    bias = m._f32(m.rng.normal(0, 1, 5))
+    if isinstance(pads, tuple):
+        left, right, top, bottom = pads
+        geometry = [i(left), i(right), i(top), i(bottom), i(stride), i(stride), i(1)]
+        oh = (h + top + bottom - (k - 1) * dh - 1) // stride + 1
+        ow = (w + left + right - (k - 1) * dw - 1) // stride + 1
+    else:
+        geometry = [i(pads), i(stride), i(stride), i(1)]
+        eh, ew = (k - 1) * dh + 1, (k - 1) * dw + 1
+        oh, ow = ((-(-h // stride), -(-w // stride)) if pads == 1
+                  else ((h - eh) // stride + 1, (w - ew) // stride + 1))
+    y = m._out(Op.CONV_2D, [m.inputs[0], wt, bias, *geometry, m.b.add_bool(False), i(dw), i(dh)], (n, oh, ow, 5))
+    model = m.finish([y])
+    lowered, _, edges = _partition_graphs(model)
+    flat = c <= 3 and dw == 1
+    assert _relayouts(lowered.graph) == (1 if flat else 2)
+    inputs = [np.random.default_rng(12).normal(0, 3, (n, h, w, c)).astype(np.float32)]
     _assert_matches_reference(model, inputs)
 
 

@@ -14,10 +14,17 @@ broadcast runs a whole row at a time; a [.., B] innermost span would be one call
 A channel Pad / Concat (a widened shortcut) pads or joins whole blocks. An Add of a convolution's
 single-use output and another blocked value is then that convolution's Sum, as the transformer
 fuses it when both sides were convolutions, and a Relu / Clip after it the convolution's
-activation (applied after the Sum; a RELU6 ADD of a pose-style network). A value something else reads (a graph output, a
-Gather, a Transpose) is reordered to NCHW where it is read, as before.
+activation (applied after the Sum; a RELU6 ADD of a pose-style network). Pooling, and a bilinear
+resize's row and column Gathers and H/W swaps, run on the blocked tensor too (blocked_moves.py). A
+value something else reads (a graph output, a Reshape) is reordered to NCHW where it is read.
 
-Only values whose channels are a multiple of B are viewed (no padding channels to keep at zero).
+A value whose channels are not whole blocks (24 of a pose-style stem, BlazeFace's 28, 42, 88)
+holds zeros in its padding channels: onnxruntime pads filters and biases with zeros, and its
+convolutions read those channels times zero filters. Such a value is viewed only where they are
+known to be zero (a ReorderInput; a convolution, pool or Sum of such values; an activation that
+keeps zero), through operations that keep them zero (zero-keeping element-wise operators, whose
+constants, scalars included, get zeros there), and a channel Pad or Concat fills after it only
+with zeros: the padding channels become channels there.
 """
 from __future__ import annotations
 
@@ -32,11 +39,23 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-NCHWC = "com.microsoft.nchwc"
+from hal.backends.ort.blocked_moves import _POOLS, NCHWC, BlockedMoves, _attr, _swap
+
 #: Element-wise operators computed on the blocked view: every input is a value of the output's
 #: shape or a constant that broadcasts to it.
 ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Where", "Greater", "Less", "GreaterOrEqual",
                          "LessOrEqual", "Equal", "Relu", "Clip", "Sigmoid", "Tanh", "Neg", "Abs", "Identity"})
+
+#: Activations of onnxruntime's NCHWc Conv that map zero to zero (Clip: when its bounds hold zero).
+_ZERO_ACTIVATIONS = frozenset({"Relu", "HardSwish", "LeakyRelu", "Tanh"})
+#: Element-wise operators that compute zero where every input is zero (finite constants): on a
+#: value whose channels are not whole blocks they keep the padding channels zero (Clip: when its
+#: bounds hold zero).
+_ZERO_KEEPING = frozenset({"Add", "Sub", "Mul", "Max", "Min", "Relu", "Tanh", "Neg", "Abs", "Identity"})
+def _zero_in(bounds) -> bool:
+    """Whether Clip bounds ``bounds`` ([min, max], either may be missing) keep zero as it is."""
+    lo, hi = (list(bounds) + [None, None])[:2]
+    return (lo is None or lo <= 0) and (hi is None or hi >= 0)
 
 
 @functools.cache
@@ -65,11 +84,7 @@ def block_size() -> int | None:
     return int(bias.dims[0]) if bias is not None and bias.dims[0] > 1 else None
 
 
-def _attr(node, name, default=None):
-    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
-
-
-class _Rewrite:
+class _Rewrite(BlockedMoves):
     def __init__(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], block: int, value):
         self.graph = model.graph
         self.value = value
@@ -86,6 +101,10 @@ class _Rewrite:
         self.outputs = {o.name for o in self.graph.output}
         #: NCHW value name -> its blocked view's name ([N, C/B, H, W*B])
         self.view: dict[str, str] = {}
+        #: NCHW value name -> the blocked view of that value with H and W swapped ([N, C/B, W, H*B])
+        self.swapped: dict[str, str] = {}
+        #: views that hold a value and its swap (of H and W) both
+        self.aliased: set[str] = set()
         self.added: list = []
         self.dropped: set[int] = set()
         self._count = 0
@@ -116,13 +135,21 @@ class _Rewrite:
 
     def viewable(self, name: str) -> tuple[int, int, int, int] | None:
         s = self.shapes.get(name)
-        if s is None or len(s) != 4 or any(not isinstance(d, int) or d <= 0 for d in s) or s[1] % self.b:
+        if s is None or len(s) != 4 or any(not isinstance(d, int) or d <= 0 for d in s):
             return None
         return s
 
+    def blocks(self, c: int) -> int:
+        return -(-c // self.b)
+
     def view_dims(self, s) -> list[int]:
         n, c, h, w = s
-        return [n, c // self.b, h, w * self.b]
+        return [n, self.blocks(c), h, w * self.b]
+
+    def four_dims(self, s) -> list[int]:
+        """NCHW shape ``s`` as the 4-D NCHWc tensor onnxruntime's operators read (channels padded)."""
+        n, c, h, w = s
+        return [n, self.blocks(c) * self.b, h, w]
 
     # ---- constants -------------------------------------------------------------------------
     def constant(self, name: str) -> np.ndarray | None:
@@ -131,28 +158,32 @@ class _Rewrite:
             return None
         return self.value(t) if t.data_location == onnx.TensorProto.EXTERNAL else numpy_helper.to_array(t)
 
-    def blocked_const(self, name: str, s) -> str | None:
-        """Constant ``name`` (broadcasting to NCHW shape ``s``) laid out as the view of ``s``."""
+    def blocked_const(self, name: str, s, swap: bool = False) -> str | None:
+        """Constant ``name`` (broadcasting to NCHW shape ``s``) laid out as the view of ``s``
+        (``swap``: of ``s`` with H and W swapped)."""
         v = self.constant(name)
         if v is None:
             return None
-        if v.size == 1:
-            return name  # a scalar broadcasts the same in any layout
+        if v.size == 1 and s[1] % self.b == 0:
+            return name  # a scalar broadcasts the same in any layout (with no padding channels to keep at zero)
         if v.ndim > 4:
             return None
         v = v.reshape((1,) * (4 - v.ndim) + v.shape)
+        if swap:
+            v, s = v.swapaxes(2, 3), _swap(s)
         try:
             np.broadcast_shapes(v.shape, s)
         except ValueError:
             return None
         n, c, h, w = s
         rows = h if v.shape[2] != 1 else 1
-        full = np.broadcast_to(v, (v.shape[0], c, rows, w))
-        blocked = full.reshape(v.shape[0], c // self.b, self.b, rows, w).transpose(0, 1, 3, 4, 2)
-        key = (name, blocked.shape)
+        cb = self.blocks(c)
+        full = np.zeros((v.shape[0], cb * self.b, rows, w), v.dtype)  # padding channels: zeros
+        full[:, :c] = np.broadcast_to(v, (v.shape[0], c, rows, w))
+        blocked = full.reshape(v.shape[0], cb, self.b, rows, w).transpose(0, 1, 3, 4, 2)
+        key = (name, blocked.shape, swap)
         if key not in self._const_cache:
-            self._const_cache[key] = self.const(blocked.reshape(v.shape[0], c // self.b, rows, w * self.b),
-                                                "const")
+            self._const_cache[key] = self.const(blocked.reshape(v.shape[0], cb, rows, w * self.b), "const")
         return self._const_cache[key]
 
     # ---- the pass --------------------------------------------------------------------------
@@ -164,101 +195,76 @@ class _Rewrite:
         if node is None or node.op_type != "ReorderOutput" or node.domain != NCHWC or _attr(node, "channels_last", 0):
             return None
         s = self.viewable(name)
-        if s is None or _attr(node, "channels") != s[1]:
+        if s is None or _attr(node, "channels") != s[1] or (s[1] % self.b and not self.zero_lanes(node.input[0])):
             return None
         self.view[name] = self.add("Reshape", [node.input[0], self.shape_const(self.view_dims(s))])
         return self.view[name]
+
+    def zero_lanes(self, name: str) -> bool:
+        """Whether NCHWc value ``name`` holds zeros in its padding channels: a ReorderInput pads
+        with zeros, a convolution computes zero there (zero filters and bias, padded by
+        onnxruntime) unless its activation or Sum makes them something else, pooling keeps them."""
+        node = self.producer.get(name)
+        if node is None or node.domain != NCHWC:
+            return False
+        if node.op_type == "ReorderInput":
+            return True
+        if node.op_type in _POOLS:
+            return self.zero_lanes(node.input[0])
+        if node.op_type != "Conv":
+            return False
+        act = _attr(node, "activation")
+        if isinstance(act, bytes):
+            act = act.decode()
+        if act is not None and act not in _ZERO_ACTIVATIONS and not (act == "Clip" and _zero_in(
+                _attr(node, "activation_params", []))):
+            return False
+        return len(node.input) < 4 or not node.input[3] or self.zero_lanes(node.input[3])
 
     def convert(self, node) -> bool:
         out = node.output[0]
         s = self.viewable(out)
         if s is None or len(node.output) != 1:
             return False
-        if node.op_type in ELEMENTWISE and node.domain in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx"):
+            return False
+        if node.op_type in ELEMENTWISE:
+            if s[1] % self.b and not self._keeps_zero_lanes(node):
+                return False
+            swapped = {i in self.swapped for i in node.input if i and i not in self.inits}
+            if len(swapped) != 1:
+                return False  # no value read, or values stored with H and W swapped and not
+            swap = swapped.pop()
             ins = []
-            for i in node.input:
-                if not i:
-                    ins.append(i)
+            for k, i in enumerate(node.input):
+                if not i or (node.op_type == "Clip" and k):
+                    ins.append(i)  # Clip's bounds: scalars
                 elif i in self.inits:
-                    c = self.blocked_const(i, s)
+                    c = self.blocked_const(i, s, swap)
                     if c is None:
                         return False
                     ins.append(c)
-                elif self.shapes.get(i) == s and (v := self.source_view(i)) is not None:
+                elif self.shapes.get(i) == s and (v := self.swapped.get(i) if swap else self.source_view(i)):
                     ins.append(v)
                 else:
                     return False
-            if not any(i in self.view.values() for i in ins):
-                return False
-            self.view[out] = self.add(node.op_type, ins, **{a.name: helper.get_attribute_value(a)
-                                                              for a in node.attribute})
+            (self.swapped if swap else self.view)[out] = self.add(
+                node.op_type, ins, **{a.name: helper.get_attribute_value(a) for a in node.attribute})
             return True
         if node.op_type == "Pad" and _attr(node, "mode", b"constant") in (b"constant", "constant"):
             return self._pad(node, s)
         if node.op_type == "Concat" and _attr(node, "axis") in (1, -3):
             return self._concat(node, s)
-        return False
+        return self._reshaped(node, s)
 
-    def _pad(self, node, s) -> bool:
-        src = node.input[0]
-        pads = self.inits.get(node.input[1]) if len(node.input) > 1 else None
-        if pads is None or (len(node.input) > 3 and node.input[3]):
-            return False
-        p = [int(v) for v in numpy_helper.to_array(pads)]
-        if len(p) != 8 or any(p[k] or p[k + 4] for k in (0, 2, 3)) or p[1] % self.b or p[5] % self.b:
-            return False
-        v = self.source_view(src) if self.viewable(src) else None
-        if v is None:
-            return False
-        value = node.input[2] if len(node.input) > 2 and node.input[2] else None
-        if value is not None and value not in self.inits:
-            return False
-        blocks = [0, p[1] // self.b, 0, 0, 0, p[5] // self.b, 0, 0]
-        self.view[node.output[0]] = self.add("Pad", [v, self.const(np.asarray(blocks, np.int64), "pads"),
-                                                     *([value] if value else [])], mode="constant")
-        return True
-
-    def _concat(self, node, s) -> bool:
-        if self._concat_as_pad(node):
-            return True
-        ins = []
-        for i in node.input:
-            si = self.shapes.get(i)
-            if si is None or len(si) != 4 or si[1] % self.b or (si[0], si[2], si[3]) != (s[0], s[2], s[3]):
-                return False
-            if i in self.inits:
-                c = self.blocked_const(i, si)
-            else:
-                c = self.source_view(i) if si == self.viewable(i) else None
-            if c is None:
-                return False
-            ins.append(c)
-        if not any(i in self.view.values() for i in ins):
-            return False
-        self.view[node.output[0]] = self.add("Concat", ins, axis=1)
-        return True
-
-    def _concat_as_pad(self, node) -> bool:
-        """Concat(x, constant of one value) (or the constant first): whole blocks of that value
-        padded on, nothing read for them (a shortcut widened with zeros)."""
-        if len(node.input) != 2 or sum(i in self.inits for i in node.input) != 1:
-            return False
-        k = 0 if node.input[1] in self.inits else 1
-        x, c = node.input[k], self.constant(node.input[1 - k])
-        sx, sc = self.shapes.get(x), self.shapes.get(node.input[1 - k])
-        if c is None or c.size == 0 or sx is None or self.viewable(x) != sx or sc is None or len(sc) != 4 \
-                or sc[1] % self.b or (sc[0], sc[2], sc[3]) != (sx[0], sx[2], sx[3]) or c.dtype != np.float32 \
-                or np.any(c != c.flat[0]):
-            return False
-        v = self.source_view(x)
-        if v is None:
-            return False
-        blocks = [0, 0, 0, 0, 0, 0, 0, 0]
-        blocks[1 if k == 1 else 5] = sc[1] // self.b
-        fill = self.const(np.asarray(c.flat[0], np.float32).reshape(()), "fill")
-        self.view[node.output[0]] = self.add("Pad", [v, self.const(np.asarray(blocks, np.int64), "pads"), fill],
-                                             mode="constant")
-        return True
+    def _keeps_zero_lanes(self, node) -> bool:
+        """Whether ``node`` computes zero from zero padding channels (its constants padded with
+        zeros): a value with channels that are not whole blocks keeps them zero."""
+        if node.op_type == "Clip":
+            bounds = [self.constant(i) if i else np.zeros(1) for i in (list(node.input[1:]) + ["", ""])[:2]]
+            return all(b is not None and b.size == 1 for b in bounds) \
+                and _zero_in([float(b.reshape(())) for b in bounds])
+        return node.op_type in _ZERO_KEEPING
 
     def run(self) -> int:
         converted = []
@@ -290,7 +296,8 @@ class _Rewrite:
                         or self._readers_of(reshape.output[0]) != 1:
                     continue
                 nchw = nchw_of.get(reshape.output[0])
-                if nchw is None or nchw in self.outputs or any(id(r) not in converted for r in self.readers[nchw]):
+                if nchw is None or not self._one_value(reshape.output[0]) or nchw in self.outputs \
+                        or any(id(r) not in converted for r in self.readers[nchw]):
                     continue
                 # the ReorderOutput the conv fed is left unread (the reshape took its place)
                 n, cb, h, wb = (int(d) for d in numpy_helper.to_array(self.inits[reshape.input[1]]))
@@ -311,7 +318,8 @@ class _Rewrite:
                 or len(self.readers[conv.output[0]]) != 1 or self._readers_of(view) != 1:
             return None
         nchw = next((k for k, v in self.view.items() if v == view), None)
-        if nchw is None or nchw in self.outputs or any(id(r) not in converted for r in self.readers[nchw]):
+        if nchw is None or not self._one_value(view) or nchw in self.outputs \
+                or any(id(r) not in converted for r in self.readers[nchw]):
             return None
         return conv
 
@@ -346,9 +354,16 @@ class _Rewrite:
             for k, i in enumerate(n.input):
                 if i == old:
                     n.input[k] = new
-        for k, v in self.view.items():
-            if v == old:
-                self.view[k] = new
+        for views in (self.view, self.swapped):
+            for k, v in views.items():
+                if v == old:
+                    views[k] = new
+        if old in self.aliased:
+            self.aliased.add(new)
+
+    def _one_value(self, view: str) -> bool:
+        """Whether ``view`` holds one NCHW value only (a swap of H and W names two: ``aliased``)."""
+        return view not in self.aliased
 
     def _readers_of(self, name: str) -> int:
         return sum(name in n.input for n in self.added)
@@ -365,9 +380,9 @@ class _Rewrite:
                 if r.op_type == "ReorderInput" and r.domain == NCHWC and not _attr(r, "channels_last", 0):
                     self.dropped.add(next(j for j, n in enumerate(self.nodes) if n is r))
                     if r.output[0] in self.outputs:
-                        self.add("Reshape", [view, self.shape_const(list(s))], outputs=[r.output[0]])
+                        self.add("Reshape", [view, self.shape_const(self.four_dims(s))], outputs=[r.output[0]])
                         continue
-                    four = self.four(view, s)
+                    four = self.four(view, self.four_dims(s))
                     for reader in self.readers[r.output[0]]:
                         for k, i in enumerate(reader.input):
                             if i == r.output[0]:
@@ -375,8 +390,16 @@ class _Rewrite:
             others = [r for r in readers if not (r.op_type == "ReorderInput" and r.domain == NCHWC
                                                  and not _attr(r, "channels_last", 0))]
             if name in dropped_outputs and (others or name in self.outputs):
-                blocked = self.add("Reshape", [view, self.shape_const(list(s))])
+                blocked = self.add("Reshape", [view, self.shape_const(self.four_dims(s))])
                 self.add("ReorderOutput", [blocked], outputs=[name], domain=NCHWC, channels=s[1])
+        for name, view in self.swapped.items():
+            s = self.shapes[name]
+            if name in self.outputs or any(id(r) not in converted for r in self.readers.get(name, [])):
+                n, c, h, w = s  # stored as [n, C/B, w, h, B]
+                five = self.add("Reshape", [view, self.shape_const([n, self.blocks(c), w, h, self.b])])
+                back = self.add("Transpose", [five], perm=[0, 1, 3, 2, 4])
+                blocked = self.add("Reshape", [back, self.shape_const(self.four_dims(s))])
+                self.add("ReorderOutput", [blocked], outputs=[name], domain=NCHWC, channels=c)
 
     def _sort(self) -> None:
         """The kept nodes and the added ones in an order every node's inputs precede it; nodes

@@ -25,7 +25,9 @@ reference's rows-then-columns order: up to ~3 ulp of the largest neighbour, outs
 
 Both layouts are computed in place (H, W are axes 1, 2 in NHWC, 2, 3 in NCHW: with the NCHW flag,
 or when the input is already in NCHW in the partition); in NCHW the columns are gathered as rows
-of the transposed value (``_columns``).
+of the transposed value (``_columns``). Between NCHWc convolutions the whole resize then runs on
+the blocked tensors (blocked.py): row Gathers as they are, the transposes moving nothing, column
+Gathers of whole blocks.
 """
 from __future__ import annotations
 
