@@ -53,6 +53,9 @@ VBMI = AVAILABLE and "avx512vbmi" in _cpu_features()
 #: block (the 4 bytes ``vpdpbusd`` sums into each int32 lane).
 PANEL = 16
 KSTEP = 4
+#: Tiles whose rows take the packed epilogue (saturating packs, one store per row); an 8 × 3 tile
+#: runs out of registers with it.
+PACKED_NR = (2, 4)
 
 
 def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
@@ -70,7 +73,7 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
     - the bytes go to ``out[o_off + r · ldo + c]`` for rows r < ``rv`` and columns c < ``nc``;
     - ``general`` bit 0 clear: no row term (``corr`` unread) and simd.floor_at_zero_point holds, so
       the requantization takes its cheaper form (``requantize_lanes(general=False)``); bit 1: the
-      output is int8 (else uint8), which the NR = 4 tiles' packed epilogue needs to know; bit 2
+      output is int8 (else uint8), which the NR = 4 and 2 tiles' packed epilogue needs to know; bit 2
       with bit 0: the general requantization without its row term and left shift (no row term,
       every left shift 0: a layer with no RELU-type clamp, the int8 projections).
 
@@ -194,8 +197,8 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
         nc32 = builder.trunc(nc_v, i32)
 
         def packed_epilogue(general: bool, lean: bool):
-            """nr = 4: a row's 64 columns requantized together, narrowed with saturating packs
-            (int32 -> int16, + zero point, -> uint8), clamped and stored as one 64-byte vector.
+            """nr = 4 (or 2): a row's 64 (32) columns requantized together, narrowed with saturating
+            packs (int32 -> int16, + zero point, -> uint8), clamped and stored as one vector.
             Bytes are computed in the unsigned domain (an int8 output offset by 128, flipped
             back by the XOR with 0x80); saturation is monotone and the clamp lies within
             every saturated range, so the result is the 32-bit lane's clamp."""
@@ -213,8 +216,8 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
             add_sat = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v32i16, [v32i16, v32i16]),
                                                      "llvm.sadd.sat.v32i16")
             lanes64 = ir.Constant(v64i8, list(range(4 * PANEL)))
-            ncap = builder.select(builder.icmp_signed("<", nc_v, ir.Constant(i64, 4 * PANEL)), nc_v,
-                                  ir.Constant(i64, 4 * PANEL))
+            width = ir.Constant(i64, nr * PANEL)
+            ncap = builder.select(builder.icmp_signed("<", nc_v, width), nc_v, width)
             in_row = builder.icmp_unsigned("<", lanes64, _splat(builder, builder.trunc(ncap, i8), v64i8))
             # the packs interleave 128-bit lanes: dword 4L + j holds panel j's columns 4L .. 4L + 3
             order = ir.Constant(v16, [4 * (k % 4) + k // 4 for k in range(PANEL)])
@@ -230,8 +233,9 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
                         row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
                         acc = builder.add(acc, _splat(builder, row_corr, v16))  # int32 wrap-around
                     qs.append(_multiply(builder, acc, *consts[p], general, general and not lean))
+                qs += qs[-1:] * (4 - nr)  # panels past nr: the last one again, never stored
                 ab = builder.call(add_sat, [builder.call(pack_dw, [qs[0], qs[1]]), zp16])
-                cd = builder.call(add_sat, [builder.call(pack_dw, [qs[2], qs[3]]), zp16])
+                cd = ab if nr <= 2 else builder.call(add_sat, [builder.call(pack_dw, [qs[2], qs[3]]), zp16])
                 b = builder.call(pack_wb, [ab, cd])
                 b = builder.select(builder.icmp_unsigned("<", b, lo8), lo8, b)
                 b = builder.xor(builder.select(builder.icmp_unsigned(">", b, hi8), hi8, b), flip)
@@ -242,7 +246,7 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
                 masked_store(builder, b, dst, keep)
 
         def epilogue(general: bool, lean: bool = False):
-            if nr == 4:
+            if nr in PACKED_NR:
                 packed_epilogue(general, lean)
                 return
             for p in range(nr):
