@@ -124,7 +124,7 @@ def same_request(view: memoryview, key: tuple[bytes, bytes, int]) -> int | None:
     taken of (``request_key``) but for that number, else None: a burst's every request but the
     first, whose header then needs no decoding."""
     raw = bytes(view[:key[2]])
-    if raw[_SEQ_AT + 8:] == key[1] and raw[:_SEQ_AT] == key[0]:
+    if raw.endswith(key[1]) and raw.startswith(key[0]):  # the key's parts are len(raw) bytes but 8
         return int.from_bytes(raw[_SEQ_AT:_SEQ_AT + 8], "little")
     return None
 
@@ -204,6 +204,16 @@ def read_reply(view: memoryview, n_outputs: int, known: tuple[bytes, list[tuple[
             rank, _, *dims = SHAPE.unpack_from(raw, k * SHAPE.size)
             shapes.append(tuple(dims[:min(rank, MAX_DIMS)]))
     return _new_reply(Reply, (seq, status, message, shapes, t_dev, t_drv, bool(flags & REPLY_SHARED), raw))
+
+
+def read_success(view: memoryview, known: tuple[bytes, list[tuple[int, ...]]]) -> Reply | None:
+    """``read_reply`` for the common case: a success whose output shape records are ``known``'s
+    bytes, read without copying them or reading a message; None for any other reply."""
+    seq, status, _, t_dev, t_drv, flags = REP.unpack_from(view, REPLY_OFFSET)
+    raw = known[0]
+    if status or view[SHAPES_OFFSET:SHAPES_OFFSET + len(raw)] != raw:
+        return None
+    return _new_reply(Reply, (seq, 0, "", known[1], t_dev, t_drv, bool(flags & REPLY_SHARED), raw))
 
 
 # ---- the handshake -------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ SMALL_COPY_BYTES = 4096
 #: waited for blocking (a wake-up is then < 7% of the wait, and a polling client would hold a core).
 CLIENT_SPIN_MAX_S = 2e-3
 SHORT_S = 1e-3
+_SHAPE = operator.attrgetter("shape")
 #: struct ucred, SO_PEERCRED's answer: pid, uid, gid.
 PEERCRED = struct.Struct("3i")
 
@@ -120,6 +121,7 @@ class LocalBurstChannel:
         self._outs_desc = [(layout.offsets[k], layout.sizes[k]) for k in range(n_inputs, len(layout.offsets))]
         self._n_outputs = len(self._outs_desc)
         self._inputs_key: list | None = None
+        self._in_shapes: list[tuple[int, ...]] = []  # the shapes of _inputs_key
         #: Per input: its slot's first and last byte, and a view of it as the input's array (large
         #: inputs only: small ones are copied as bytes).
         self._in_slots: list[tuple[int, int, np.ndarray | None]] = []
@@ -152,36 +154,66 @@ class LocalBurstChannel:
             _write_inputs(view, self._in_slots, inputs, self._in_bytes)
             seq = self.seq = self.seq + 1
             wire.write_header(view, seq, len(inputs), self._n_outputs, measure_timing, timeout_ns, loop_timeout_ns)
-            t = time.perf_counter()
-            try:
-                self.bell.post(seq)
-                posted = self.bell.wait(seq - 1, self.wait.spin_s(), wait_s)
-            except TimeoutError:
-                self._close()
-                raise
-            if posted is None:
-                raise ConnectionError("local burst: the service closed the connection")
-            if posted != seq:
-                raise ConnectionError(f"local burst: the service answered request {posted}, not {seq}")
-            self.last_s = time.perf_counter() - t
-            self.wait.observe(self.last_s)
-            reply = wire.read_reply(view, self._n_outputs, self._shapes_known)
+            self._round_trip(seq, wait_s)
+            return self._finish(wire.read_reply(view, self._n_outputs, self._shapes_known), outputs)
+
+    def execute_steady(self, inputs: list[np.ndarray], outputs: list[np.ndarray], timeout_ns: int, wait_s: float | None,
+                       loop_timeout_ns: int):
+        """``execute`` untimed, into ``outputs``, for the very arrays (the same objects, the same
+        shapes) of the last execution that copied its outputs into them (a delegate's every invoke
+        but its first): their slots, byte views and copies are the ones it prepared. None: not that
+        case, nothing was sent (``execute`` serves it)."""
+        with self.lock:
+            if self.closed or not self._out_copies or not _same(inputs, self._in_from) \
+                    or not _same(outputs, self._out_to) or list(map(_SHAPE, inputs)) != self._in_shapes:
+                return None
+            view = self.view
+            _write_inputs(view, self._in_slots, inputs, self._in_bytes)
+            seq = self.seq = self.seq + 1
+            wire.write_header(view, seq, len(inputs), self._n_outputs, False, timeout_ns, loop_timeout_ns)
+            self._round_trip(seq, wait_s)
+            reply = wire.read_success(view, self._shapes_known)
+            if reply is None:  # a failure, or other output shapes
+                return self._finish(wire.read_reply(view, self._n_outputs, self._shapes_known), outputs)
             self.wait.shared = reply.shared
-            if reply.status != 0:
-                return reply, None
-            if self._shapes_known is None or reply.shapes is not self._shapes_known[1]:
-                self._shapes_known = (reply.shapes_raw, reply.shapes)
-                self._out_views = [np.frombuffer(view, dtype, math.prod(shape), wire.DATA_OFFSET + off).reshape(shape)
-                                   for dtype, (off, _), shape in zip(self.out_dtypes, self._outs_desc, reply.shapes)]
-                self._out_to, self._out_copies = [], []
-            if outputs is None:
-                return reply, [src.copy() for src in self._out_views]
-            if not _same(outputs, self._out_to):  # checked once per set of arrays (the delegate's are TFLite's)
-                self._out_copies = _output_copies(self._out_views, outputs)
-                self._out_to = list(outputs)
             for dst, src in self._out_copies:
-                dst[:] = src  # bytes into bytes, or an array into its array
+                dst[:] = src
             return reply, outputs
+
+    def _round_trip(self, seq: int, wait_s: float | None) -> None:
+        """Post request ``seq`` (its slots and header written) and wait for its reply."""
+        t = time.perf_counter()
+        try:
+            self.bell.post(seq)
+            posted = self.bell.wait(seq - 1, self.wait.spin_s(), wait_s)
+        except TimeoutError:
+            self._close()
+            raise
+        if posted is None:
+            raise ConnectionError("local burst: the service closed the connection")
+        if posted != seq:
+            raise ConnectionError(f"local burst: the service answered request {posted}, not {seq}")
+        self.last_s = time.perf_counter() - t
+        self.wait.observe(self.last_s)
+
+    def _finish(self, reply: wire.Reply, outputs: list[np.ndarray] | None):
+        """``execute``'s answer to ``reply``: the outputs copied out of their slots when it succeeded."""
+        self.wait.shared = reply.shared
+        if reply.status != 0:
+            return reply, None
+        if self._shapes_known is None or reply.shapes is not self._shapes_known[1]:
+            self._shapes_known = (reply.shapes_raw, reply.shapes)
+            self._out_views = [np.frombuffer(self.view, dtype, math.prod(shape), wire.DATA_OFFSET + off).reshape(shape)
+                               for dtype, (off, _), shape in zip(self.out_dtypes, self._outs_desc, reply.shapes)]
+            self._out_to, self._out_copies = [], []
+        if outputs is None:
+            return reply, [src.copy() for src in self._out_views]
+        if not _same(outputs, self._out_to):  # checked once per set of arrays (the delegate's are TFLite's)
+            self._out_copies = _output_copies(self._out_views, outputs)
+            self._out_to = list(outputs)
+        for dst, src in self._out_copies:
+            dst[:] = src  # bytes into bytes, or an array into its array
+        return reply, outputs
 
     def _lay_out_inputs(self, inputs: list[np.ndarray], key: list) -> None:
         """The descriptors and slot views of inputs shaped as ``inputs``."""
@@ -199,7 +231,7 @@ class LocalBurstChannel:
         self._in_slots = slots
         wire.write_descriptors(self.view, [(a.shape, offsets[k], a.nbytes) for k, a in enumerate(inputs)],
                                self._outs_desc)
-        self._inputs_key = key
+        self._inputs_key, self._in_shapes = key, [a.shape for a in inputs]
 
     def close(self) -> None:
         self._close()  # not under the lock: close never waits for an execution in progress

@@ -94,10 +94,11 @@ class LocalBurstServer:
         self._bound: BoundExecution | None = None
         self._bound_layout = b""
         self._bound_shapes = b""  # its output shape records, packed
-        #: That request's header and its bytes (``burst_wire.request_key``): a request equal to it
-        #: but for its number is served without decoding its header.
-        self._bound_header: wire.RequestHeader | None = None
+        #: That request's bytes (``burst_wire.request_key``), and what a request equal to it but for
+        #: its number runs without decoding its header: (the bound model, the timeout, the loop
+        #: timeout, whether timed); None until a request has bound the model.
         self._bound_request: tuple[bytes, bytes, int] = (b"", b"", 0)
+        self._steady: tuple[BoundExecution, int, int, bool] | None = None
         #: The output shape records the reply area holds (the very bytes object written), if any.
         self._shapes_written: bytes | None = None
         self.closed = threading.Event()
@@ -148,7 +149,7 @@ class LocalBurstServer:
             if not self.closed.is_set():
                 log.info("local burst ended: %s", e)
         finally:
-            self._bound = None  # drop views into the mapping before releasing it, however the loop ended
+            self._bound = self._steady = None  # drop views into the mapping before releasing it, however the loop ended
             if bell is not None:
                 bell.release()
             for v in (data, view):
@@ -171,12 +172,18 @@ class LocalBurstServer:
         received = time.monotonic_ns()
         seq = 0
         try:
-            again = wire.same_request(view, self._bound_request) if self._bound is not None else None
-            if again is not None:  # the request the model is bound to, but for its number
-                header, seq = self._bound_header, again
-            else:
-                header = wire.read_request(view)
-                seq = header.seq
+            steady = self._steady
+            if steady is not None:  # the request the model is bound to, but for its number?
+                again = wire.same_request(view, self._bound_request)
+                if again is not None:
+                    seq = again
+                    bound, timeout_ns, loop_timeout_ns, measure = steady
+                    result = bound(received + timeout_ns if timeout_ns > 0 else None, received, loop_timeout_ns)
+                    self._reply(view, seq, result, measure, self._bound_shapes)
+                    return
+            self._steady = None
+            header = wire.read_request(view)
+            seq = header.seq
             deadline = deadline_from_timeout(header.timeout_ns, received)
             if self._bound is not None and header.layout == self._bound_layout:
                 result = self._bound(deadline, received, header.loop_timeout_ns)
@@ -185,19 +192,23 @@ class LocalBurstServer:
                 self._bound = None
                 result = self._execute(header, data, deadline, received)
                 shapes = wire.pack_shapes(result.output_shapes)
-            if again is None and self._bound is not None:
-                self._bound_header, self._bound_request = header, wire.request_key(view, header)
-            t_dev, t_drv = (result.time_on_device_ns, result.time_in_driver_ns) if header.measure else (-1, -1)
-            if shapes is self._shapes_written:  # a bound model's every reply after its first
-                wire.write_success(view, seq, t_dev, t_drv, self.shared)
-            else:
-                wire.write_reply(view, seq, ErrorStatus.NONE, "", shapes, t_dev, t_drv, self.shared)
-                self._shapes_written = shapes
+            if self._bound is not None:  # what a request equal to this one but for its number runs
+                self._bound_request = wire.request_key(view, header)
+                self._steady = (self._bound, header.timeout_ns, header.loop_timeout_ns, header.measure)
+            self._reply(view, seq, result, header.measure, shapes)
         except HalError as e:
             self._fail(view, seq, e.status, e.message, getattr(e, "output_shapes", None) or [])
         except Exception as e:  # noqa: BLE001 - never let a request kill the burst thread
             log.exception("local burst: internal error")
             self._fail(view, seq, ErrorStatus.GENERAL_FAILURE, f"internal error: {e!r}", [])
+
+    def _reply(self, view: memoryview, seq: int, result: ExecutionResult, measure: bool, shapes: bytes) -> None:
+        t_dev, t_drv = (result.time_on_device_ns, result.time_in_driver_ns) if measure else (-1, -1)
+        if shapes is self._shapes_written:  # a bound model's every reply after its first
+            wire.write_success(view, seq, t_dev, t_drv, self.shared)
+        else:
+            wire.write_reply(view, seq, ErrorStatus.NONE, "", shapes, t_dev, t_drv, self.shared)
+            self._shapes_written = shapes
 
     def _execute(self, header: wire.RequestHeader, data: memoryview, deadline, received) -> ExecutionResult:
         """A request of a new layout: validated and executed as any request, then the model is bound

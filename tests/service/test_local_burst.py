@@ -6,6 +6,7 @@ import socket
 import numpy as np
 import pytest
 
+from hal.compiler import compile_model
 from hal.types import ErrorStatus
 from service.client import ServiceError, ServiceUnavailableError
 from service.proto import nnhal_pb2 as pb
@@ -48,6 +49,37 @@ def test_local_burst_writes_into_the_arrays_given_and_reads_inputs_anew(client):
         np.testing.assert_array_equal(flat, out.reshape(6))
         with pytest.raises(ValueError):
             lb.execute([a, b], [np.empty(5, np.float32)])
+
+
+def test_the_steady_path_keeps_deadlines_errors_and_perf_records(client):
+    """The same arrays call after call (the client's and the service's steady path): each request's
+    deadline is still checked, a failure is reported and followed by correct results, and every
+    execution is in the perf records, before and after a reset."""
+    m = add_chain(3)
+    pm = client.prepare_model(m)
+    x, out = np.ones((8, 8), np.float32), np.empty((8, 8), np.float32)
+    program = compile_model(m).static_plan.program
+    with pm.local_burst() as lb:
+        for k in range(4):
+            x += k
+            lb.execute([x], [out])
+            np.testing.assert_array_equal(out, pm.execute([x]).outputs[0])
+        with pytest.raises(ServiceError) as e:
+            lb.execute([x], [out], timeout_s=1e-9)
+        assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
+        x += 1
+        lb.execute([x], [out])
+        np.testing.assert_array_equal(out, pm.execute([x]).outputs[0])
+        info = pm.perf_info()  # 5 + 5 executions (the burst's and pm.execute's); the late one never started
+        assert info.executions == 10
+        assert [(o.index, o.executions) for o in info.operations] == [(s.index, 10) for s in program]
+        pm.reset_perf_info()
+        for _ in range(3):
+            lb.execute([x], [out])
+        info = pm.perf_info()
+        assert info.executions == 3
+        assert [(o.index, o.executions) for o in info.operations] == [(s.index, 3) for s in program]
+        assert all(o.total_ns > 0 for o in info.operations)
 
 
 def test_a_request_like_the_bound_one_but_for_its_number_skips_decoding_only_then():
