@@ -218,8 +218,8 @@ class BoundExecution:
     bound to them (``hal.executor.bind``: one partition computing straight into the outputs, or
     every step bound once, intermediates allocated once); otherwise (control flow, shapes that
     depend on the data) each execution's results are copied into them once. Everything per
-    execution is prepared here once (the work, the shapes): a call is ``PreparedModel._run``'s
-    duties (the admission, the deadline checks, the gate, the work and the records) written out."""
+    execution is prepared here once (the work, the shapes): a call is the admission, the gate, the
+    work and the records (``PreparedModel._run``: the one place they are done)."""
 
     def __init__(self, model: PreparedModel, inputs: list[np.ndarray], outputs: list[np.ndarray]):
         self.model, self.inputs, self.outputs = model, inputs, outputs
@@ -228,26 +228,7 @@ class BoundExecution:
         self._work: Work = self._run_bound if self._runner is not None else self._run_and_copy
 
     def __call__(self, deadline_ns: int | None, received_ns: int, loop_timeout_ns: int = 0) -> ExecutionResult:
-        model = self.model
-        scheduler, gate = model.scheduler, model.gate
-        if scheduler is not None:
-            scheduler.admit(model.priority)
-        try:
-            if deadline_ns is not None:
-                check_deadline(deadline_ns, "before execution started")
-            timings: list[OperationTiming] = []
-            if gate is None:
-                self._work(timings, deadline_ns, loop_timeout_ns)
-            else:
-                with gate:
-                    self._work(timings, deadline_ns, loop_timeout_ns)
-            model.perf.record(timings)
-            if deadline_ns is not None:  # as PreparedModel._admitted: a late result is a missed deadline
-                check_deadline(deadline_ns, "during execution (the result came too late)")
-            return ExecutionResult(self.shapes, time.monotonic_ns() - received_ns, timings)
-        finally:
-            if scheduler is not None:
-                scheduler.release()
+        return self.model._run(self._work, deadline_ns, received_ns, loop_timeout_ns)
 
     def _run_bound(self, timings: list[OperationTiming], deadline_ns: int | None, loop_timeout_ns: int):
         self._runner(timings, deadline_ns, loop_timeout_ns or None)

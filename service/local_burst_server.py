@@ -178,7 +178,7 @@ class LocalBurstServer:
                 if again is not None:
                     seq = again
                     bound, timeout_ns, loop_timeout_ns, measure = steady
-                    result = bound(received + timeout_ns if timeout_ns > 0 else None, received, loop_timeout_ns)
+                    result = bound(deadline_from_timeout(timeout_ns, received), received, loop_timeout_ns)
                     self._reply(view, seq, result, measure, self._bound_shapes)
                     return
             self._steady = None
