@@ -18,7 +18,7 @@ class Backend:
     deserialiser admits their plan-data types, nothing else outside hal's core."""
 
     def __init__(self, name: str, version: str, modules: Iterable[str] = (), *, priority: int = 0,
-                 description: str = "", extension: str | None = None):
+                 description: str = "", extension: str | None = None, opt_in: bool = False):
         if not name or "," in name or ":" in name:
             raise ValueError(f"bad backend name {name!r}")
         self.name = name
@@ -29,6 +29,9 @@ class Backend:
         #: For a vendor extension's backend: the extension whose operations it runs (keys are types
         #: within the extension, since prefixes are assigned per model).
         self.extension = extension
+        #: Not in the default preference order: only where an order names it (a backend on a stand-in
+        #: device, such as the cuda backend on torch's CPU device for tests).
+        self.opt_in = opt_in
         self.kernels: dict[int, Kernel] = {}
         #: Kernels for operation patterns this backend runs as one step (``hal.fusion``), by name.
         self.fusions: dict[str, Kernel] = {}

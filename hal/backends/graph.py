@@ -60,8 +60,8 @@ class GraphBackend(Backend):
     ``compile`` and ``load``; lowerings register per operation code like kernels do."""
 
     def __init__(self, name: str, version: str, modules: Iterable[str] = (), *, priority: int = 0,
-                 description: str = ""):
-        super().__init__(name, version, modules, priority=priority, description=description)
+                 description: str = "", opt_in: bool = False):
+        super().__init__(name, version, modules, priority=priority, description=description, opt_in=opt_in)
         self.lowerings: dict[int, Lowering] = {}
         #: The kernel of an operation planned as a partition member: it never runs alone.
         self.member_kernel = Kernel(name, plan=lambda ctx: None, execute=_member_execute, native_float16=True)

@@ -48,7 +48,7 @@ def set_preference(spec: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def preference() -> tuple[str, ...]:
-    """The preference order in force."""
+    """The preference order in force (by default every available backend but the opt-in ones)."""
     with _lock:
         order = _preference
     if order is not None:
@@ -56,7 +56,7 @@ def preference() -> tuple[str, ...]:
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
         return parse_preference(env)
-    return tuple(b.name for b in available())
+    return tuple(b.name for b in available() if not b.opt_in)
 
 
 def candidates(order: Iterable[str] | None = None) -> list[Backend]:

@@ -15,7 +15,7 @@ REFERENCE = "reference"
 _lock = threading.RLock()
 _BACKENDS: dict[str, Backend] = {}
 #: Backends shipped with nnhal, imported on first use (kernels never load with the specs alone).
-_BUILTIN_MODULES = ("hal.backends.reference", "hal.backends.numba_kernels", "hal.backends.ort")
+_BUILTIN_MODULES = ("hal.backends.reference", "hal.backends.numba_kernels", "hal.backends.ort", "hal.backends.cuda")
 _loaded = False
 
 

@@ -204,7 +204,7 @@ def test_the_cache_keeps_the_optimised_model_and_loads_it_without_lowering(monke
 
     def no_lowering(*args):
         raise AssertionError("a cached partition must not be lowered again")
-    monkeypatch.setattr(ort_backend, "_lower", no_lowering)
+    monkeypatch.setattr(ort_backend, "lower_partition", no_lowering)
     loaded = load_compiled(payload, [a.copy() for a in arrays], backend_order=ORDER)
     for g, w in zip(execute(loaded, [_x()]), execute(compiled, [_x()]), strict=True):
         np.testing.assert_array_equal(g, w)
@@ -319,7 +319,7 @@ def test_layout_transposes_only_at_the_partitions_edges():
     model = convert_partition(read_model(mobilenet_like(np.float32, input_size=32, width=8))).model
     plan = compile_model(model, backend_order=ORDER).static_plan
     part = make_partition(model, plan.steps, 0, len(plan.steps), plan.infos, plan.keep)
-    graph, _ = ort_backend._lower(BACKEND, part)
+    graph, _ = ort_backend.lower_partition(BACKEND, part)
     lowered = graph.model(part.inputs, part.outputs)
     assert sum(n.op_type == "Conv" for n in lowered.graph.node) > 5
     assert sum(n.op_type == "Transpose" for n in lowered.graph.node) == 1

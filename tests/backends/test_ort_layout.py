@@ -133,7 +133,7 @@ def _partition_graphs(model):
     assert {s.backend for s in plan.steps} == {BACKEND.name}, [s.ctx.name for s in plan.steps
                                                                 if s.backend != BACKEND.name]
     part = make_partition(model, plan.steps, 0, len(plan.steps), plan.infos, plan.keep)
-    graph, _ = ort_backend._lower(BACKEND, part)
+    graph, _ = ort_backend.lower_partition(BACKEND, part)
     lowered = graph.model(part.inputs, part.outputs)
     with tempfile.NamedTemporaryFile(suffix=".onnx") as f:
         so = ort_backend.session_options()

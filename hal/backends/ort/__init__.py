@@ -229,7 +229,8 @@ def session_options() -> ort.SessionOptions:
     return so
 
 
-def _lower(backend: GraphBackend, partition) -> tuple[OnnxGraph, tuple[str, ...]]:
+def lower_partition(backend: GraphBackend, partition) -> tuple[OnnxGraph, tuple[str, ...]]:
+    """The partition as one ONNX graph (by ``backend``'s lowerings) and its input names."""
     g = OnnxGraph(partition.infos)
     for i in partition.inputs:
         g.bind(i, f"in{i}")
@@ -244,7 +245,7 @@ def _lower(backend: GraphBackend, partition) -> tuple[OnnxGraph, tuple[str, ...]
 
 
 def compile_partition(backend: GraphBackend, partition) -> tuple[OrtArtifact, Executable]:
-    g, input_names = _lower(backend, partition)
+    g, input_names = lower_partition(backend, partition)
     model = g.model(partition.inputs, partition.outputs)
     so = session_options()
     with tempfile.TemporaryDirectory(prefix="nnhal-ort-") as folder:
