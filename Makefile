@@ -11,16 +11,21 @@ help:  ## Show this help
 
 PROTO_OUT := service/proto/nnhal_pb2.py service/proto/nnhal_pb2_grpc.py
 
-setup: $(BIN)/nnhal $(PROTO_OUT)  ## Create .venv (LiteRT 2.3, numpy 2), install pinned deps, nnhal, MediaPipe + example extensions (editable), compile the numba kernels, generate protobuf code
+setup: $(BIN)/nnhal $(PROTO_OUT)  ## Create .venv (LiteRT 2.3, numpy 2), install pinned deps (+ torch where a GPU is or NNHAL_CUDA=1), nnhal, MediaPipe + example extensions (editable), compile the numba kernels, generate protobuf code
 
 # Editable installs of nnhal and its extensions; setuptools' "Editable installation" notice once, not per project.
 EDITABLE := --no-deps -e . -e extensions/mediapipe $(foreach d,$(wildcard extensions/examples/*/pyproject.toml),-e $(dir $(d)))
 QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
-$(BIN)/nnhal: pyproject.toml requirements.lock extensions/mediapipe/pyproject.toml
+#: torch (the cuda backend, nnhal[cuda]) only where it runs: a GPU the NVIDIA driver shows, or NNHAL_CUDA=1
+#: (CI: the cuda backend's lowering tested on torch's CPU device).
+WANT_CUDA := $(if $(filter 1,$(NNHAL_CUDA)),1,$(if $(wildcard /proc/driver/nvidia/gpus/*),1,))
+
+$(BIN)/nnhal: pyproject.toml requirements.lock requirements-cuda.lock extensions/mediapipe/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.lock
+	$(if $(WANT_CUDA),$(BIN)/pip install -q -r requirements-cuda.lock)
 	$(QUIET_EDITABLE) $(BIN)/pip install -q $(EDITABLE)
 	$(BIN)/python -c "from hal import backends; backends.ensure_loaded()"  # compile the numba kernels for this machine, once
 	@touch $@

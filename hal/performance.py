@@ -51,7 +51,14 @@ from hal.types import OperandType
 #: Against tflite-runtime 2.14 in the same runs numba was 0.08-0.11 (int8) and 0.06-0.14 (uint8):
 #: LiteRT's 8-bit path (XNNPACK) ran these models 17-24x as fast as tflite-runtime's; float32 (both
 #: XNNPACK) within 10% of each other.
+#: - cuda, float32: 0.12, not yet the backend's own figure: a torch CUDA graph of MobileNetV2
+#:   (fp32, TF32 off, copies in and out included) on a lent H100 took 1.05 ms against LiteRT 2.3's
+#:   8.50 ms at 1 thread on that machine's CPU (../shared/gpu/README.md); `make bench-gpu` measures
+#:   the backend through the delegate and writes the figure to state with `--performance`. A
+#:   backend on a stand-in device (``Backend.opt_in``: the cuda backend on torch's CPU device) states
+#:   nothing: its type's figure is the next backend's.
 MEASURED: dict[str, dict[int, float]] = {
+    "cuda": {OperandType.TENSOR_FLOAT32: 0.12},
     "onnxruntime": {OperandType.TENSOR_FLOAT32: 1.19},
     "numba": {OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 1.4, OperandType.TENSOR_QUANT8_ASYMM: 0.74},
     backends.REFERENCE: {OperandType.TENSOR_FLOAT32: 6.3, OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 48.0,
@@ -70,7 +77,7 @@ def exec_times(order: Iterable[str] | None = None, measured: dict[str, dict[int,
     ``order`` (default: the process's preference). ``measured`` (``read_measured``) replaces the
     built-in figures of the backends it names."""
     table = {**MEASURED, **(measured or {})}
-    stated = [table[b.name] for b in backends.candidates(order) if b.name in table]
+    stated = [table[b.name] for b in backends.candidates(order) if b.name in table and not b.opt_in]
     worst = max((v for p in stated for v in p.values()), default=CPU)
     return {int(t): next((p[t] for p in stated if t in p), worst) for t in OperandType if t != OperandType.SUBGRAPH}
 

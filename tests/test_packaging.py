@@ -41,6 +41,16 @@ def test_each_lock_satisfies_the_wheels_requirements(lock, extras):
     assert checked and not unmet, unmet
 
 
+def test_the_cuda_lock_satisfies_the_cuda_extra():
+    """requirements-cuda.lock (what `make setup` adds where a GPU is, or NNHAL_CUDA=1) pins what
+    ``nnhal[cuda]`` asks for."""
+    pins = _pins("requirements-cuda.lock")
+    for r in PROJECT["optional-dependencies"]["cuda"]:
+        req = Requirement(r)
+        name = canonicalize_name(req.name)
+        assert name in pins and req.specifier.contains(pins[name]), f"{r}: {pins.get(name)}"
+
+
 def test_the_default_lock_is_litert():
     assert "ai-edge-litert" in _pins("requirements.lock") and "tflite-runtime" not in _pins("requirements.lock")
 

@@ -32,7 +32,8 @@ from hal.backends.cuda.device import driver_version
 from hal.backends.cuda.program import Program
 from hal.backends.cuda.runner import EagerRunner, GraphRunner
 from hal.backends.graph import GraphBackend
-from hal.backends.ort import BACKEND as ORT_BACKEND, lower_partition
+from hal.backends.ort import BACKEND as ORT_BACKEND
+from hal.backends.ort import lower_partition
 from hal.types import OperationType
 
 log = logging.getLogger(__name__)

@@ -186,7 +186,8 @@ def _reduce(node: Node):
 
 @operator("ArgMax", "ArgMin")
 def _arg(node: Node):
-    axis, keep, last = int(node.attr("axis", 0)), bool(node.attr("keepdims", 1)), bool(node.attr("select_last_index", 0))
+    axis, keep = int(node.attr("axis", 0)), bool(node.attr("keepdims", 1))
+    last = bool(node.attr("select_last_index", 0))
     pick = torch.argmax if node.op_type == "ArgMax" else torch.argmin
 
     def arg(x):

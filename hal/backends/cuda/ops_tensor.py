@@ -57,8 +57,9 @@ def _split(node: Node):
 
 
 def _positions(n: int, start: int, end: int, step: int) -> np.ndarray:
-    """ONNX Slice's indices along an axis of length n (starts/ends clamped as ONNX says)."""
-    return np.arange(n)[slice(start, end, step)] if step > 0 else np.arange(n)[slice(start, None if end < -n else end, step)]
+    """ONNX Slice's indices along an axis of length n: Python's slice clamps starts and ends as
+    ONNX says (an end below -n with a negative step runs through index 0)."""
+    return np.arange(n)[start:end:step]
 
 
 @operator("Slice")

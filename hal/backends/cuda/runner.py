@@ -2,11 +2,12 @@
 
 ``GraphRunner`` (a GPU) keeps, per input shape, one captured CUDA graph over device input and
 output buffers allocated once, and page-locked host buffers beside them: an execution copies each
-input into its host buffer, queues the host-to-device copies, the replay and the device-to-host
-copies on one stream, and waits once. ``bind`` over fixed arrays (a local burst's shared-memory
-slots) registers their memory with CUDA instead, so the copies go straight between the slots and
-the device. A float16 program converts at the edges inside the graph. One execution at a time
-per runner (the buffers are the runner's).
+input into its host buffer, queues the host-to-device copies (DMA from page-locked memory), the
+replay and the device-to-host copies on one stream, and waits once. A bound run (a local burst's
+shared-memory slots) goes through the same page-locked buffers: registering the slots themselves
+with CUDA would register pages neighbouring slots share (CUDA refuses a page twice, and a refused
+call leaves an error torch reports at its next launch). A float16 program converts at the edges
+inside the graph. One execution at a time per runner (the buffers are the runner's).
 
 Both are called like the onnxruntime backend's executables: ``runner(arrays) -> outputs`` (new
 arrays of the partition's output types) and ``runner.bind(inputs, outputs)``.
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 #: Untimed runs of a program before it is captured (cuDNN picks and caches its algorithms).
 WARMUP_RUNS = 2
+_CAPTURE_LOCK = threading.Lock()
 
 
 def _as_tensor(a: np.ndarray) -> torch.Tensor:
@@ -62,7 +64,9 @@ def _float(t: torch.Tensor, float_type: torch.dtype) -> torch.Tensor:
 
 
 class _Captured:
-    """One input shape's CUDA graph and the buffers it reads and writes."""
+    """One input shape's CUDA graph and the buffers it reads and writes. Where the program cannot
+    be captured (an operator that synchronises with the host), ``replay`` runs it eagerly on the
+    device into the same output buffers, and says so once in the log."""
 
     def __init__(self, program: Program, shapes: list[tuple], in_types: list[np.dtype], out_types: list[np.dtype],
                  stream: torch.cuda.Stream):
@@ -74,16 +78,31 @@ class _Captured:
             outs = program([_float(t, program.float_type) for t in self.device_in])
             return [o.to(_torch(d)).contiguous() for o, d in zip(outs, out_types)]
 
+        self._body = body
         with torch.inference_mode():
             stream.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(stream):
                 for _ in range(WARMUP_RUNS):  # outside the capture: caches filled, algorithms chosen
-                    body()
+                    self.device_out = body()
             stream.synchronize()
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, stream=stream):
-                self.device_out = body()
+            try:
+                graph = torch.cuda.CUDAGraph()
+                # one capture at a time; other threads' executions go on meanwhile (thread_local:
+                # only this thread's calls are checked against the capture)
+                with _CAPTURE_LOCK, torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                    self.device_out = body()
+                self.graph = graph
+            except RuntimeError as e:
+                log.warning("cuda backend: a partition for input shapes %s runs uncaptured: %s", shapes, e)
+                torch.cuda.synchronize(device)
+                self.graph = self
         self.host_out = [torch.empty(o.shape, dtype=o.dtype, pin_memory=True) for o in self.device_out]
+
+    def replay(self) -> None:
+        """The uncaptured program, on the current stream, into the output buffers."""
+        with torch.inference_mode():
+            for d, r in zip(self.device_out, self._body()):
+                d.copy_(r)
 
 
 def _torch(dtype: np.dtype) -> torch.dtype:
@@ -114,71 +133,33 @@ class GraphRunner:
                                                        self.stream)
         return captured
 
+    def _run(self, arrays: list) -> _Captured:
+        """One execution into the captured graph's page-locked output buffers (lock held)."""
+        c = self._capture([a.shape for a in arrays])
+        for h, a in zip(c.host_in, arrays):
+            np.copyto(h.numpy(), a, casting="no")
+        with torch.cuda.stream(self.stream):
+            for d, h in zip(c.device_in, c.host_in):
+                d.copy_(h, non_blocking=True)
+            c.graph.replay()
+            for h, d in zip(c.host_out, c.device_out):
+                h.copy_(d, non_blocking=True)
+        self.stream.synchronize()
+        return c
+
     def __call__(self, arrays: list, limits=None) -> list[np.ndarray]:
         with self._lock:
-            c = self._capture([a.shape for a in arrays])
-            for h, a in zip(c.host_in, arrays):
-                np.copyto(h.numpy(), a, casting="no")
-            with torch.cuda.stream(self.stream):
-                for d, h in zip(c.device_in, c.host_in):
-                    d.copy_(h, non_blocking=True)
-                c.graph.replay()
-                for h, d in zip(c.host_out, c.device_out):
-                    h.copy_(d, non_blocking=True)
-            self.stream.synchronize()
-            return [h.numpy().copy() for h in c.host_out]
+            return [h.numpy().copy() for h in self._run(arrays).host_out]
 
-    def bind(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> "BoundGraph":
-        return BoundGraph(self, inputs, outputs)
+    def bind(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> Callable[[], None]:
+        """A runner over fixed arrays (a local burst's shared-memory slots): the graph for their
+        shapes captured now; each run copies the inputs' current contents in and the outputs out."""
+        with self._lock:
+            self._capture([a.shape for a in inputs])
 
-
-class BoundGraph:
-    """A GraphRunner over fixed arrays: their memory registered with CUDA (page-locked in place),
-    so each execution is the copies in, the replay and the copies out, straight from and to them.
-    Where registration is refused the copies go through the runner's own page-locked buffers."""
-
-    def __init__(self, runner: GraphRunner, inputs: list[np.ndarray], outputs: list[np.ndarray]):
-        self.runner = runner
-        self.arrays = (inputs, outputs)  # their memory must outlive the binding
-        self.captured = runner._capture([a.shape for a in inputs])
-        self._registered: list[int] = []
-        self.host_in = [self._host(a, staged) for a, staged in zip(inputs, self.captured.host_in)]
-        self.host_out = [self._host(o, staged) for o, staged in zip(outputs, self.captured.host_out)]
-        self._copy_back = [(o, h) for o, h in zip(outputs, self.host_out) if not _aliases(o, h)]
-        self._copy_in = [(h, a) for a, h in zip(inputs, self.host_in) if not _aliases(a, h)]
-
-    def _host(self, a: np.ndarray, staged: torch.Tensor) -> torch.Tensor:
-        if not a.flags.c_contiguous or a.nbytes == 0:
-            return staged
-        cudart = torch.cuda.cudart()
-        status = cudart.cudaHostRegister(a.ctypes.data, a.nbytes, 0)
-        if int(getattr(status, "value", status)) != 0:
-            log.info("cuda backend: host memory not registered (status %s): copies are staged", status)
-            return staged
-        self._registered.append(a.ctypes.data)
-        return torch.from_numpy(a)
-
-    def __call__(self, limits=None) -> None:
-        c, stream = self.captured, self.runner.stream
-        with self.runner._lock:
-            for h, a in self._copy_in:
-                np.copyto(h.numpy(), a, casting="no")
-            with torch.cuda.stream(stream):
-                for d, h in zip(c.device_in, self.host_in):
-                    d.copy_(h, non_blocking=True)
-                c.graph.replay()
-                for h, d in zip(self.host_out, c.device_out):
-                    h.copy_(d, non_blocking=True)
-            stream.synchronize()
-            for o, h in self._copy_back:
-                np.copyto(o, h.numpy(), casting="no")
-
-    def __del__(self) -> None:
-        if self._registered:
-            cudart = torch.cuda.cudart()
-            for ptr in self._registered:
-                cudart.cudaHostUnregister(ptr)
-
-
-def _aliases(a: np.ndarray, t: torch.Tensor) -> bool:
-    return a.ctypes.data == t.data_ptr()
+        def run(limits=None) -> None:
+            with self._lock:
+                for o, h in zip(outputs, self._run(inputs).host_out):
+                    np.copyto(o, h.numpy(), casting="no")
+        run.arrays = (inputs, outputs)  # type: ignore[attr-defined]  (their memory outlives the binding)
+        return run
