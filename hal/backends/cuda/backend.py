@@ -104,6 +104,8 @@ class CudaBackend(GraphBackend):
         program = Program(model, dict(zip(artifact.initializer_names, artifact.initializers)), self.device, float_type)
         out_types = [_torch_dtype(vi.type.tensor_type.elem_type) for vi in model.graph.output]
         if not self.on_gpu:
+            # torch's CPU kernels take the threads the graph backends are given (process-wide)
+            torch.set_num_threads(backends.compute_threads() or 1)
             return EagerRunner(program, out_types)
         self._settings()
         in_specs = [(tuple(partition.infos[i].shape), partition.infos[i].dtype) for i in partition.inputs]
