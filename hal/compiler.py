@@ -315,8 +315,11 @@ class Subgraphs:
 def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order: list[Backend],
                keep: frozenset[int], subgraphs: "Subgraphs | None" = None) -> list[Step]:
     """The program: each maximal run of one graph backend's members compiled into one partition
-    step. A run that fails to compile is planned again without that backend (``steps`` updated)."""
+    step. A run that fails to compile is planned again without that backend (``steps`` updated),
+    and looked at again: the next backend may be a graph backend too (cuda's run falls to
+    onnxruntime's partitions), each failed backend left out of every later fallback."""
     program: list[Step] = []
+    failed: set[str] = set()
     k = 0
     while k < len(steps):
         backend = backends.get(steps[k].backend)
@@ -335,7 +338,7 @@ def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order:
             k = end
             continue
         if not part.outputs:  # nothing reads what the run computes (valid NNAPI): a graph needs outputs
-            fallback = [b for b in order if b is not backend]
+            fallback = [b for b in order if not isinstance(b, GraphBackend)]
             for m in range(k, end):
                 steps[m] = prepare_operation(steps[m].index, model, infos, order=fallback, subgraphs=subgraphs)
                 program.append(steps[m])
@@ -344,14 +347,14 @@ def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order:
         try:
             artifact, executable = backend.compile(part)
         except Exception as e:  # noqa: BLE001 - a lowering's bug costs speed, never the model
-            _log.warning("%s could not compile operations %d-%d (%r); they run operation by operation",
+            _log.warning("%s could not compile operations %d-%d (%r); they are planned on the next backends",
                          backend.name, steps[k].index, steps[end - 1].index, e)
-            fallback = [b for b in order if b is not backend]
+            failed.add(backend.name)
+            fallback = [b for b in order if b.name not in failed]
             for m in range(k, end):
                 steps[m] = prepare_operation(steps[m].index, model, infos, order=fallback, subgraphs=subgraphs)
-                program.append(steps[m])
-        else:
-            program.append(partition_step(backend, part, artifact, executable))
+            continue  # the same position again, planned without the failed backends
+        program.append(partition_step(backend, part, artifact, executable))
         k = end
     return program
 

@@ -114,6 +114,38 @@ def test_relaxed_models_compute_in_float16(backend):
             assert compare(g, w, relaxed=want_half) is None
 
 
+@pytest.mark.partition_fallback
+def test_a_partition_that_fails_to_compile_goes_to_the_next_graph_backend(backend, monkeypatch):
+    """cuda's failure hands its run to onnxruntime's partitions (not operation by operation: an
+    operation planned as a graph backend's member runs only inside a partition)."""
+    def broken(partition):
+        raise RuntimeError("lowering bug")
+    monkeypatch.setattr(backend, "compile", broken)
+    model = _split_model()
+    order = ["cuda", "onnxruntime", "reference"]
+    plan = compile_model(model, backend_order=order).static_plan
+    assert [(s.backend, s.operations) for s in plan.program] == [
+        ("onnxruntime", (0, 1)), ("reference", (2,)), ("reference", (3,)), ("onnxruntime", (4,))]
+    want = execute(compile_model(model, backend_order=["reference"]), [_x()])
+    for g, w in zip(execute(compile_model(model, backend_order=order), [_x()]), want, strict=True):
+        assert compare(g, w) is None
+
+
+def test_a_squeeze_excite_gate_spread_by_resize_runs_in_the_partition(backend):
+    """onnxruntime's lowering spreads a squeeze-excite gate over the feature map with a nearest
+    Resize (ort/gate.py): the program runs it, so an EfficientNet-style model is one partition."""
+    from delegate.mapping import convert_partition
+    from delegate.tfl import read_model
+    from nnhal import examples
+    model = convert_partition(read_model(examples.efficientnet_b0(input_size=32))).model
+    compiled = compile_model(model, backend_order=ORDER)
+    assert [s.backend for s in compiled.static_plan.program] == [backend.name]
+    shape = model.main.operands[model.main.input_indexes[0]].dimensions
+    x = np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)
+    want = execute(compile_model(model, backend_order=["reference"]), [x])
+    assert _scaled_error(execute(compiled, [x]), want) <= 1e-4
+
+
 def _scaled_error(got: list, want: list) -> float:
     return max(float(np.max(np.abs(g - w)) / max(float(np.max(np.abs(w))), 1e-30)) for g, w in zip(got, want))
 

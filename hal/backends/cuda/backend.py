@@ -27,7 +27,7 @@ import torch
 from onnx import numpy_helper
 
 from hal import backends
-from hal.backends.cuda import ops_math, ops_nn, ops_tensor  # noqa: F401  (register the operators)
+from hal.backends.cuda import ops_math, ops_nn, ops_resize, ops_tensor  # noqa: F401  (register the operators)
 from hal.backends.cuda.device import driver_version
 from hal.backends.cuda.program import Program
 from hal.backends.cuda.runner import EagerRunner, GraphRunner
