@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-tflite-runtime test test-tflite-runtime run bench lint clean ops cts soak fleet fuzz wheel
+.PHONY: help setup setup-tflite-runtime test test-tflite-runtime run bench bench-gpu lint clean ops cts soak fleet fuzz wheel
 
 help:  ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-21s %s\n", $$1, $$2}'
@@ -47,6 +47,11 @@ run: setup  ## Main job: example models through the delegate; inference_diff + b
 
 bench: setup setup-tflite-runtime  ## Benchmarks (RPC paths, cache, delegated models, float and quantized 224x224 models vs TFLite) -> bench/results.md
 	$(BIN)/python -m bench.run_all
+
+GPU_CHECK_ARGS ?=
+
+bench-gpu:  ## The cuda backend's one GPU check (GPU_CHECK_ARGS=--quick: tiny models on torch's CPU device, < 1 min): environment, GPU tests, CTS float cases, float models vs LiteRT -> bench/results-gpu.md or $OUT/results-gpu.md
+	scripts/gpu_check.sh $(GPU_CHECK_ARGS)
 
 SOAK_SECONDS ?= 300
 

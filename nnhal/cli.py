@@ -445,6 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
     cts.add_argument("--op", action="append", metavar="OPERATION",
                      help="only cases testing this operation (NNAPI name, e.g. CONV_2D; repeatable)")
     cts.add_argument("--name", metavar="TEXT", help="only cases whose name contains TEXT")
+    cts.add_argument("--backend", metavar="NAMES", default=None,
+                     help="compute backend preference, best first (as nnhal serve --backend), in-process or for "
+                          "the private --service; default $NNHAL_BACKENDS, else every available backend by priority")
     cts.add_argument("--corpus", help="corpus file (.jsonl.gz; default: the project's cts/ corpus)")
     cts.add_argument("--show", choices=["failures", "unsupported", "all"], default="failures",
                      help="which cases to list below the table (default: %(default)s)")

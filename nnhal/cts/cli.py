@@ -12,7 +12,25 @@ from nnhal.cts.runner import InProcessTarget, Outcome, ServiceTarget, run
 FAILING = (Outcome.WRONG, Outcome.REJECTED, Outcome.CRASH)
 
 
+def _target(args: argparse.Namespace, tls):
+    """In-process (``--backend``: this process's preference), a private service (``--backend``: its
+    ``serve --backend``) or the service at ``--service ADDRESS`` (its own order: not ours to set)."""
+    from hal import backends
+    if args.backend is not None:
+        backends.parse_preference(args.backend)  # unknown names: one error here, before anything starts
+        if args.service:
+            raise ValueError(f"--backend: the service at {args.service} runs its own order (nnhal serve --backend)")
+    if args.service is None:
+        target = InProcessTarget()
+        if args.backend is not None:
+            target.name = f"in-process ({','.join(backends.set_preference(args.backend))})"
+        return target
+    serve_args = () if args.backend is None else ("--backend", args.backend)
+    return ServiceTarget(args.service or None, serve_args=serve_args, tls=tls)
+
+
 def main(args: argparse.Namespace) -> int:
+    from hal.errors import HalError
     from service.address import is_fleet
     from service.client import ServiceUnavailableError
     from service.tls import check_tls_address, client_tls
@@ -32,9 +50,9 @@ def main(args: argparse.Namespace) -> int:
             check_tls_address(args.service or None, "--tls-ca-file/--tls-cert-file/--tls-key-file")
         if args.service and is_fleet(args.service):  # each case's result must come from the one service named
             raise ValueError(f"--service {args.service}: CTS checks one service; give one of its addresses")
-        target = InProcessTarget() if args.service is None else ServiceTarget(args.service or None, tls=tls)
-    except (ValueError, ServiceUnavailableError) as e:
-        print(f"nnhal cts: {e}", file=sys.stderr)
+        target = _target(args, tls)
+    except (ValueError, ServiceUnavailableError, HalError) as e:
+        print(f"nnhal cts: {getattr(e, 'message', e)}", file=sys.stderr)
         return 2
     cases = list(load_cases(corpus, args.op, args.name))
     from nnhal.tool_support import progress_bar

@@ -8,6 +8,10 @@ expects a refusal): nothing claimed that fails, nothing passing or failing uncla
 from __future__ import annotations
 
 import functools
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +105,19 @@ def cts_combinations() -> frozenset[tuple[str, str]]:
         operands = c.raw["operands"]
         pairs |= {(op["type"], operands[op["inputs"][0]]["type"]) for op in c.raw["operations"]}
     return frozenset(pairs)
+
+
+def test_cts_backend_option_runs_the_order_named():
+    """`nnhal cts --backend NAMES`: in-process and in the private service. The cuda backend on
+    torch's CPU device is opt-in (never in a default order): the RELU cases pass only where the
+    order named reached the process that runs them (elsewhere "unknown backend 'cuda'")."""
+    pytest.importorskip("torch")
+    env = {**os.environ, "NNHAL_CUDA_DEVICE": "cpu", "NNHAL_BACKENDS": ""}
+    for extra in ((), ("--service",)):
+        r = subprocess.run([sys.executable, "-m", "nnhal.cli", "cts", "--backend", "cuda", "--op", "RELU", "--json",
+                            *extra], capture_output=True, text=True, timeout=180, env=env)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["operations"]["RELU"]["pass"] > 0 and not out["failures"], out
+        if not extra:
+            assert out["target"] == "in-process (cuda,reference)"

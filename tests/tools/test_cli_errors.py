@@ -177,6 +177,12 @@ def test_cts_with_a_missing_corpus(tmp_path):
                     "nnhal cts: cannot read the corpus ", "give --corpus FILE")
 
 
+def test_cts_backend_names_are_checked_before_anything_runs(tmp_path):
+    _one_line_error(_cli("cts", "--backend", "nosuch", "--op", "RELU"), "nnhal cts: ", "unknown backend 'nosuch'")
+    _one_line_error(_cli("cts", "--backend", "reference", "--service", f"unix:{tmp_path}/s.sock", "--op", "RELU"),
+                    "nnhal cts: --backend: ", "nnhal serve --backend")
+
+
 def test_bad_cache_paths(tmp_path):
     f = _private_dir(tmp_path) / "file"
     f.write_text("x")
