@@ -151,14 +151,19 @@ def _pad(node: Node):
         raise Unsupported(f"Pad mode {mode}")
     cache: dict[tuple, list] = {}
 
+    def positions(n: int, begin: int, end: int) -> np.ndarray:
+        # a negative pad removes elements (ONNX; onnxruntime crops them before it pads, so a
+        # reflection mirrors the cropped axis), a positive one pads by numpy's reflect / edge
+        kept = np.arange(n)[max(-begin, 0):n - max(-end, 0)]
+        return np.pad(kept, (max(begin, 0), max(end, 0)), mode=mode)
+
     def pad(x, *_):
         # reflect / edge along each padded axis as one index_select with numpy's positions
         key = tuple(x.shape)
         plan = cache.get(key)
         if plan is None:
-            plan = cache[key] = [
-                (k, torch.as_tensor(np.pad(np.arange(key[k]), (begins[k], ends[k]), mode=mode), device=x.device))
-                for k in range(rank) if begins[k] or ends[k]]
+            plan = cache[key] = [(k, torch.as_tensor(positions(key[k], begins[k], ends[k]), device=x.device))
+                                 for k in range(rank) if begins[k] or ends[k]]
         for k, idx in plan:
             x = x.index_select(k, idx)
         return x
