@@ -83,6 +83,69 @@ def assert_matches_reference(model: Model, inputs: list[np.ndarray], backend: st
     return DiffResult(backend, len(model.main.operations), assigned)
 
 
+def constant_params(model, inputs: list) -> tuple:
+    """``model`` with every INT32 model input read only as an operation's parameter (an input
+    other than 0) made a constant holding this example's value, and the inputs left."""
+    import copy
+
+    from hal.model import DataLocation
+    from hal.types import OperandLifeTime, OperandType
+    sg = model.main
+    params = {i for op in sg.operations for i in op.inputs[1:]} - {i for op in sg.operations for i in op.inputs[:1]}
+    convert = [k for k, i in enumerate(sg.input_indexes) if i in params and inputs[k] is not None
+               and sg.operands[i].type in (OperandType.TENSOR_INT32, OperandType.INT32)]
+    if not convert:
+        return model, inputs
+    m = copy.deepcopy(model)
+    blob = bytearray(m.operand_values)
+    for k in convert:
+        value = np.ascontiguousarray(inputs[k])
+        blob += b"\0" * (-len(blob) % 8)
+        operand = m.main.operands[sg.input_indexes[k]]
+        operand.lifetime = OperandLifeTime.CONSTANT_COPY
+        operand.location = DataLocation(0, len(blob), value.nbytes)
+        operand.dimensions = tuple(value.shape)
+        blob += value.tobytes()
+    m.operand_values = bytes(blob)
+    m.main.input_indexes = [i for k, i in enumerate(sg.input_indexes) if k not in convert]
+    return m, [x for k, x in enumerate(inputs) if k not in convert]
+
+
+def graph_backend_cts_runs(backend, operation: str, cases, order: list[str]) -> list[tuple]:
+    """Each example of each CTS case of ``operation`` planned with ``order`` (``backend``, a graph
+    backend, first): nothing ``backend`` claims may fall back; where its partition ran the
+    operation, every output must meet CTS's criteria against the reference. Returns (model,
+    compiled) of those runs. Invalid cases (the CTS tests judge them) are passed over."""
+    from hal.types import OperationType
+    from nnhal.cts.corpus import build_model, examples
+    ran = []
+    for case in cases:
+        try:
+            model = build_model(case)
+            compile_model(model, backend_order=["reference"])
+        except Exception:  # noqa: BLE001 - invalid for hal: the CTS tests judge that
+            continue
+        for n, ex in enumerate(examples(case)):
+            # a parameter given as a model input (SLICE's begin/size, TILE's multiples) is planned
+            # per execution, operation by operation: made a constant, the case is a static model
+            variant, inputs = constant_params(model, list(ex.inputs))
+            compiled = compile_model(variant, backend_order=order)
+            if compiled.static_plan is None:
+                continue
+            fell = [s.ctx.name for s in compiled.static_plan.steps
+                    if s.backend != backend.name and backend.claim(s.ctx) is None]
+            assert not fell, f"{case.name}: {fell} fell back"
+            if not any(s.backend == backend.name and s.ctx.op_type == OperationType[operation]
+                       for s in compiled.static_plan.steps):
+                continue
+            ran.append((variant, compiled))
+            got, want = execute(compiled, inputs), execute(compile_model(variant, backend_order=["reference"]), inputs)
+            for k, (g, w) in enumerate(zip(got, want, strict=True)):
+                why = compare(g, w, model.relax_computation_float32_to_float16)
+                assert why is None, f"{case.name} example {n} output {k}: {why}"
+    return ran
+
+
 def check_against_reference(model: Model, inputs: list[np.ndarray]) -> None:
     """The op tests' hook: when $NNHAL_DIFF_BACKEND names a backend, the model must give the
     reference backend's answers through it too (operations it does not take fall back)."""

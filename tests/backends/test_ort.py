@@ -14,8 +14,8 @@ ort_backend = pytest.importorskip("hal.backends.ort")
 from hal.compiler import compile_model  # noqa: E402
 from hal.executor import execute  # noqa: E402
 from hal.types import OperandType, OperationType  # noqa: E402
-from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases  # noqa: E402
-from tests.backends.differential import compare  # noqa: E402
+from nnhal.cts.corpus import load_cases  # noqa: E402
+from tests.backends.differential import compare, graph_backend_cts_runs  # noqa: E402
 
 BACKEND = ort_backend.BACKEND
 ORDER = ["onnxruntime", "reference"]
@@ -27,13 +27,6 @@ def _cases(operation: str) -> tuple:
     return tuple(c for c in load_cases(operations=[operation]) if not c.expect_failure)
 
 
-def _fell_back(compiled) -> list[str]:
-    """Operations the backend claims but that ended on another backend: a partition that failed
-    to compile (the compiler logs it and plans the run operation by operation)."""
-    return [s.ctx.name for s in compiled.static_plan.steps
-            if s.backend != BACKEND.name and BACKEND.claim(s.ctx) is None]
-
-
 @pytest.mark.parametrize("operation", LOWERED)
 def test_cts_cases_run_in_onnxruntime_and_match_the_reference(operation):
     """Per lowered operation: each CTS case (every operand type) through onnxruntime-first and
@@ -41,58 +34,8 @@ def test_cts_cases_run_in_onnxruntime_and_match_the_reference(operation):
     never fallen back, and every output meets CTS's float criteria against the reference."""
     if not _cases(operation):
         pytest.skip(f"the CTS has no {operation} case: checked by test_operations_without_cts_vectors")
-    ran = 0
-    for case in _cases(operation):
-        try:
-            model = build_model(case)
-            compile_model(model, backend_order=["reference"])
-        except (CorpusError, Exception):  # noqa: BLE001 - invalid for hal: the CTS tests judge that
-            continue
-        for n, ex in enumerate(examples(case)):
-            # a parameter given as a model input (SLICE's begin/size, TILE's multiples) is planned
-            # per execution, operation by operation: made a constant, the case is a static model
-            variant, inputs = _constant_params(model, list(ex.inputs))
-            compiled = compile_model(variant, backend_order=ORDER)
-            if compiled.static_plan is None:
-                continue
-            assert not _fell_back(compiled), f"{case.name}: {_fell_back(compiled)} fell back"
-            if not any(s.backend == BACKEND.name and s.ctx.op_type == OperationType[operation]
-                       for s in compiled.static_plan.steps):
-                continue
-            ran += 1
-            got, want = execute(compiled, inputs), execute(compile_model(variant, backend_order=["reference"]), inputs)
-            for k, (g, w) in enumerate(zip(got, want, strict=True)):
-                why = compare(g, w, model.relax_computation_float32_to_float16)
-                assert why is None, f"{case.name} example {n} output {k}: {why}"
+    ran = graph_backend_cts_runs(BACKEND, operation, _cases(operation), ORDER)
     assert ran, f"no CTS case of {operation} ran in an onnxruntime partition"
-
-
-def _constant_params(model, inputs: list) -> tuple:
-    """``model`` with every INT32 model input read only as an operation's parameter (an input
-    other than 0) made a constant holding this example's value, and the inputs left."""
-    import copy
-
-    from hal.model import DataLocation
-    from hal.types import OperandLifeTime
-    sg = model.main
-    params = {i for op in sg.operations for i in op.inputs[1:]} - {i for op in sg.operations for i in op.inputs[:1]}
-    convert = [k for k, i in enumerate(sg.input_indexes) if i in params and inputs[k] is not None
-               and sg.operands[i].type in (OperandType.TENSOR_INT32, OperandType.INT32)]
-    if not convert:
-        return model, inputs
-    m = copy.deepcopy(model)
-    blob = bytearray(m.operand_values)
-    for k in convert:
-        value = np.ascontiguousarray(inputs[k])
-        blob += b"\0" * (-len(blob) % 8)
-        operand = m.main.operands[sg.input_indexes[k]]
-        operand.lifetime = OperandLifeTime.CONSTANT_COPY
-        operand.location = DataLocation(0, len(blob), value.nbytes)
-        operand.dimensions = tuple(value.shape)
-        blob += value.tobytes()
-    m.operand_values = bytes(blob)
-    m.main.input_indexes = [i for k, i in enumerate(sg.input_indexes) if k not in convert]
-    return m, [x for k, x in enumerate(inputs) if k not in convert]
 
 
 def test_lowerings_take_float32_only_unless_they_say_so():

@@ -58,7 +58,7 @@ class CudaArtifact:
     half: bool = False
 
 
-def _torch_dtype(onnx_type: int) -> np.dtype:
+def _numpy_dtype(onnx_type: int) -> np.dtype:
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx_type))
 
 
@@ -102,7 +102,7 @@ class CudaBackend(GraphBackend):
             raise ValueError("the cached graph's inputs and outputs are not the partition's")
         float_type = torch.float16 if artifact.half else torch.float32
         program = Program(model, dict(zip(artifact.initializer_names, artifact.initializers)), self.device, float_type)
-        out_types = [_torch_dtype(vi.type.tensor_type.elem_type) for vi in model.graph.output]
+        out_types = [_numpy_dtype(vi.type.tensor_type.elem_type) for vi in model.graph.output]
         if not self.on_gpu:
             # torch's CPU kernels take the threads the graph backends are given (process-wide)
             torch.set_num_threads(backends.compute_threads() or 1)

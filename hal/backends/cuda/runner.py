@@ -79,7 +79,9 @@ class _Captured:
             return [o.to(_torch(d)).contiguous() for o, d in zip(outs, out_types)]
 
         self._body = body
-        with torch.inference_mode():
+        # no_grad, not inference_mode: a first capture under inference_mode fails in some torch
+        # releases (pytorch/pytorch#166792: "Inplace update to inference tensor outside InferenceMode")
+        with torch.no_grad():
             stream.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(stream):
                 for _ in range(WARMUP_RUNS):  # outside the capture: caches filled, algorithms chosen
@@ -100,7 +102,7 @@ class _Captured:
 
     def replay(self) -> None:
         """The uncaptured program, on the current stream, into the output buffers."""
-        with torch.inference_mode():
+        with torch.no_grad():
             for d, r in zip(self.device_out, self._body()):
                 d.copy_(r)
 
