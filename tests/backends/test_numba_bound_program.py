@@ -86,7 +86,8 @@ def test_a_passed_deadline_stops_before_the_next_step():
     steps = compiled.static_plan.program[:3]
     ran = []
     for timed in (False, True):
-        deadline = time.monotonic_ns() + 10**6
+        # far enough ahead that a loaded machine reaches the first step's check before it (1 ms was not)
+        deadline = time.monotonic_ns() + 50 * 10**6
 
         def late_step(deadline: int = deadline) -> None:  # the first step outlasts the deadline
             while time.monotonic_ns() <= deadline:
