@@ -36,6 +36,7 @@ from numba.extending import intrinsic
 from hal.backends.numba_kernels.simd import (
     LANES,
     _data,
+    counted_loop,
     masked_load,
     masked_store,
     multiply_lanes,
@@ -113,24 +114,8 @@ def _dw_row(fh: int, fw: int, stride: int):
             def pixels(general: bool):
                 """The loop over the pixels, with requantize_lanes(general=...)."""
                 first = [column(ir.Constant(i64, k)) for k in range(carried)]
-                entry = builder.block
-                head = builder.append_basic_block("dwr.head")
-                body = builder.append_basic_block("dwr.body")
-                done = builder.append_basic_block("dwr.done")
-                builder.branch(head)
-                builder.position_at_end(head)
-                j = builder.phi(i64)
-                j.add_incoming(ir.Constant(i64, 0), entry)
-                window = []
-                for k in range(carried):
-                    vs = [builder.phi(v32) for _ in range(groups)]
-                    for v, init in zip(vs, first[k]):
-                        v.add_incoming(init, entry)
-                    window.append(vs)
-                phis = [v for vs in window for v in vs]
-                builder.cbranch(builder.icmp_signed("<", j, npix_v), body, done)
-
-                builder.position_at_end(body)
+                j, phis, close = counted_loop(builder, "dwr", npix_v, [v for vs in first for v in vs])
+                window = [phis[k * groups:(k + 1) * groups] for k in range(carried)]
                 start = builder.mul(j, ir.Constant(i64, stride))
                 full = window + [column(builder.add(start, ir.Constant(i64, carried + k))) for k in range(stride)]
                 acc = bias
@@ -140,14 +125,7 @@ def _dw_row(fh: int, fw: int, stride: int):
                 q = requantize_lanes(builder, acc, mult, left, right, ozp, lo, hi, general)
                 dst = builder.gep(o_ptr, [builder.add(o_off_v, builder.add(builder.mul(j, pix_v), ch_v))])
                 masked_store(builder, builder.trunc(q, v8), dst, keep)
-                j_next = builder.add(j, ir.Constant(i64, 1))
-                body_end = builder.block
-                builder.branch(head)
-                j.add_incoming(j_next, body_end)
-                nxt = [v for vs in full[stride:] for v in vs]
-                for phi, v in zip(phis, nxt):
-                    phi.add_incoming(v, body_end)
-                builder.position_at_end(done)
+                close([v for vs in full[stride:] for v in vs])
 
             with builder.if_else(builder.icmp_signed("!=", general_v, ir.Constant(i64, 0))) as (then, otherwise):
                 with then:
@@ -270,25 +248,10 @@ def _dw_plane64(fh: int, fw: int, stride: int):
             def pixels(general: bool, row_base, row_keep, o_row):
                 """One output row's loop over its pixels, with multiply_lanes(general=...)."""
                 first = [column(ir.Constant(i64, k), row_base, row_keep) for k in range(carried)]
-                entry = builder.block
-                head = builder.append_basic_block("dwp.head")
-                body = builder.append_basic_block("dwp.body")
-                done = builder.append_basic_block("dwp.done")
-                builder.branch(head)
-                builder.position_at_end(head)
-                j = builder.phi(i64)
-                j.add_incoming(ir.Constant(i64, 0), entry)
-                flat = [[v for g in col for v in g] for col in first]
-                window = []
-                for k in range(carried):
-                    vs = [builder.phi(v32) for _ in range(4 * groups)]
-                    for phi, init in zip(vs, flat[k]):
-                        phi.add_incoming(init, entry)
-                    window.append([vs[4 * g:4 * g + 4] for g in range(groups)])
-                phis = [v for col in window for g in col for v in g]
-                builder.cbranch(builder.icmp_signed("<", j, npix_v), body, done)
-
-                builder.position_at_end(body)
+                j, phis, close = counted_loop(builder, "dwp", npix_v, [v for col in first for g in col for v in g])
+                # column k's group g, vector v: phi (k·groups + g)·4 + v
+                window = [[phis[4 * (k * groups + g):4 * (k * groups + g) + 4] for g in range(groups)]
+                          for k in range(carried)]
                 start = builder.mul(j, ir.Constant(i64, stride))
                 full = window + [column(builder.add(start, ir.Constant(i64, carried + k)), row_base, row_keep)
                                  for k in range(stride)]
@@ -307,14 +270,7 @@ def _dw_plane64(fh: int, fw: int, stride: int):
                 if signed_out:
                     b = builder.xor(b, flip)
                 masked_store(builder, b, builder.gep(o_ptr, [builder.add(o_row, builder.mul(j, pix_v))]), keep)
-                j_next = builder.add(j, ir.Constant(i64, 1))
-                body_end = builder.block
-                builder.branch(head)
-                j.add_incoming(j_next, body_end)
-                nxt = [v for col in full[stride:] for g in col for v in g]
-                for phi, v in zip(phis, nxt):
-                    phi.add_incoming(v, body_end)
-                builder.position_at_end(done)
+                close([v for col in full[stride:] for g in col for v in g])
 
             def rows(general: bool):
                 """The loop over the output rows: each row's input rows (those outside the image read as

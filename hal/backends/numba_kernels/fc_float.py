@@ -31,7 +31,7 @@ from numba.extending import intrinsic
 
 from hal import quant
 from hal.backends.numba_kernels.fixedpoint import ro, rw
-from hal.backends.numba_kernels.simd import _data, splat
+from hal.backends.numba_kernels.simd import _data, counted_loop, splat
 from hal.operations.fully_connected import BIAS, WEIGHTS, FullyConnectedParams
 from hal.registry import OperationContext
 
@@ -79,35 +79,20 @@ def _tile_of(rows: int, vectors: int = VECTORS, streams: int = 1):
             o_base = [builder.add(o_off_v, builder.mul(const(s), step)) for s in range(streams)]
             bias = [[load(bp, builder.add(b_base[s], const(v * LANES))) for v in range(vectors)]
                     for s in range(streams)]
-            entry = builder.block
-            head, body, done = (builder.append_basic_block(f"fc.{n}") for n in ("head", "body", "done"))
-            builder.branch(head)
-            builder.position_at_end(head)
-            k = builder.phi(i64)
-            k.add_incoming(const(0), entry)
-            sums = []  # [row][stream][vector]
-            for _ in range(rows):
-                sums.append([])
-                for s in range(streams):
-                    sums[-1].append([])
-                    for v in range(vectors):
-                        p = builder.phi(vf)
-                        p.add_incoming(bias[s][v], entry)
-                        sums[-1][-1].append(p)
-            builder.cbranch(builder.icmp_signed("<", k, k_v), body, done)
-            builder.position_at_end(body)
+            k, flat, close = counted_loop(builder, "fc", k_v, [b for _ in range(rows) for per in bias for b in per])
+            per_row = streams * vectors  # sums[row][stream][vector]: phi (row·streams + stream)·vectors + vector
+            sums = [[flat[r * per_row + s * vectors:r * per_row + (s + 1) * vectors] for s in range(streams)]
+                    for r in range(rows)]
             kw = builder.mul(k, const(width))
             weights = [[load(wp, builder.add(builder.add(w_base[s], kw), const(v * LANES))) for v in range(vectors)]
                        for s in range(streams)]
+            new = []
             for r in range(rows):  # each weight loaded once, used by every row
                 xi = builder.add(builder.add(x_off_v, builder.mul(const(r), k_v)), k)
                 xk = splat(builder, builder.load(builder.gep(xp, [xi])), vf)
-                for s in range(streams):
-                    for v in range(vectors):
-                        sums[r][s][v].add_incoming(builder.call(fma, [xk, weights[s][v], sums[r][s][v]]), body)
-            k.add_incoming(builder.add(k, const(1)), body)
-            builder.branch(head)
-            builder.position_at_end(done)
+                new.extend(builder.call(fma, [xk, weights[s][v], sums[r][s][v]])
+                           for s in range(streams) for v in range(vectors))
+            close(new)
             lo_s, hi_s = splat(builder, lo_v, vf), splat(builder, hi_v, vf)
             lanes = ir.Constant(ir.VectorType(i32, LANES), list(range(LANES)))
             mask = ir.VectorType(ir.IntType(1), LANES)

@@ -27,7 +27,7 @@ from numba.extending import intrinsic
 from hal import quant
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, ro, rw
-from hal.backends.numba_kernels.simd import LANES, masked_load, masked_store, splat
+from hal.backends.numba_kernels.simd import LANES, counted_loop, masked_load, masked_store, splat
 from hal.backends.reference import reduce as reference
 from hal.operations.common import QUANT8
 from hal.operations.reduce import MEAN, ReduceParams
@@ -107,31 +107,14 @@ def _column_sums(typingctx, x, x_off, rows, inner, sums):
                 left = builder.select(builder.icmp_signed("<", left, ir.Constant(i64, LANES)), left,
                                       ir.Constant(i64, LANES))
                 keeps.append(builder.icmp_signed("<", lanes, splat(builder, builder.trunc(left, i32), v32)))
-            entry = builder.block
-            head = builder.append_basic_block("sums.head")
-            body = builder.append_basic_block("sums.body")
-            done = builder.append_basic_block("sums.done")
-            builder.branch(head)
-            builder.position_at_end(head)
-            r = builder.phi(i64)
-            r.add_incoming(ir.Constant(i64, 0), entry)
-            accs = [builder.phi(v32) for _ in range(groups)]
-            for acc in accs:
-                acc.add_incoming(zero32, entry)
-            builder.cbranch(builder.icmp_signed("<", r, rows_v), body, done)
-            builder.position_at_end(body)
+            r, accs, close = counted_loop(builder, "sums", rows_v, [zero32] * groups)
             row = builder.add(builder.add(x_off_v, builder.mul(r, inner_v)), c0)
             new = []
             for g, (acc, keep) in enumerate(zip(accs, keeps)):
                 ptr = builder.gep(x_ptr, [builder.add(row, ir.Constant(i64, g * LANES))])
                 v = masked_load(builder, ptr, v8, keep, zero8)
                 new.append(builder.add(acc, builder.sext(v, v32) if signed else builder.zext(v, v32)))
-            r_next = builder.add(r, ir.Constant(i64, 1))
-            builder.branch(head)
-            r.add_incoming(r_next, body)
-            for acc, v in zip(accs, new):
-                acc.add_incoming(v, body)
-            builder.position_at_end(done)
+            close(new)
             for g, (acc, keep) in enumerate(zip(accs, keeps)):
                 masked_store(builder, acc, builder.gep(s_ptr, [builder.add(c0, ir.Constant(i64, g * LANES))]), keep)
 

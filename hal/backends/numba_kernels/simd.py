@@ -117,6 +117,41 @@ def masked_store(builder, value, ptr, keep):
     builder.call(fn, [value, builder.bitcast(ptr, vec_type.as_pointer()), ir.Constant(ir.IntType(32), 1), keep])
 
 
+def counted_loop(builder, name: str, n, carried=(), step: int = 1):
+    """Open ``for i in range(0, n, step)`` (``n`` an i64 value) with ``carried`` values held in
+    phis, not memory (cgutils' loops carry only their counter; a kernel's vector accumulators and
+    input columns are to stay in registers across the iterations): blocks ``{name}.head``, ``.body``
+    and ``.done``, the builder left in the body. Returns ``(i, phis, close)``: the body ends with
+    ``close(next_values)``, one value per phi, which steps the counter, branches back to the head
+    and gives the phis their values from the block the body ended in (it may have added blocks),
+    then leaves the builder after the loop."""
+    i64 = ir.IntType(64)
+    entry = builder.block
+    head = builder.append_basic_block(f"{name}.head")
+    body = builder.append_basic_block(f"{name}.body")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.branch(head)
+    builder.position_at_end(head)
+    i = builder.phi(i64)
+    i.add_incoming(ir.Constant(i64, 0), entry)
+    phis = []
+    for value in carried:
+        phis.append(builder.phi(value.type))
+        phis[-1].add_incoming(value, entry)
+    builder.cbranch(builder.icmp_signed("<", i, n), body, done)
+    builder.position_at_end(body)
+
+    def close(next_values=()):
+        i_next = builder.add(i, ir.Constant(i64, step))
+        end = builder.block
+        builder.branch(head)
+        i.add_incoming(i_next, end)
+        for phi, value in zip(phis, next_values, strict=True):
+            phi.add_incoming(value, end)
+        builder.position_at_end(done)
+    return i, phis, close
+
+
 def byte_blocks(builder, n, name: str, step) -> None:
     """Emit ``for j in range(0, n, 64): step(j, keep)``, ``keep`` the <64 x i1> mask of the bytes
     j .. min(j + 64, n) - 1 (every lane but in the last block; the count is compared as bytes).
@@ -124,25 +159,12 @@ def byte_blocks(builder, n, name: str, step) -> None:
     i8, i64 = ir.IntType(8), ir.IntType(64)
     v8 = ir.VectorType(i8, 64)
     lanes = ir.Constant(v8, list(range(64)))
-    entry = builder.block
-    head = builder.append_basic_block(f"{name}.head")
-    body = builder.append_basic_block(f"{name}.body")
-    done = builder.append_basic_block(f"{name}.done")
-    builder.branch(head)
-    builder.position_at_end(head)
-    j = builder.phi(i64)
-    j.add_incoming(ir.Constant(i64, 0), entry)
-    builder.cbranch(builder.icmp_signed("<", j, n), body, done)
-    builder.position_at_end(body)
+    j, _, close = counted_loop(builder, name, n, step=64)
     left = builder.sub(n, j)
     left = builder.trunc(builder.select(builder.icmp_signed("<", left, ir.Constant(i64, 64)), left,
                                         ir.Constant(i64, 64)), i8)
     step(j, builder.icmp_unsigned("<", lanes, splat(builder, left, v8)))
-    j_next = builder.add(j, ir.Constant(i64, 64))
-    body_end = builder.block  # step may have added blocks
-    builder.branch(head)
-    j.add_incoming(j_next, body_end)
-    builder.position_at_end(done)
+    close()
 
 
 def _data(context, builder, array_type, value, element):
@@ -199,16 +221,7 @@ def _dw_run(fh: int, fw: int):
                     builder.gep(w_ptr, [builder.add(ch_v, builder.mul(ir.Constant(i64, t), tap_v))]),
                     v32.as_pointer()), align=4) for t in range(len(taps))]
 
-            entry = builder.block
-            head = builder.append_basic_block("dw.head")
-            body = builder.append_basic_block("dw.body")
-            done = builder.append_basic_block("dw.done")
-            builder.branch(head)
-            builder.position_at_end(head)
-            j = builder.phi(i64)
-            j.add_incoming(ir.Constant(i64, 0), entry)
-            builder.cbranch(builder.icmp_signed("<", j, npix_v), body, done)
-            builder.position_at_end(body)
+            j, _, close = counted_loop(builder, "dw", npix_v)
             pixel = builder.add(x_base, builder.mul(j, x_step_v))
             loaded = [masked_load(builder, builder.gep(x_ptr, [builder.add(pixel, off)]), v8, lanes_on, zp8)
                       for lanes_on, off in taps]
@@ -229,10 +242,7 @@ def _dw_run(fh: int, fw: int):
             q = requantize_lanes(builder, acc, mult, left, right, ozp, lo, hi)
             dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, ch_v), builder.mul(j, o_step_v))])
             masked_store(builder, builder.trunc(q, v8), dst, keep)
-            j_next = builder.add(j, ir.Constant(i64, 1))
-            builder.branch(head)
-            j.add_incoming(j_next, body)
-            builder.position_at_end(done)
+            close()
             return context.get_dummy_value()
         return sig, codegen
     return dw_run

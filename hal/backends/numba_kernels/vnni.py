@@ -30,7 +30,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from hal.backends.numba_kernels.simd import byte_blocks, masked_load, masked_store
+from hal.backends.numba_kernels.simd import byte_blocks, counted_loop, masked_load, masked_store
 from hal.backends.numba_kernels.simd import multiply_lanes as _multiply
 from hal.backends.numba_kernels.simd import splat as _splat
 
@@ -115,21 +115,8 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
         def k_loop(row_ptrs, block0, count, init):
             """``count`` blocks of 4 k from the rows at ``row_ptrs`` and weight block ``block0``
             on: the accumulators from ``init``, left at the loop's exit (the builder too)."""
-            entry = builder.block
-            head = builder.append_basic_block("vnni.head")
-            body = builder.append_basic_block("vnni.body")
-            done = builder.append_basic_block("vnni.done")
-            builder.branch(head)
-            builder.position_at_end(head)
-            q = builder.phi(i64)
-            q.add_incoming(ir.Constant(i64, 0), entry)
-            accs = [[builder.phi(v16) for _ in range(nr)] for _ in range(mr)]
-            for row, start in zip(accs, init):
-                for acc, v in zip(row, start):
-                    acc.add_incoming(v, entry)
-            builder.cbranch(builder.icmp_signed("<", q, count), body, done)
-
-            builder.position_at_end(body)
+            q, flat, close = counted_loop(builder, "vnni", count, [v for row in init for v in row])
+            accs = [flat[r * nr:(r + 1) * nr] for r in range(mr)]
             koff = builder.mul(q, ir.Constant(i64, KSTEP))
             woff = builder.mul(builder.add(block0, q), ir.Constant(i64, PANEL * KSTEP))
             wv = [builder.load(builder.bitcast(builder.gep(panel_ptrs[p], [woff]), v16.as_pointer()), align=1)
@@ -139,14 +126,8 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
                 word = builder.xor(builder.load(builder.bitcast(builder.gep(row_ptrs[r], [koff]),
                                                                 i32.as_pointer()), align=1), xor32)
                 bc = _splat(builder, word, v16)
-                new.append([builder.call(dot, [accs[r][p], bc, wv[p]]) for p in range(nr)])
-            q_next = builder.add(q, ir.Constant(i64, 1))
-            builder.branch(head)
-            q.add_incoming(q_next, body)
-            for r in range(mr):
-                for p in range(nr):
-                    accs[r][p].add_incoming(new[r][p], body)
-            builder.position_at_end(done)
+                new.extend(builder.call(dot, [accs[r][p], bc, wv[p]]) for p in range(nr))
+            close(new)
             return accs
 
         biases = [[column_vector(11, bias_arr, p) for p in range(nr)]] * mr  # the sums start from the bias
@@ -156,20 +137,8 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
         else:  # a_off: the tile's first row; lda: segments per row; kq: blocks per segment
             ind_ptr = data(25, args[25], i32.as_pointer())
             zeros_ptr = data(26, args[26], i8p)
-            entry = builder.block
-            head = builder.append_basic_block("ind.head")
-            body = builder.append_basic_block("ind.body")
-            done = builder.append_basic_block("ind.done")
-            builder.branch(head)
-            builder.position_at_end(head)
-            seg = builder.phi(i64)
-            seg.add_incoming(ir.Constant(i64, 0), entry)
-            outer = [[builder.phi(v16) for _ in range(nr)] for _ in range(mr)]
-            for row, start in zip(outer, biases):
-                for acc, v in zip(row, start):
-                    acc.add_incoming(v, entry)
-            builder.cbranch(builder.icmp_signed("<", seg, lda_v), body, done)
-            builder.position_at_end(body)
+            seg, flat, close = counted_loop(builder, "ind", lda_v, [v for row in biases for v in row])
+            outer = [flat[r * nr:(r + 1) * nr] for r in range(mr)]
             row_ptrs = []
             for c in clamped_rows:
                 at = builder.add(builder.mul(builder.add(a_off_v, c), lda_v), seg)
@@ -178,14 +147,7 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
                 row_ptrs.append(builder.select(builder.icmp_signed("<", off, ir.Constant(i64, 0)), outside,
                                                builder.gep(a_ptr, [off])))
             inner = k_loop(row_ptrs, builder.mul(seg, kq_v), kq_v, outer)
-            seg_end = builder.block
-            seg_next = builder.add(seg, ir.Constant(i64, 1))
-            builder.branch(head)
-            seg.add_incoming(seg_next, seg_end)
-            for r in range(mr):
-                for p in range(nr):
-                    outer[r][p].add_incoming(inner[r][p], seg_end)
-            builder.position_at_end(done)
+            close([v for row in inner for v in row])
             accs = outer
 
         zp, lo, hi = (_splat(builder, builder.trunc(v, i32), v16) for v in (zp_v, lo_v, hi_v))
@@ -340,19 +302,7 @@ def row_sums(typingctx, a, a_off, xor, w, kq, panels, out):
             bases = [builder.gep(w_ptr, [builder.mul(builder.add(p0, ir.Constant(i64, k)), stride)])
                      for k in range(4)]
             live = [builder.icmp_signed(">", group, ir.Constant(i64, k)) for k in range(4)]
-            entry = builder.block
-            head = builder.append_basic_block("gemv.head")
-            body = builder.append_basic_block("gemv.body")
-            done = builder.append_basic_block("gemv.done")
-            builder.branch(head)
-            builder.position_at_end(head)
-            q = builder.phi(i64)
-            q.add_incoming(ir.Constant(i64, 0), entry)
-            accs = [builder.phi(v16) for _ in range(4)]
-            for acc in accs:
-                acc.add_incoming(zero, entry)
-            builder.cbranch(builder.icmp_signed("<", q, kq_v), body, done)
-            builder.position_at_end(body)
+            q, accs, close = counted_loop(builder, "gemv", kq_v, [zero] * 4)
             word = builder.load(builder.bitcast(builder.gep(a_ptr, [builder.add(a_off_v, builder.mul(
                 q, ir.Constant(i64, KSTEP)))]), i32.as_pointer()), align=1)
             bc = _splat(builder, builder.xor(word, xor32), v16)
@@ -363,12 +313,7 @@ def row_sums(typingctx, a, a_off, xor, w, kq, panels, out):
                 ptr = builder.select(live[k], builder.gep(bases[k], [woff]), builder.gep(bases[0], [woff]))
                 wv = builder.load(builder.bitcast(ptr, v16.as_pointer()), align=1)
                 new.append(builder.call(dot, [accs[k], bc, wv]))
-            q_next = builder.add(q, ir.Constant(i64, 1))
-            builder.branch(head)
-            q.add_incoming(q_next, body)
-            for acc, v in zip(accs, new):
-                acc.add_incoming(v, body)
-            builder.position_at_end(done)
+            close(new)
             for k in range(4):
                 with builder.if_then(live[k]):
                     col = builder.mul(builder.add(p0, ir.Constant(i64, k)), ir.Constant(i64, PANEL))
