@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import errors, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -48,21 +48,25 @@ def _vector_ptr(builder, ptr, at, vec):
     return builder.bitcast(builder.gep(ptr, [at]), vec.as_pointer())
 
 
-def _tile_of(rows: int, vectors: int = VECTORS, streams: int = 1):
-    """The intrinsic for ``rows`` rows, tiles of ``vectors`` × 16 units, ``streams`` tiles at once
-    (see ``_tile``)."""
+def _tile_of(vectors: int = VECTORS, streams: int = 1):
+    """The intrinsic for tiles of ``vectors`` × 16 units, ``streams`` tiles at once (see
+    ``run_chain``); its first argument, the row count, must be a compile-time constant: the code
+    is unrolled for it, one specialisation per count."""
     width = vectors * LANES
 
     @intrinsic
-    def tile(typingctx, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart):
-        sig = types.void(w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart)
+    def tile(typingctx, n_rows, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart):
+        if not isinstance(n_rows, types.IntegerLiteral):
+            raise errors.RequireLiteralValue(f"the row count must be a compile-time constant, not {n_rows}")
+        rows = n_rows.literal_value
+        sig = types.void(n_rows, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart)
 
         def codegen(context, builder, signature, args):
             w_arr, w_off_v, x_arr, x_off_v, k_v, b_arr, b_off_v, lo_v, hi_v, o_arr, o_off_v, o_step, count_v, \
-                apart_v = args
+                apart_v = args[1:]
             f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
             vf = ir.VectorType(f32, LANES)
-            sa = signature.args
+            sa = signature.args[1:]
             wp, xp = _data(context, builder, sa[0], w_arr, f32), _data(context, builder, sa[2], x_arr, f32)
             bp, op = _data(context, builder, sa[5], b_arr, f32), _data(context, builder, sa[9], o_arr, f32)
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
@@ -115,88 +119,69 @@ def _tile_of(rows: int, vectors: int = VECTORS, streams: int = 1):
     return tile
 
 
-#: ``_tile[rows](w, w_off, x, x_off, K, b, b_off, lo, hi, out, o_off, o_stride, count, apart)``: for
-#: rows r < ``rows``, out[o_off + r·o_stride:][:count] = clamp(b[b_off:][:count] + x[x_off + r·K:][:K]
-#: @ tile, lo, hi) for the packed tile at w[w_off:] (K rows of TILE floats; count <= TILE). Every
-#: row's sums in registers, each weight vector loaded once per K step for all rows.
-#: ``_narrow[rows]``: the same for a tile of K rows of LANES floats (count <= LANES). ``_pair[rows]``:
-#: two whole tiles at once, the second ``apart`` tiles after the first (its weights, bias and
-#: outputs): two sequential streams of weights, which the core fetches faster than one.
-#: ``_quad[rows]``: four whole tiles, each ``apart`` after the one before (1-2 rows: their 8 or 16
-#: vectors of sums and 8 of weights fit the 32 vector registers).
-_tile1, _tile2, _tile3, _tile4 = (_tile_of(r) for r in range(1, MAX_BATCH + 1))
-_narrow1, _narrow2, _narrow3, _narrow4 = (_tile_of(r, 1) for r in range(1, MAX_BATCH + 1))
-_pair1, _pair2, _pair3, _pair4 = (_tile_of(r, streams=2) for r in range(1, MAX_BATCH + 1))
-_quad1, _quad2 = (_tile_of(r, streams=4) for r in (1, 2))
-
+#: ``_tile(rows, w, w_off, x, x_off, K, b, b_off, lo, hi, out, o_off, o_stride, count, apart)``:
+#: for rows r < ``rows``, out[o_off + r·o_stride:][:count] = clamp(b[b_off:][:count] + x[x_off +
+#: r·K:][:K] @ tile, lo, hi) for the packed tile at w[w_off:] (K rows of TILE floats; count <=
+#: TILE). Every row's sums in registers, each weight vector loaded once per K step for all rows.
+#: ``_narrow``: the same for a tile of K rows of LANES floats (count <= LANES). ``_pair``: two whole
+#: tiles at once, the second ``apart`` tiles after the first (its weights, bias and outputs): two
+#: sequential streams of weights, which the core fetches faster than one. ``_quad`` (1-2 rows: their
+#: 8 or 16 vectors of sums and 8 of weights fit the 32 vector registers): four whole tiles, each
+#: ``apart`` after the one before.
+_tile, _narrow, _pair, _quad = _tile_of(), _tile_of(1), _tile_of(streams=2), _tile_of(streams=4)
 
 _SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(np.int64, 2), ro(np.float32, 2),
-                   numba.int64, numba.int64, rw(np.float32, 1))]
+                   numba.int64, rw(np.float32, 1))]
 
 
-@numba.njit(inline="always")
-def _layer(src, weights, biases, k_count, n_units, w_at, b_at, lo, hi, batch, dst):
-    whole = n_units // TILE
-    quads = whole // 4 if batch <= 2 else 0  # whole tiles t, t + quads, t + 2·quads, t + 3·quads together
-    for t in range(quads):
-        w, b, o = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE
-        if batch == 1:
-            _quad1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, quads)
-        else:
-            _quad2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, quads)
-    done = 4 * quads
-    pairs = (whole - done) // 2  # then tiles t and t + pairs
-    for t in range(done, done + pairs):
-        w, b, o = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE
-        if batch == 1:
-            _pair1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
-        elif batch == 2:
-            _pair2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
-        elif batch == 3:
-            _pair3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
-        else:
-            _pair4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, TILE, pairs)
-    for t in range(done + 2 * pairs, (n_units + TILE - 1) // TILE):
-        w, b, o, count = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE, min(TILE, n_units - t * TILE)
-        if count <= LANES:  # the layer's last tile, packed LANES wide
-            if batch == 1:
-                _narrow1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
-            elif batch == 2:
-                _narrow2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
-            elif batch == 3:
-                _narrow3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
-            else:
-                _narrow4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
-        elif batch == 1:
-            _tile1(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
-        elif batch == 2:
-            _tile2(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
-        elif batch == 3:
-            _tile3(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
-        else:
-            _tile4(weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
+def _chain_of(rows: int):
+    """``run_chain`` compiled for a batch of ``rows``, so that the caller picks the function once
+    (``FloatFc.bind``) and no call branches on the batch. ``rows`` is a constant of the compiled
+    code (numba types a closure's int as a literal), which the kernels unroll. The closure holds
+    that int only: numba's cache keys a closure on its cells' pickle, and a kernel's or a jitted
+    function's pickle differs per process, which would recompile at every start."""
+
+    @numba.njit(_SIG, cache=True, nogil=True)
+    def run_chain(x, weights, biases, layers, clamps, widest, out):
+        """Every layer of a chain on ``rows`` rows: layer l (``layers[l]`` = K, N, its packed
+        weights' offset in ``weights``, its padded bias's offset in ``biases``; ``clamps[l]`` = its
+        activation's bounds) reads the previous layer's rows (``x`` for the first) and writes
+        ``out`` (the last) or one half of a scratch buffer (the others; each half holds rows ×
+        ``widest``, the widest layer). The scratch is allocated here, per call: concurrent calls
+        never share it, and this allocation measured as cheap as a buffer passed in, where numpy's
+        from Python was not."""
+        n_layers = layers.shape[0]
+        half = rows * widest
+        scratch = np.empty(2 * half, np.float32)
+        for layer in range(n_layers):
+            k_count, n_units, w_at, b_at = layers[layer, 0], layers[layer, 1], layers[layer, 2], layers[layer, 3]
+            lo, hi = clamps[layer, 0], clamps[layer, 1]
+            src = x if layer == 0 else scratch[((layer - 1) % 2) * half:((layer - 1) % 2 + 1) * half]
+            dst = out if layer == n_layers - 1 else scratch[(layer % 2) * half:(layer % 2 + 1) * half]
+            whole = n_units // TILE
+            quads = 0
+            if rows <= 2:  # (a constant: numba drops the branch for 3-4 rows, which have no _quad)
+                # whole tiles t, t + quads, t + 2·quads, t + 3·quads together
+                quads = whole // 4
+                for t in range(quads):
+                    _quad(rows, weights, w_at + t * k_count * TILE, src, 0, k_count, biases, b_at + t * TILE, lo,
+                          hi, dst, t * TILE, n_units, TILE, quads)
+            done = 4 * quads
+            pairs = (whole - done) // 2  # then tiles t and t + pairs
+            for t in range(done, done + pairs):
+                _pair(rows, weights, w_at + t * k_count * TILE, src, 0, k_count, biases, b_at + t * TILE, lo, hi,
+                      dst, t * TILE, n_units, TILE, pairs)
+            for t in range(done + 2 * pairs, (n_units + TILE - 1) // TILE):
+                w, b, o, count = w_at + t * k_count * TILE, b_at + t * TILE, t * TILE, min(TILE, n_units - t * TILE)
+                if count <= LANES:  # the layer's last tile, packed LANES wide
+                    _narrow(rows, weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
+                else:
+                    _tile(rows, weights, w, src, 0, k_count, biases, b, lo, hi, dst, o, n_units, count, 0)
+    return run_chain
 
 
-@numba.njit(_SIG, cache=True, nogil=True)
-def run_chain(x, weights, biases, layers, clamps, batch, widest, out):
-    """Every layer of a chain on ``batch`` rows: layer l (``layers[l]`` = K, N, its packed weights'
-    offset in ``weights``, its padded bias's offset in ``biases``; ``clamps[l]`` = its activation's
-    bounds) reads the previous layer's rows (``x`` for the first) and writes ``out`` (the last) or
-    one half of a scratch buffer (the others; each half holds batch × ``widest``, the widest
-    layer). The scratch is allocated here, per call: concurrent calls never share it, and this
-    allocation measured as cheap as a buffer passed in, where numpy's from Python was not."""
-    n_layers = layers.shape[0]
-    half = batch * widest
-    scratch = np.empty(2 * half, np.float32)
-    for layer in range(n_layers):
-        k_count, n_units, w_at, b_at = layers[layer, 0], layers[layer, 1], layers[layer, 2], layers[layer, 3]
-        lo, hi = clamps[layer, 0], clamps[layer, 1]
-        dst = out if layer == n_layers - 1 else scratch[(layer % 2) * half:(layer % 2 + 1) * half]
-        if layer == 0:
-            _layer(x, weights, biases, k_count, n_units, w_at, b_at, lo, hi, batch, dst)
-        else:
-            src = scratch[((layer - 1) % 2) * half:((layer - 1) % 2 + 1) * half]
-            _layer(src, weights, biases, k_count, n_units, w_at, b_at, lo, hi, batch, dst)
+#: ``CHAINS[batch - 1]``: ``run_chain`` for that batch.
+CHAINS = tuple(_chain_of(rows) for rows in range(1, MAX_BATCH + 1))
 
 
 @dataclass
@@ -212,15 +197,16 @@ class FloatFc:
     widest: int  # the largest output width of a layer before the last (0: one layer)
 
     def run(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        run_chain(x.reshape(-1), self.weights, self.biases, self.layers, self.clamps, self.batch, self.widest,
-                  out.reshape(-1))
+        CHAINS[self.batch - 1](x.reshape(-1), self.weights, self.biases, self.layers, self.clamps, self.widest,
+                               out.reshape(-1))
         return out
 
     def bind(self, inputs: list[np.ndarray], outputs: list[np.ndarray]):
         """A runner computing from ``inputs[0]``'s current contents into ``outputs[0]`` (fixed
         C-contiguous float32 arrays: a burst's slots), with no per-call work in Python but the call."""
         x, out = inputs[0].reshape(-1), outputs[0].reshape(-1)
-        args = (x, self.weights, self.biases, self.layers, self.clamps, self.batch, self.widest, out)
+        run_chain = CHAINS[self.batch - 1]
+        args = (x, self.weights, self.biases, self.layers, self.clamps, self.widest, out)
 
         def run() -> None:
             run_chain(*args)
@@ -312,5 +298,5 @@ def plan_chain(ctx) -> FloatFc | None:
                    max(n for _, n in widths[:-1]))
 
 
-__all__ = ["FloatFc", "MAX_BATCH", "TILE", "execute", "layers_of", "pack", "plan", "plan_chain",
-           "run_chain", "supports"]
+__all__ = ["CHAINS", "FloatFc", "MAX_BATCH", "TILE", "execute", "layers_of", "pack", "plan", "plan_chain",
+           "supports"]
