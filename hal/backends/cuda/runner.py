@@ -124,8 +124,8 @@ class GraphRunner:
         self._lock = threading.Lock()
         self._captured: dict[tuple, _Captured] = {}
         shapes = [s for s, _ in in_specs]
-        if all(s is not None and all(isinstance(n, int) and n > 0 for n in s) for s in shapes):
-            self._capture(shapes)  # at prepareModel: the partition's shapes are known
+        if all(s is not None and all(n is not None and int(n) > 0 for n in s) for s in shapes):
+            self._capture([tuple(int(n) for n in s) for s in shapes])  # at prepareModel: the shapes are known
 
     def _capture(self, shapes: list[tuple]) -> _Captured:
         key = tuple(tuple(s) for s in shapes)
