@@ -14,7 +14,8 @@ runs out of time is recorded there and the next one still runs):
 (d) ``float-bench``: MobileNetV2, EfficientNet-B0, BlazeFace, a face-landmark PReLU network and an
     encoder-decoder with bilinear upsampling (segmentation-style) through the delegate on a service
     with cuda first, fp32 and fp16 (allow_fp16), against LiteRT XNNPACK 1 thread and every thread in
-    the same run (bench.gpu_float).
+    the same run (bench.gpu_float); the fp32 ratios' geometric mean is written beside the results as
+    performance-gpu.json (the cuda backend's TENSOR_FLOAT32 figure for `nnhal serve --performance`).
 
 Each step runs in a process of its own (a CUDA fault or a hang costs that step only), killed at its
 budget; a step also stops starting new work shortly before it. Time a step leaves unused goes to

@@ -18,6 +18,7 @@ backend ran (its perf info), so a partition it could not compile shows.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sys
 import tempfile
@@ -162,6 +163,7 @@ def step_float_bench(results: str, until: float, quick: bool) -> int:
                     "| model | configuration | p50 ms | ratio | accuracy | on cuda | ready ms |\n"
                     "|---|---|---:|---:|---:|---:|---:|\n")
     failed = False
+    ratios: dict[str, list[float]] = defaultdict(list)  # configuration -> each model's ratio
     with tempfile.TemporaryDirectory() as d:
         sock = str(Path(d) / "cuda.sock")
         t = time.perf_counter()
@@ -175,16 +177,38 @@ def step_float_bench(results: str, until: float, quick: bool) -> int:
                     continue
                 print(label, flush=True)
                 try:
-                    _bench_model(results, label, build, Path(d), sock, cores, rounds, per_round)
+                    measured = _bench_model(results, label, build, Path(d), sock, cores, rounds, per_round)
+                    for k, ratio in measured.items():
+                        ratios[k].append(ratio)
                 except Exception as e:  # noqa: BLE001 - recorded; the next model still runs
                     append(results, f"| {label} | FAILED: {type(e).__name__}: {str(e)[:300]} | | | | | |\n")
                     failed = True
         finally:
             stop_servers([server])
+    _state_figures(results, ratios, stand_in=bool(cpu_note))
     return 1 if failed else 0
 
 
-def _bench_model(results, label, build, folder: Path, sock, cores, rounds, per_round) -> None:
+def _state_figures(results: str, ratios: dict[str, list[float]], stand_in: bool) -> None:
+    """The geometric mean of each delegate configuration's ratios, and the fp32 one as the figure
+    getCapabilities should state for the cuda backend's TENSOR_FLOAT32 (hal.performance): written
+    beside the results as performance-gpu.json, which `nnhal serve --performance` reads. Not on a
+    stand-in device: its speed says nothing about a GPU's."""
+    means = {k: float(np.exp(np.mean(np.log(v)))) for k, v in ratios.items() if k.startswith("nnhal") and v}
+    if not means:
+        return
+    text = ", ".join(f"{k} {m:.3f} ({len(ratios[k])} models)" for k, m in sorted(means.items()))
+    append(results, f"\nGeometric mean of the ratios: {text}.\n")
+    fp32 = means.get("nnhal cuda fp32")
+    if fp32 is None or stand_in:
+        return
+    path = Path(results).with_name("performance-gpu.json")
+    path.write_text(json.dumps({"cuda": {"TENSOR_FLOAT32": round(fp32, 3)}}, indent=1) + "\n")
+    append(results, f"The cuda backend's float32 figure, for `nnhal serve --performance`: {path}.\n")
+
+
+def _bench_model(results, label, build, folder: Path, sock, cores, rounds, per_round) -> dict[str, float]:
+    """Times the model in every configuration, appends its rows; returns each configuration's ratio."""
     from bench.baselines import SETTLE_S, WARMUP_S, anchor, time_interleaved, with_ratios
     from bench.float_models import _fresh_outputs, _outputs, _scaled_error
     from delegate import load_delegate
@@ -226,6 +250,7 @@ def _bench_model(results, label, build, folder: Path, sock, cores, rounds, per_r
         rows.append(f"| {label} | {k} | {figures[k]['p50_ms']:.3f} | {figures[k]['ratio']:.2f} | {error:.1e} | "
                     f"{on_cuda} | {ready_ms} |")
     append(results, "\n".join(rows) + "\n")
+    return {k: figures[k]["ratio"] for k in configs}
 
 
 if __name__ == "__main__":

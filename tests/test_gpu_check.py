@@ -50,6 +50,11 @@ def test_quick_mode_writes_every_step_and_accurate_rows(tmp_path):
         assert float(accuracy) <= ACCURACY, f"{model}, {config}: max |diff| / output scale {accuracy}"
         if config.startswith("nnhal"):
             assert re.fullmatch(r"\d+/\d+", on_cuda) and float(ready) > 0, (model, config, on_cuda, ready)
+            ran, delegated = on_cuda.split("/")
+            assert ran == delegated, f"{model}, {config}: the cuda backend ran {on_cuda} of the delegated nodes"
     assert len(configs) == 5, configs
+    # the figures' geometric means are stated; a stand-in device's are not written for --performance
+    assert "Geometric mean of the ratios: nnhal cuda fp16" in sections["float-bench"]
+    assert not (tmp_path / "performance-gpu.json").exists()
     for seen in configs.values():
         assert {"nnhal cuda fp32", "nnhal cuda fp16"} <= seen and any(c.endswith(" 1 thread") for c in seen), seen
