@@ -93,6 +93,21 @@ def test_relaxed_models_compute_in_float16(backend):
             assert compare(g, w, relaxed=want_half) is None
 
 
+def test_float_work_goes_to_cuda_and_8_bit_work_to_the_cpu_backends(backend):
+    """With cuda first (as on a GPU), a model's float runs become cuda partitions and its 8-bit
+    operations (QUANTIZE, DEQUANTIZE here) go to the next backends; the answers stay right."""
+    model = _split_model()
+    order = [n for n in ("cuda", "numba", "onnxruntime", "reference") if backends.get(n) is not None]
+    plan = compile_model(model, backend_order=order).static_plan
+    on_cuda = [s.operations for s in plan.program if s.backend == "cuda"]
+    assert on_cuda == [(0, 1), (4,)]
+    eight_bit = [s.backend for s in plan.program if s.operations in ((2,), (3,))]
+    assert len(eight_bit) == 2 and "cuda" not in eight_bit
+    want = execute(compile_model(model, backend_order=["reference"]), [_x()])
+    for g, w in zip(execute(compile_model(model, backend_order=order), [_x()]), want, strict=True):
+        assert compare(g, w) is None
+
+
 @pytest.mark.partition_fallback
 def test_a_partition_that_fails_to_compile_goes_to_the_next_graph_backend(backend, monkeypatch):
     """cuda's failure hands its run to onnxruntime's partitions (not operation by operation: an
