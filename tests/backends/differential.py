@@ -146,6 +146,24 @@ def graph_backend_cts_runs(backend, operation: str, cases, order: list[str]) -> 
     return ran
 
 
+def check_cached_load(compiled, payload: str, arrays: list, order: list[str], inputs: list):
+    """A compiled model's cache payload loads (the caller has made lowering fail: a cached partition
+    is never lowered again), computes bit-identical outputs, and a damaged ONNX model inside it is a
+    failed load (a cache miss), never a crash. Returns the loaded model."""
+    import pytest
+
+    from hal.serialize import SerializationError, load_compiled
+    loaded = load_compiled(payload, [a.copy() for a in arrays], backend_order=order)
+    for g, w in zip(execute(loaded, inputs), execute(compiled, inputs), strict=True):
+        np.testing.assert_array_equal(g, w)
+    model_array = next(i for i, a in enumerate(arrays) if a.dtype == np.uint8 and a.size > 100)
+    broken = [a.copy() for a in arrays]
+    broken[model_array][len(broken[model_array]) // 3:] = 7
+    with pytest.raises(SerializationError, match="could not load"):
+        load_compiled(payload, broken, backend_order=order)
+    return loaded
+
+
 def check_against_reference(model: Model, inputs: list[np.ndarray]) -> None:
     """The op tests' hook: when $NNHAL_DIFF_BACKEND names a backend, the model must give the
     reference backend's answers through it too (operations it does not take fall back)."""

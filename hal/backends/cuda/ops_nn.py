@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hal.backends.cuda.program import Node, Unsupported, operator
+from hal.backends.cuda.program import Node, Unsupported, operator, per_shape
 
 
 def _spatial(node: Node, rank: int) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -114,12 +114,14 @@ def _pool(node: Node):
     window = 1
     for k in kernel:
         window *= k
-    counts: dict[tuple, torch.Tensor] = {}
-
     def window_sums(x):
         if rank == 1:  # avg_pool1d has no divisor_override
             return average(x, kernel, strides, 0, False, True) * window
         return average(x, kernel, strides, 0, False, True, 1)
+
+    @per_shape
+    def counts(x) -> torch.Tensor:  # how many of each window's positions lie in an input of x's shape
+        return window_sums(F.pad(torch.ones((1, 1, *x.shape[2:]), dtype=x.dtype, device=x.device), torch_pads))
 
     def average_pool(x):
         # the sum over each window of the zero-padded input, divided by the window's size or by
@@ -127,11 +129,7 @@ def _pool(node: Node):
         sums = window_sums(F.pad(x, torch_pads) if any(torch_pads) else x)
         if include_pad or not any(torch_pads):
             return sums / window
-        key = tuple(x.shape[2:])
-        n = counts.get(key)
-        if n is None:
-            n = counts[key] = window_sums(F.pad(torch.ones((1, 1, *key), dtype=x.dtype, device=x.device), torch_pads))
-        return sums / n
+        return sums / counts(x)
     return average_pool
 
 

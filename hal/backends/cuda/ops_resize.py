@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hal.backends.cuda.program import Node, Unsupported, operator
+from hal.backends.cuda.program import Node, Unsupported, operator, per_shape
 
 
 def _text(value, default: str) -> str:
@@ -58,11 +58,10 @@ def _resize(node: Node):
     sizes = node.const(3) if len(node.proto.input) > 3 and node.proto.input[3] else None
     if (scales is None or scales.size == 0) == (sizes is None or sizes.size == 0):
         raise Unsupported("Resize needs constant scales or sizes, one of them")
-    plans: dict[tuple, list] = {}
-
-    def plan(shape: tuple, device) -> list:
+    @per_shape
+    def plan(x) -> list:
         steps = []
-        for axis, n_in in enumerate(shape):
+        for axis, n_in in enumerate(x.shape):
             if sizes is not None and sizes.size:
                 n_out = int(sizes[axis])
                 scale = n_out / n_in
@@ -73,15 +72,11 @@ def _resize(node: Node):
                 continue
             source = _round(_source(np.arange(n_out, dtype=np.float64), n_in, n_out, scale, transform), rounding)
             index = np.clip(source, 0, n_in - 1).astype(np.int64)
-            steps.append((axis, torch.as_tensor(index, device=device)))
+            steps.append((axis, torch.as_tensor(index, device=x.device)))
         return steps
 
     def resize(x, *_):
-        key = (tuple(x.shape), x.device)
-        steps = plans.get(key)
-        if steps is None:
-            steps = plans[key] = plan(tuple(x.shape), x.device)
-        for axis, index in steps:
+        for axis, index in plan(x):
             x = x.index_select(axis, index)
         return x
     return resize

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hal.backends.cuda.program import Node, Unsupported, operator
+from hal.backends.cuda.program import Node, Unsupported, operator, per_shape
 
 
 def _ints(node: Node, i: int, what: str) -> list[int] | None:
@@ -70,11 +70,11 @@ def _slice(node: Node):
         raise Unsupported("Slice without starts and ends")
     axes = axes if axes is not None else list(range(len(starts)))
     steps = steps if steps is not None else [1] * len(starts)
-    cache: dict[tuple, list] = {}
 
-    def plan(shape) -> list:
-        # per axis: ('narrow', start, length) for a unit step, ('index', tensor) otherwise
-        out = []
+    @per_shape
+    def plan(x) -> list:
+        # per axis: ('narrow', start, length) for a unit step, ('index', positions on x's device) otherwise
+        shape, out = tuple(x.shape), []
         for a, s, e, st in zip(axes, starts, ends, steps):
             a %= len(shape)
             n = shape[a]
@@ -85,17 +85,12 @@ def _slice(node: Node):
                 s, e = min(max(s, 0), n), min(max(e, 0), n)
                 out.append((a, "narrow", s, max(e - s, 0)))
             else:
-                out.append((a, "index", _positions(n, s, e, st)))
+                index = torch.as_tensor(np.ascontiguousarray(_positions(n, s, e, st)), device=x.device)
+                out.append((a, "index", index))
         return out
 
     def slice_(x, *_):
-        key = tuple(x.shape)
-        steps_ = cache.get(key)
-        if steps_ is None:
-            steps_ = cache[key] = [(a, kind, *rest) if kind == "narrow" else
-                                   (a, kind, torch.as_tensor(np.ascontiguousarray(rest[0]), device=x.device))
-                                   for a, kind, *rest in plan(key)]
-        for a, kind, *rest in steps_:
+        for a, kind, *rest in plan(x):
             x = x.narrow(a, rest[0], rest[1]) if kind == "narrow" else x.index_select(a, rest[0])
         return x
     return slice_
@@ -105,16 +100,16 @@ def _slice(node: Node):
 def _gather(node: Node):
     axis = int(node.attr("axis", 0))
     constant = node.const(1)
-    placed: dict[tuple, torch.Tensor] = {}  # constant indices on the device, per input shape
+
+    @per_shape
+    def placed(x) -> torch.Tensor:  # constant indices, made non-negative, on x's device
+        n = x.shape[axis % x.dim()]
+        return torch.as_tensor(np.where(constant < 0, constant + n, constant).astype(np.int64), device=x.device)
 
     def gather(x, indices):
         a = axis % x.dim()
         if constant is not None:
-            key = (tuple(x.shape), x.device)
-            idx = placed.get(key)
-            if idx is None:
-                idx = placed[key] = torch.as_tensor(
-                    np.where(constant < 0, constant + x.shape[a], constant).astype(np.int64), device=x.device)
+            idx = placed(x)
         else:
             idx = indices.to(torch.int64)
             idx = torch.where(idx < 0, idx + x.shape[a], idx)
@@ -149,7 +144,6 @@ def _pad(node: Node):
         return lambda x, *_: F.pad(x, torch_pads, value=value)
     if mode not in ("reflect", "edge"):
         raise Unsupported(f"Pad mode {mode}")
-    cache: dict[tuple, list] = {}
 
     def positions(n: int, begin: int, end: int) -> np.ndarray:
         # a negative pad removes elements (ONNX; onnxruntime crops them before it pads, so a
@@ -157,14 +151,14 @@ def _pad(node: Node):
         kept = np.arange(n)[max(-begin, 0):n - max(-end, 0)]
         return np.pad(kept, (max(begin, 0), max(end, 0)), mode=mode)
 
+    @per_shape
+    def plan(x) -> list:
+        return [(k, torch.as_tensor(positions(x.shape[k], begins[k], ends[k]), device=x.device))
+                for k in range(rank) if begins[k] or ends[k]]
+
     def pad(x, *_):
         # reflect / edge along each padded axis as one index_select with numpy's positions
-        key = tuple(x.shape)
-        plan = cache.get(key)
-        if plan is None:
-            plan = cache[key] = [(k, torch.as_tensor(positions(key[k], begins[k], ends[k]), device=x.device))
-                                 for k in range(rank) if begins[k] or ends[k]]
-        for k, idx in plan:
+        for k, idx in plan(x):
             x = x.index_select(k, idx)
         return x
     return pad

@@ -50,6 +50,20 @@ def operators() -> frozenset[str]:
     return frozenset(_BUILDERS)
 
 
+def per_shape(make: Callable[[torch.Tensor], Any]) -> Callable[[torch.Tensor], Any]:
+    """``make(x)`` once per input shape and device, then the same value (index tensors, divisors):
+    made by the runs before a CUDA graph's capture, so the captured run only reads them."""
+    made: dict[tuple, Any] = {}
+
+    def get(x: torch.Tensor) -> Any:
+        key = (tuple(x.shape), x.device)
+        value = made.get(key)
+        if value is None:
+            value = made[key] = make(x)
+        return value
+    return get
+
+
 #: ONNX tensor element type -> torch dtype (the types the lowerings use).
 TORCH_DTYPE = {
     onnx.TensorProto.FLOAT: torch.float32, onnx.TensorProto.FLOAT16: torch.float16,
