@@ -106,6 +106,26 @@ def untrusted_socket(path: str) -> str | None:
     return None
 
 
+def denied_socket(path: str) -> str | None:
+    """Why this user may never connect to the socket at ``path``: a directory on the way it may not
+    search, or a socket it may not write (connect permission). A service may well be listening
+    there, for another user: waiting for it to answer would only end in a timeout that says
+    nothing about the cause. None: it may connect, or nothing is there yet (a service starting,
+    which connecting waits for)."""
+    me = f"this user (uid {os.geteuid()})"
+    try:
+        st = os.stat(path)
+    except PermissionError:
+        return (f"{me} may not reach {path}: a directory on its path is not searchable by this user "
+                f"(is the service another user's?)")
+    except OSError:
+        return None
+    if not os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+        return (f"{me} may not connect to {path} (mode {st.st_mode & 0o777:o}, owner uid {st.st_uid}): "
+                f"a service of another user admits other users only with `nnhal serve --allow-uid`")
+    return None
+
+
 # ---- several services (service.fleet) ------------------------------------------------------------
 def is_fleet(address: str | None) -> bool:
     """Several services: a comma-separated list of addresses, or a ``dns:`` name (every address it

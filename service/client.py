@@ -22,7 +22,7 @@ import grpc
 from hal.model import Model
 from hal.types import DeviceType, ExecutionPreference, OperandType, Priority
 from service.access import SESSION_KEY
-from service.address import client_address, is_unix, unix_socket_path, untrusted_socket
+from service.address import client_address, denied_socket, is_unix, unix_socket_path, untrusted_socket
 from service.peer_gate import PEER_SUFFIX, TICKET_KEY, peer_socket_path, request_ticket
 from service.proto import nnhal_pb2 as pb
 from service.proto import nnhal_pb2_grpc as pb_grpc
@@ -127,6 +127,9 @@ class Client:
         why = untrusted_socket(path) if path else None
         if why:  # before any channel: not one byte of a model to a socket someone else controls
             raise UntrustedServiceError(path, why)
+        why = denied_socket(path) if path else None
+        if why:  # no use waiting for a service this user may not reach
+            raise ServiceUnavailableError(f"no nnhal service can be reached at {address}: {why}")
         tls = root_certificates is not None or certificate_chain is not None
         if tls:
             channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(

@@ -315,6 +315,9 @@ def test_another_uid_through_nnhal_serve(other_user_setup, allow, outcome):
     finally:
         server.stop()
     assert line.startswith(outcome), line
+    if outcome == "unavailable:":  # told at once why: not a service that never answered
+        assert f"this user (uid {OTHER_UID}) may not reach {server.address[len('unix:'):]}" in line, line
+        assert "within" not in line, line
     if outcome == "refused:":
         assert f"uid {OTHER_UID} is not allowed to use this nnhal service" in line and "--allow-uid" in line
         assert "refused a client" in server.output() and f"uid {OTHER_UID}" in server.output()
