@@ -110,9 +110,10 @@ BACKEND = Backend("numba", VERSION, modules=("hal.backends.numba_kernels", "hal.
 
 
 def _load() -> None:
-    """Import (and so compile or load from numba's cache) every kernel module. A cache that cannot
-    be read (truncated, corrupt, written by another numba) is removed and the kernels compiled
-    afresh: a bad cache costs a compilation, never the backend."""
+    """Import (and so compile or load from numba's cache) every kernel module. A cache file that
+    cannot be read (truncated, corrupt, written by another numba) costs its module a compilation,
+    never the backend: that module's files are removed and its kernels compiled again; where the
+    culprit cannot be told, the whole cache is removed and everything compiled afresh."""
     import importlib
     import logging
     import pkgutil
@@ -126,7 +127,7 @@ def _load() -> None:
     t0 = time.monotonic()
     try:
         for name in names:
-            importlib.import_module(name)
+            _import_mending(name)
     except Exception as e:  # noqa: BLE001 - numba raises whatever unpickling a bad file raises
         logging.getLogger("nnhal.backends").warning("numba cache %s unreadable (%r): recompiling", CACHE, e)
         shutil.rmtree(CACHE, ignore_errors=True)
@@ -138,6 +139,37 @@ def _load() -> None:
             importlib.import_module(name)
     if compiling:
         print(f"nnhal: numba kernels compiled in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+
+
+def _import_mending(name: str) -> None:
+    """Import kernel module ``name``. When loading a kernel from the cache fails, the module whose
+    kernel it was (the innermost of this package's frames in the traceback: a module ``name``
+    imports, maybe) loses its cache files and is compiled again, once per module; the modules the
+    failed import left half-initialised are imported afresh. Anything else is raised."""
+    import importlib
+    import logging
+    import traceback
+    mended: set[str] = set()
+    while True:
+        before = set(sys.modules)
+        try:
+            importlib.import_module(name)
+            return
+        except Exception as e:  # noqa: BLE001 - numba raises whatever unpickling a bad file raises
+            here = pathlib.Path(__file__).parent
+            frames = [pathlib.Path(f.f_code.co_filename) for f, _ in traceback.walk_tb(e.__traceback__)]
+            ours = [f.stem for f in frames if f.parent == here and f.name != "__init__.py"]
+            culprit = ours[-1] if ours else None
+            if culprit is None or culprit in mended:
+                raise
+            mended.add(culprit)
+            logging.getLogger("nnhal.backends").warning("numba cache of %s.%s unreadable (%r): recompiling its kernels",
+                                                        __name__, culprit, e)
+            for f in CACHE.rglob(f"{culprit}.*"):
+                f.unlink(missing_ok=True)
+            for m in set(sys.modules) - before:
+                if m.startswith(__name__ + "."):
+                    del sys.modules[m]
 
 
 _load()
