@@ -69,8 +69,12 @@ def beside(path: str, inputs: list, folder: str) -> Iterator[Beside]:
 SETTLE_S = 0.01
 #: The benchmarks' untimed invokes before a configuration's timed ones (time_interleaved's
 #: ``warmup_s``): after SETTLE_S idle, a small model's invokes take this long to come back to
-#: their back-to-back time (a service's threads and caches wake up; LiteRT's caches too).
-WARMUP_S = 0.002
+#: their back-to-back time. LiteRT's do within a few invokes; through the service, both processes
+#: wake, and the service's own time for a 27 us MLP was 168, 82, 52, 43 ... 27 us over the first
+#: 20 invokes after 10 ms idle (medians of 20 such starts), and a round timed 2 ms after the
+#: pause still ran at up to twice the steady time. The first invokes after idle (what an app
+#: that invokes once per frame sees) are therefore in no table.
+WARMUP_S = 0.03
 
 
 def time_interleaved(configs: dict, run, rounds: int, per_round: int,

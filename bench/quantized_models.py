@@ -1,6 +1,6 @@
 """Quantized whole models through the delegate: the numba backend vs the reference backend vs
 the CPU runtimes' own 8-bit kernels, measured in one run, configurations interleaved round by round (each
-one's first invokes of a round untimed — at least one and at least 2 ms of them — after a 10 ms pause:
+one's first invokes of a round untimed — at least one and at least 30 ms of them — after a 10 ms pause:
 the figures are of back-to-back invokes).
 
 Models are built by the project (random weights): MobileNetV2, EfficientNet-B0 and MobileNetV3-small
