@@ -75,11 +75,14 @@ SETTLE_S = 0.01
 #: pause still ran at up to twice the steady time. The first invokes after idle (what an app
 #: that invokes once per frame sees) are therefore in no table.
 WARMUP_S = 0.03
+#: The benchmarks' least time of timed invokes per configuration and round (``timed_s``).
+TIMED_S = 0.005
 
 
 def time_interleaved(configs: dict, run, rounds: int, per_round: int,
                      remote: dict[str, Callable[[int], list[float]]] | None = None,
-                     warmup: int = 0, settle_s: float = 0.0, warmup_s: float = 0.0) -> dict[str, list[float]]:
+                     warmup: int = 0, settle_s: float = 0.0, warmup_s: float = 0.0,
+                     timed_s: float = 0.0) -> dict[str, list[float]]:
     """Seconds per ``run(config)``, configurations interleaved round by round, the order reversed
     every other round (no first-run or thermal bias toward one of them). ``remote``: configurations
     another process times, ``f(n)`` -> the seconds of its n runs (tflite-runtime's worker).
@@ -90,23 +93,27 @@ def time_interleaved(configs: dict, run, rounds: int, per_round: int,
     of tens of microseconds takes a few hundred microseconds of invokes to get there again.
     ``settle_s``: a pause before each configuration's runs, so that none runs while the one before
     still holds a core (LiteRT's 2-thread interpreter leaves its worker spinning for milliseconds
-    after an invoke)."""
+    after an invoke). ``timed_s``: each round times at least ``per_round`` runs and at least this
+    long of them (counted as ``warmup_s``), so a model of tens of microseconds has hundreds of
+    samples, not ``rounds · per_round``."""
     remote = remote or {}
     times: dict[str, list[float]] = {k: [] for k in [*configs, *remote]}
     keys = list(times)
     for r in range(rounds):
         for k in (keys if r % 2 == 0 else reversed(keys)):
-            n_warm = warmup
-            if warmup_s and times[k]:
-                n_warm = max(warmup, math.ceil(warmup_s / max(statistics.median(times[k]), 1e-7)))
+            n_warm, n_timed = warmup, per_round
+            if times[k]:
+                typical = max(statistics.median(times[k]), 1e-7)
+                n_warm = max(warmup, math.ceil(warmup_s / typical))
+                n_timed = max(per_round, math.ceil(timed_s / typical))
             if settle_s:
                 time.sleep(settle_s)
             if k in remote:
-                times[k] += remote[k](n_warm + per_round)[n_warm:]
+                times[k] += remote[k](n_warm + n_timed)[n_warm:]
                 continue
             for _ in range(n_warm):
                 run(configs[k])
-            for _ in range(per_round):
+            for _ in range(n_timed):
                 t = time.perf_counter()
                 run(configs[k])
                 times[k].append(time.perf_counter() - t)

@@ -1,7 +1,7 @@
 """Float32 whole models through the delegate: the onnxruntime backend vs the reference backend vs
 the CPU runtimes' XNNPACK, measured in one run, configurations interleaved round by round (each
-one's first invokes of a round untimed — at least one and at least 30 ms of them — after a 10 ms pause:
-the figures are of back-to-back invokes).
+one's first invokes of a round untimed — at least one and at least 30 ms of them — after a 10 ms pause,
+then at least 5 ms of timed ones: the figures are of back-to-back invokes).
 
 Models are built by the project (random weights, float32): MobileNetV2, EfficientNet-B0 and
 MobileNetV3-small (nnhal.examples_mobilenet_v3: Keras' architecture as the converter emits it,
@@ -37,6 +37,7 @@ import numpy as np
 
 from bench.baselines import (
     SETTLE_S,
+    TIMED_S,
     WARMUP_S,
     anchor,
     beside,
@@ -142,7 +143,8 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                     _outputs(it, x)  # warm-up
                 with beside(path, x, d) as tflrt:
                     times = time_interleaved(configs, lambda it, x=x: _outputs(it, x), rounds, per_round,
-                                             tflrt.remote, warmup=1, settle_s=SETTLE_S, warmup_s=WARMUP_S)
+                                             tflrt.remote, warmup=1, settle_s=SETTLE_S, warmup_s=WARMUP_S,
+                                             timed_s=TIMED_S)
                 figures = with_ratios(times, tflrt.config)
                 for k in (anchor(1), anchor(2), tflrt.config, *delegates):
                     if k not in figures:

@@ -1,7 +1,7 @@
 """Quantized whole models through the delegate: the numba backend vs the reference backend vs
 the CPU runtimes' own 8-bit kernels, measured in one run, configurations interleaved round by round (each
-one's first invokes of a round untimed — at least one and at least 30 ms of them — after a 10 ms pause:
-the figures are of back-to-back invokes).
+one's first invokes of a round untimed — at least one and at least 30 ms of them — after a 10 ms pause,
+then at least 5 ms of timed ones: the figures are of back-to-back invokes).
 
 Models are built by the project (random weights): MobileNetV2, EfficientNet-B0 and MobileNetV3-small
 (nnhal.examples_mobilenet_v3: activations calibrated on its float twin) at 224x224, a
@@ -31,6 +31,7 @@ import numpy as np
 
 from bench.baselines import (
     SETTLE_S,
+    TIMED_S,
     WARMUP_S,
     anchor,
     beside,
@@ -125,7 +126,7 @@ def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
                     _run(it, x)  # warm-up
                 with beside(str(path), [x], d) as tflrt:
                     times = time_interleaved(configs, lambda it, x=x: _run(it, x), rounds, per_round, tflrt.remote,
-                                             warmup=1, settle_s=SETTLE_S, warmup_s=WARMUP_S)
+                                             warmup=1, settle_s=SETTLE_S, warmup_s=WARMUP_S, timed_s=TIMED_S)
                 builtin = Interpreter(model_path=str(path),
                                       experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
                 builtin.allocate_tensors()

@@ -39,6 +39,16 @@ def test_warmup_time_adds_untimed_runs_to_short_configurations():
     assert times["short"] == [1e-3] * 6 and times["long"] == [1.0] * 6
 
 
+def test_timed_time_adds_timed_runs_to_short_configurations():
+    """A configuration whose runs took 1 ms in earlier rounds gets timed_s / 1 ms timed runs per
+    round after its first; one slower than timed_s keeps ``per_round``."""
+    calls = []
+    remote = {"short": lambda n: calls.append(n) or [1e-3] * n, "long": lambda n: calls.append(-n) or [1.0] * n}
+    times = baselines.time_interleaved({}, None, rounds=3, per_round=2, remote=remote, timed_s=0.005)
+    assert calls == [2, -2, -2, 5, 5, -2]
+    assert len(times["short"]) == 2 + 5 + 5 and len(times["long"]) == 6
+
+
 def test_ratios_are_against_both_cpus_and_the_faster_one_is_bold():
     anchor = baselines.anchor(1)
     figures = baselines.with_ratios({anchor: [0.004], "tflrt": [0.002], "nnhal": [0.008]}, "tflrt")
