@@ -39,6 +39,8 @@ YIELD_EVERY_S = 2e-6
 yield_cpu = getattr(os, "sched_yield", lambda: None)
 
 _fence_lock = threading.Lock()
+#: ``_sleep``'s answer when its ``until`` came first.
+_DOZED = object()
 
 
 def word(view: memoryview, at: int) -> memoryview:
@@ -82,20 +84,27 @@ class Doorbell:
                 return  # the peer is polling: it sees the word
         self.sock.send(b"\x01")
 
-    def wait(self, last: int, spin_s: float, timeout_s: float | None = None) -> int | None:
-        """The peer's posted word once it is not ``last``: polled for ``spin_s``, then slept for on
-        the socket, in all at most ``timeout_s`` (TimeoutError after it; None: no bound). None:
-        the peer closed the connection."""
+    def wait(self, last: int, spin_s: float, timeout_s: float | None = None, doze_s: float = 0.0) -> int | None:
+        """The peer's posted word once it is not ``last``: slept for on the socket up to ``doze_s``
+        (woken at once by the peer's word), then polled for ``spin_s``, then slept for again, in all
+        at most ``timeout_s`` (TimeoutError after it; None: no bound). None: the peer closed the
+        connection. A doze ends on a timer before the word is due, so the wake-up (on a virtual
+        machine, a halted CPU's) is over when it comes, and polling sees it at once."""
         peer = self.peer_posted
         clock = time.perf_counter
         start = clock()
+        if doze_s > 0:
+            value = self._sleep(last, start, timeout_s, until=start + doze_s)
+            if value is not _DOZED:
+                return value
+        polling = clock()
         offer_at = YIELD_AFTER_S
         if POLL_MEMORY:
             while True:
                 value = peer[0]
                 if value != last:
                     return value
-                waited = clock() - start
+                waited = clock() - polling
                 if waited >= spin_s:
                     break
                 if waited >= offer_at:
@@ -110,7 +119,7 @@ class Doorbell:
                     if value != last:
                         return value
                 except BlockingIOError:
-                    waited = clock() - start
+                    waited = clock() - polling
                     if waited >= spin_s:
                         break
                     if waited >= offer_at:
@@ -118,7 +127,8 @@ class Doorbell:
                         offer_at = waited + YIELD_EVERY_S
         return self._sleep(last, start, timeout_s)
 
-    def _sleep(self, last: int, start: float, timeout_s: float | None) -> int | None:
+    def _sleep(self, last: int, start: float, timeout_s: float | None, until: float | None = None):
+        """The peer's word, slept for on the socket; ``until``: give up then (``_DOZED``)."""
         peer, sock = self.peer_posted, self.sock
         clock = time.perf_counter
         backstop: float | None = None
@@ -132,15 +142,22 @@ class Doorbell:
                     value = peer[0]
                     if value != last:
                         return value
-                left = None if timeout_s is None else timeout_s - (clock() - start)
+                now = clock()
+                left = None if timeout_s is None else timeout_s - (now - start)
                 if left is not None and left <= 0:
                     raise TimeoutError("no answer on the local burst")
-                sock.settimeout(left if backstop is None else backstop if left is None else min(backstop, left))
+                limit = left if backstop is None else backstop if left is None else min(backstop, left)
+                if until is not None:
+                    if now >= until:
+                        return _DOZED
+                    limit = until - now if limit is None else min(limit, until - now)
+                sock.settimeout(limit)
                 try:
                     # memory: a byte, or several left by wake-ups the peer did not need in the end
                     got = sock.recv(64 if POLL_MEMORY else 1)
                 except TimeoutError:
-                    backstop = None  # looked once more; from now on the peer rings if it posts
+                    if until is None or clock() < until:
+                        backstop = None  # looked once more; from now on the peer rings if it posts
                     continue
                 if not got:
                     return None

@@ -165,3 +165,53 @@ def test_a_long_poll_offers_the_cpu(bells, monkeypatch):
     offered.clear()
     a.post(1)
     assert b.wait(0, spin_s=0.01, timeout_s=5) == 1 and not offered  # the answer was there: no yield
+
+
+def test_a_dozing_waiter_is_woken_by_the_word(bells):
+    """A doze (the client's sleep until a long execution's reply is due) is a sleep the peer rings:
+    a word posted during it is answered at once, not at the doze's end."""
+    a, b = bells
+    got = []
+    t = threading.Thread(target=lambda: got.append(b.wait(0, spin_s=0.0, timeout_s=30, doze_s=30)))
+    t.start()
+    if doorbell.POLL_MEMORY:  # it says it sleeps before it sleeps
+        while not b.waiting[0] and t.is_alive():
+            pass
+    a.post(1)
+    t.join(10)  # well before the doze's 30 s
+    assert not t.is_alive() and got == [1]
+    assert b.waiting[0] == 0
+
+
+def test_after_a_doze_the_waiter_polls_a_word_posted_without_a_ring(bells, monkeypatch):
+    """The doze ends on its timer; the waiter then polls (no longer "waiting"), so the peer posts
+    without ringing and the word is still seen, within the poll, not after a backstop."""
+    if not doorbell.POLL_MEMORY:
+        pytest.skip("on the socket every message is rung")
+    monkeypatch.setattr(doorbell, "BACKSTOP_S", 60.0)  # a missed word would take a minute
+    a, b = bells
+    dozed = []
+    real_sleep = doorbell.Doorbell._sleep
+
+    def sleep(self, last, start, timeout_s, until=None):
+        value = real_sleep(self, last, start, timeout_s, until)
+        dozed.append(value is doorbell._DOZED)
+        return value
+    monkeypatch.setattr(doorbell.Doorbell, "_sleep", sleep)
+    got = []
+    t = threading.Thread(target=lambda: got.append(b.wait(0, spin_s=30, timeout_s=60, doze_s=0.02)))
+    t.start()
+    while not dozed and t.is_alive():  # the doze is over: the waiter polls now
+        pass
+    assert b.waiting[0] == 0
+    a.post(1)
+    assert pending(b.sock) == b""  # not rung: the poller sees the word
+    t.join(10)
+    assert not t.is_alive() and got == [1] and dozed == [True]
+
+
+def test_a_doze_counts_against_the_bound(bells):
+    a, b = bells
+    with pytest.raises(TimeoutError):
+        b.wait(0, spin_s=0.001, timeout_s=0.05, doze_s=10)
+    assert b.waiting[0] == 0

@@ -199,19 +199,22 @@ def test_local_burst_after_server_death_is_unavailable(server, client):
 
 
 def test_the_client_polls_only_when_a_core_is_free_and_the_wait_is_short():
-    from service.local_burst_client import CLIENT_SPIN_MAX_S, SHORT_S, WaitStrategy
-    assert WaitStrategy(service_threads=2, cores=2).spin_s() == 0  # the service computes on every core
-    assert WaitStrategy(service_threads=0, cores=8).spin_s() == 0  # 0 = every core
+    from service.local_burst_client import CLIENT_SPIN_MAX_S, DOZE_LEAD_S, SHORT_S, WaitStrategy
+    for busy in (WaitStrategy(service_threads=2, cores=2), WaitStrategy(service_threads=0, cores=8)):
+        busy.observe(5e-3)  # the service computes on every core (0 = every core): block throughout
+        assert busy.spin_s() == 0 and busy.doze_s() == 0
     w = WaitStrategy(service_threads=1, cores=2)
-    assert w.spin_s() == SHORT_S  # no estimate yet
+    assert w.spin_s() == SHORT_S and w.doze_s() == 0  # no estimate yet
     w.observe(30e-6)
-    assert w.spin_s() == pytest.approx(80e-6)  # about twice the expected round trip
-    for _ in range(50):
-        w.observe(5e-3)  # the model turned out long: block, leave the core to others
-    assert w.expected_s > SHORT_S and w.spin_s() == 0
+    assert w.spin_s() == pytest.approx(80e-6) and w.doze_s() == 0  # about twice the expected round trip
+    for t in (4e-3, 6e-3, 5e-3) * 20:
+        w.observe(t)  # the model turned out long: sleep through it, poll only for its end
+    assert w.expected_s > SHORT_S
+    assert w.doze_s() == pytest.approx(4e-3 - DOZE_LEAD_S)  # until the lead before the fastest recent one
+    assert w.spin_s() == pytest.approx(2 * DOZE_LEAD_S + 0.1 * w.expected_s)
     w = WaitStrategy(service_threads=1, cores=4)
     w.observe(0.995e-3)
-    assert w.spin_s() == CLIENT_SPIN_MAX_S  # capped
+    assert w.spin_s() == CLIENT_SPIN_MAX_S and w.doze_s() == 0  # capped
 
 
 def test_the_client_polls_when_the_service_cannot_need_its_core():
@@ -263,6 +266,11 @@ def test_the_client_blocks_while_the_service_says_other_clients_take_turns():
     assert w.spin_s() == 0
     w.shared = False
     assert w.spin_s() > 0
+    for _ in range(10):
+        w.observe(5e-3)
+    assert w.doze_s() > 0
+    w.shared = True
+    assert w.spin_s() == 0 and w.doze_s() == 0  # a long execution too: blocked on, whole
 
 
 def test_replies_say_when_another_client_was_served_in_between(server, client):
