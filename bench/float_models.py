@@ -114,7 +114,7 @@ def _ready_s(path: str, address: str | None, xs: list[np.ndarray], token: bytes 
     return time.perf_counter() - t
 
 
-def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
+def measure(rounds: int = 10, per_round: int = 3, progress=None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         servers = {name: start_server(str(Path(d) / f"{name}.sock"), "--backend", order, "--threads", "1")

@@ -98,7 +98,7 @@ def _exactness(out: np.ndarray, ref: np.ndarray | None, optimized: np.ndarray) -
     return f"DIFFERS: max |diff| vs REF {diff(ref)}"
 
 
-def measure(rounds: int = 5, per_round: int = 3, progress=None) -> list[dict]:
+def measure(rounds: int = 10, per_round: int = 3, progress=None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         servers = {name: start_server(str(Path(d) / f"{name}.sock"), "--backend", order, "--no-cache")
