@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 from hal import ErrorStatus, HalError, compile_model, execute
+from hal.backends.ort.control_flow import UNROLL
 from hal.model import ModelBuilder
 from hal.serialize import dump_compiled, load_compiled
 from hal.types import OperandType as T
@@ -85,7 +86,7 @@ def test_a_while_is_one_loop_in_one_partition_and_matches_the_reference(form):
     ops = _onnx_ops(compiled)
     # counted: whole blocks of UNROLL trips, then the rest (one Loop each)
     assert ops.count("Loop") == (1 if form == "checked" else 2) and ("Greater" in ops) == (form == "checked")
-    for n in (0, 1, 2, 4, 7, 9, -3):
+    for n in (0, 1, 2, UNROLL - 1, UNROLL, UNROLL + 1, 2 * UNROLL, 2 * UNROLL + 3, -3):
         _same(execute(compiled, loop_inputs(n)), execute(reference, loop_inputs(n)))
     start = loop_inputs(4)
     start[0] = np.array([9], np.int32)  # starts past the bound: no trip, the counter unchanged
