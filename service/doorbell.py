@@ -69,6 +69,7 @@ class Doorbell:
         self.sock = sock
         self.posted, self.waiting = word(view, posted_at), word(view, waiting_at)
         self.peer_posted, self.peer_waiting = word(view, peer_posted_at), word(view, peer_waiting_at)
+        self.woken, self.polled_s = False, 0.0  # the last wait's (``wait``)
 
     def release(self) -> None:
         """Let go of the shared page (before it is unmapped)."""
@@ -89,13 +90,17 @@ class Doorbell:
         (woken at once by the peer's word), then polled for ``spin_s``, then slept for again, in all
         at most ``timeout_s`` (TimeoutError after it; None: no bound). None: the peer closed the
         connection. A doze ends on a timer before the word is due, so the wake-up (on a virtual
-        machine, a halted CPU's) is over when it comes, and polling sees it at once."""
+        machine, a halted CPU's) is over when it comes, and polling sees it at once. After a wait
+        with a doze: ``woken`` (the word came during the doze: it was too long) and ``polled_s``
+        (how long after the doze the word was seen)."""
         peer = self.peer_posted
         clock = time.perf_counter
         start = clock()
+        self.woken, self.polled_s = False, 0.0
         if doze_s > 0:
             value = self._sleep(last, start, timeout_s, until=start + doze_s)
             if value is not _DOZED:
+                self.woken = True
                 return value
         polling = clock()
         offer_at = YIELD_AFTER_S
@@ -103,6 +108,7 @@ class Doorbell:
             while True:
                 value = peer[0]
                 if value != last:
+                    self.polled_s = clock() - polling
                     return value
                 waited = clock() - polling
                 if waited >= spin_s:
@@ -117,6 +123,7 @@ class Doorbell:
                         return None
                     value = peer[0]
                     if value != last:
+                        self.polled_s = clock() - polling
                         return value
                 except BlockingIOError:
                     waited = clock() - polling
@@ -125,7 +132,9 @@ class Doorbell:
                     if waited >= offer_at:
                         yield_cpu()
                         offer_at = waited + YIELD_EVERY_S
-        return self._sleep(last, start, timeout_s)
+        value = self._sleep(last, start, timeout_s)
+        self.polled_s = clock() - polling
+        return value
 
     def _sleep(self, last: int, start: float, timeout_s: float | None, until: float | None = None):
         """The peer's word, slept for on the socket; ``until``: give up then (``_DOZED``)."""

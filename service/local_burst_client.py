@@ -32,6 +32,8 @@ SMALL_COPY_BYTES = 4096
 CLIENT_SPIN_MAX_S = 2e-3
 SHORT_S = 1e-3
 DOZE_LEAD_S = 0.5e-3
+#: The polling a doze is fitted to leave before the reply (``WaitStrategy.dozed``).
+POLL_MARGIN_S = 0.2e-3
 _SHAPE = operator.attrgetter("shape")
 #: struct ucred, SO_PEERCRED's answer: pid, uid, gid.
 PEERCRED = struct.Struct("3i")
@@ -44,9 +46,9 @@ class WaitStrategy:
     service pinned to different cores of 2: 15 us per invoke polling, 41 us blocking), but holds
     a core. So: never when the
     service's compute threads leave no core free (polling would slow the execution it waits for);
-    for executions expected to be long (> SHORT_S), only from DOZE_LEAD_S before the reply is due
-    (``doze_s``: slept through until then) for at most twice that lead and a tenth of the expected
-    time; else for about twice the expected time (a moving average of this burst's round trips),
+    for executions expected to be long (> SHORT_S), only from shortly before the reply is due
+    (``doze_s``: slept through until then, the doze fitted to where each reply came, ``dozed``)
+    for at most twice DOZE_LEAD_S and a tenth of the expected time; else for about twice the expected time (a moving average of this burst's round trips),
     so a short execution is caught while polling and a stalled one costs at most
     CLIENT_SPIN_MAX_S. And not
     while the service says other clients take turns with this one (REPLY_SHARED on the last
@@ -71,9 +73,11 @@ class WaitStrategy:
         self.core_free = ((service_threads > 0 and cores > service_threads)
                           or (known and (not client_cpus & service_cpus or cores == 1)))
         self.expected_s: float | None = None
-        #: The last round trips: a doze ends DOZE_LEAD_S before the fastest of them (an average
-        #: pulled up by one slow execution would make it end after the reply came).
+        #: The last round trips: the first doze ends DOZE_LEAD_S before the fastest of them (an
+        #: average pulled up by one slow execution would make it end after the reply came).
         self.recent: collections.deque[float] = collections.deque(maxlen=8)
+        #: The doze, fitted after each one (``dozed``); None: none yet.
+        self.doze: float | None = None
         self.shared = False  # the last reply's REPLY_SHARED
 
     def spin_s(self) -> float:
@@ -87,11 +91,26 @@ class WaitStrategy:
         return min(CLIENT_SPIN_MAX_S, 2 * self.expected_s + 20e-6)
 
     def doze_s(self) -> float:
-        """How long to sleep before polling: for a long execution, the fastest recent round trip
-        less DOZE_LEAD_S."""
+        """How long to sleep before polling, for a long execution: first the fastest recent round
+        trip less DOZE_LEAD_S, then as ``dozed`` fits it."""
         if not self.core_free or self.shared or self.expected_s is None or self.expected_s <= SHORT_S:
+            self.doze = None
             return 0.0
-        return max(0.0, min(self.recent) - DOZE_LEAD_S)
+        if self.doze is None:
+            self.doze = max(0.0, min(self.recent) - DOZE_LEAD_S)
+        return self.doze
+
+    def dozed(self, woken: bool, polled_s: float) -> None:
+        """Fit the doze to the last one: a reply that came during it (``woken``: it waited for the
+        client's wake-up, which a round trip then includes, so round trips alone would keep the
+        doze too long) shortens it by DOZE_LEAD_S; one seen after ``polled_s`` of polling moves
+        its end halfway to POLL_MARGIN_S before the reply."""
+        if self.doze is None:
+            return
+        if woken:
+            self.doze = max(0.0, self.doze - DOZE_LEAD_S)
+        else:
+            self.doze = max(0.0, self.doze + 0.5 * (polled_s - POLL_MARGIN_S))
 
     def observe(self, seconds: float) -> None:
         self.recent.append(seconds)
@@ -204,7 +223,10 @@ class LocalBurstChannel:
         t = time.perf_counter()
         try:
             self.bell.post(seq)
-            posted = self.bell.wait(seq - 1, self.wait.spin_s(), wait_s, self.wait.doze_s())
+            doze = self.wait.doze_s()
+            posted = self.bell.wait(seq - 1, self.wait.spin_s(), wait_s, doze)
+            if doze:
+                self.wait.dozed(self.bell.woken, self.bell.polled_s)
         except TimeoutError:
             self._close()
             raise
@@ -332,4 +354,4 @@ def _output_copies(sources: list[np.ndarray], dests: list[np.ndarray]) -> list[t
     return copies
 
 
-__all__ = ["CLIENT_SPIN_MAX_S", "DOZE_LEAD_S", "LocalBurstChannel", "SHORT_S", "WaitStrategy"]
+__all__ = ["CLIENT_SPIN_MAX_S", "DOZE_LEAD_S", "LocalBurstChannel", "POLL_MARGIN_S", "SHORT_S", "WaitStrategy"]

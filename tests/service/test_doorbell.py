@@ -180,7 +180,7 @@ def test_a_dozing_waiter_is_woken_by_the_word(bells):
     a.post(1)
     t.join(10)  # well before the doze's 30 s
     assert not t.is_alive() and got == [1]
-    assert b.waiting[0] == 0
+    assert b.waiting[0] == 0 and b.woken  # the doze was too long: the waiter says so
 
 
 def test_after_a_doze_the_waiter_polls_a_word_posted_without_a_ring(bells, monkeypatch):
@@ -208,6 +208,7 @@ def test_after_a_doze_the_waiter_polls_a_word_posted_without_a_ring(bells, monke
     assert pending(b.sock) == b""  # not rung: the poller sees the word
     t.join(10)
     assert not t.is_alive() and got == [1] and dozed == [True]
+    assert not b.woken and 0 < b.polled_s < 10  # seen by polling, after the doze
 
 
 def test_a_doze_counts_against_the_bound(bells):

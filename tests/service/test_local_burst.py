@@ -217,6 +217,32 @@ def test_the_client_polls_only_when_a_core_is_free_and_the_wait_is_short():
     assert w.spin_s() == CLIENT_SPIN_MAX_S and w.doze_s() == 0  # capped
 
 
+def test_the_doze_is_fitted_to_where_the_reply_came():
+    """A reply that came during the doze (the round trip then includes the client's wake-up, so
+    round trips alone would keep the doze as long) shortens the next doze by the lead; one seen
+    after polling moves the doze's end halfway to POLL_MARGIN_S before it; a short execution
+    again (or other clients taking turns) drops the fitted doze."""
+    from service.local_burst_client import DOZE_LEAD_S, POLL_MARGIN_S, WaitStrategy
+    w = WaitStrategy(service_threads=1, cores=2)
+    for _ in range(5):
+        w.observe(3e-3)
+    first = w.doze_s()
+    assert first == pytest.approx(3e-3 - DOZE_LEAD_S)
+    w.dozed(woken=True, polled_s=0.0)
+    assert w.doze_s() == pytest.approx(first - DOZE_LEAD_S)
+    w.dozed(woken=False, polled_s=POLL_MARGIN_S + 0.4e-3)
+    assert w.doze_s() == pytest.approx(first - DOZE_LEAD_S + 0.2e-3)
+    w.dozed(woken=False, polled_s=POLL_MARGIN_S)
+    assert w.doze_s() == pytest.approx(first - DOZE_LEAD_S + 0.2e-3)  # on target: unchanged
+    for _ in range(10):
+        w.dozed(woken=True, polled_s=0.0)
+    assert w.doze_s() == 0  # never negative: a doze of 0 is a plain poll
+    w.shared = True
+    assert w.doze_s() == 0 and w.doze is None
+    w.shared = False
+    assert w.doze_s() == pytest.approx(3e-3 - DOZE_LEAD_S)  # fitted afresh
+
+
 def test_the_client_polls_when_the_service_cannot_need_its_core():
     """Pinned apart (no CPU in common) the service's threads never need the client's core; pinned
     to one CPU together, the poller hands the CPU over at each poll. Sharing some CPUs of several,
