@@ -44,14 +44,13 @@ class WaitStrategy:
 
     Polling answers sooner than a blocking wake-up (a 1-op model through the delegate, client and
     service pinned to different cores of 2: 15 us per invoke polling, 41 us blocking), but holds
-    a core. So: never when the
-    service's compute threads leave no core free (polling would slow the execution it waits for);
-    for executions expected to be long (> SHORT_S), only from shortly before the reply is due
-    (``doze_s``: slept through until then, the doze fitted to where each reply came, ``dozed``)
-    for at most twice DOZE_LEAD_S and a tenth of the expected time; else for about twice the expected time (a moving average of this burst's round trips),
+    a core. So: never when the service's compute threads leave no core free (polling would slow
+    the execution it waits for); for executions expected to be long (> SHORT_S), only from
+    shortly before the reply is due (``doze_s``: slept through until then, the doze fitted to
+    where each reply came, ``dozed``) for at most twice DOZE_LEAD_S and a tenth of the expected
+    time; else for about twice the expected time (a moving average of this burst's round trips),
     so a short execution is caught while polling and a stalled one costs at most
-    CLIENT_SPIN_MAX_S. And not
-    while the service says other clients take turns with this one (REPLY_SHARED on the last
+    CLIENT_SPIN_MAX_S. And not while the service says other clients take turns with this one (REPLY_SHARED on the last
     reply): on 2 cores, two clients looping a 1-op model took 267 us per invoke each polling,
     107-127 us blocking; one client alone, 35 us polling, 48 us blocking.
 
