@@ -50,9 +50,9 @@ class WaitStrategy:
     where each reply came, ``dozed``) for at most twice DOZE_LEAD_S and a tenth of the expected
     time; else for about twice the expected time (a moving average of this burst's round trips),
     so a short execution is caught while polling and a stalled one costs at most
-    CLIENT_SPIN_MAX_S. And not while the service says other clients take turns with this one (REPLY_SHARED on the last
-    reply): on 2 cores, two clients looping a 1-op model took 267 us per invoke each polling,
-    107-127 us blocking; one client alone, 35 us polling, 48 us blocking.
+    CLIENT_SPIN_MAX_S. And not while the service says other clients take turns with this one
+    (REPLY_SHARED on the last reply): on 2 cores, two clients looping a 1-op model took 267 us
+    per invoke each polling, 107-127 us blocking; one client alone, 35 us polling, 48 us blocking.
 
     A core is free when the client may run on a CPU the service may not (its compute threads never
     need the client's core), or when client and service have one CPU between them: the poller
