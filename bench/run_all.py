@@ -24,7 +24,6 @@ from delegate import runtime
 from nnhal.benchmark import benchmark
 from nnhal.examples import mobilenet_like, mobilenet_v2
 
-
 #: The delegated-models table's least time of timed invokes per configuration: the 1-op model
 #: runs thousands of invokes, not ``runs`` (a p50 of 100 invokes right after the prepare moved by
 #: half between runs).
