@@ -69,7 +69,7 @@ class Doorbell:
         self.sock = sock
         self.posted, self.waiting = word(view, posted_at), word(view, waiting_at)
         self.peer_posted, self.peer_waiting = word(view, peer_posted_at), word(view, peer_waiting_at)
-        self.woken, self.polled_s = False, 0.0  # the last wait's (``wait``)
+        self.woken, self.polled_s = False, 0.0  # the last wait with a doze's (``wait``)
 
     def release(self) -> None:
         """Let go of the shared page (before it is unmapped)."""
@@ -96,8 +96,8 @@ class Doorbell:
         peer = self.peer_posted
         clock = time.perf_counter
         start = clock()
-        self.woken, self.polled_s = False, 0.0
         if doze_s > 0:
+            self.woken, self.polled_s = False, 0.0
             value = self._sleep(last, start, timeout_s, until=start + doze_s)
             if value is not _DOZED:
                 self.woken = True
@@ -108,7 +108,8 @@ class Doorbell:
             while True:
                 value = peer[0]
                 if value != last:
-                    self.polled_s = clock() - polling
+                    if doze_s > 0:
+                        self.polled_s = clock() - polling
                     return value
                 waited = clock() - polling
                 if waited >= spin_s:
@@ -123,7 +124,8 @@ class Doorbell:
                         return None
                     value = peer[0]
                     if value != last:
-                        self.polled_s = clock() - polling
+                        if doze_s > 0:
+                            self.polled_s = clock() - polling
                         return value
                 except BlockingIOError:
                     waited = clock() - polling
@@ -133,7 +135,8 @@ class Doorbell:
                         yield_cpu()
                         offer_at = waited + YIELD_EVERY_S
         value = self._sleep(last, start, timeout_s)
-        self.polled_s = clock() - polling
+        if doze_s > 0:
+            self.polled_s = clock() - polling
         return value
 
     def _sleep(self, last: int, start: float, timeout_s: float | None, until: float | None = None):
