@@ -284,9 +284,10 @@ def test_gemm_threads_split_rows_like_one_thread(monkeypatch):
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
-def _lanes_kernel(general=True):
+def _lanes_kernel(general=True, planned=False):
     """A kernel applying simd.requantize_lanes to 16 int32 lanes at a time (zero point 0, no clamp;
-    ``general=False``: its cheaper form, clamped below at the zero point)."""
+    ``general=False``: its cheaper form, clamped below at the zero point). ``planned``: the VNNI
+    tiles' form instead, simd.multiply_lanes_planned, whose ``right`` is simd.requant_table's."""
     import numba
     from llvmlite import ir
     from numba import types
@@ -303,9 +304,19 @@ def _lanes_kernel(general=True):
                 ptr = simd._data(context, builder, signature.args[k], args[k], ir.IntType(32))
                 return builder.load(builder.bitcast(builder.gep(ptr, [args[5]]), v32.as_pointer()), align=4)
             zero = ir.Constant(v32, [0] * simd.LANES)
-            q = simd.requantize_lanes(builder, load(0), load(1), load(2), load(3), zero,
-                                      zero if not general else ir.Constant(v32, [-(1 << 31)] * simd.LANES),
-                                      ir.Constant(v32, [(1 << 31) - 1] * simd.LANES), general)
+            lo = zero if not general else ir.Constant(v32, [-(1 << 31)] * simd.LANES)
+            hi = ir.Constant(v32, [(1 << 31) - 1] * simd.LANES)
+            if planned:
+                i64 = ir.IntType(64)
+                table = simd._data(context, builder, signature.args[3], args[3], i64)
+                group = builder.mul(builder.sdiv(args[5], ir.Constant(i64, simd.LANES)),
+                                    ir.Constant(i64, simd.TABLE_INT64))
+                q = simd.multiply_lanes_planned(builder, load(0), load(1), load(2), builder.gep(table, [group]),
+                                                general, general)
+                q = builder.select(builder.icmp_signed("<", q, lo), lo, q)
+                q = builder.select(builder.icmp_signed(">", q, hi), hi, q)
+            else:
+                q = simd.requantize_lanes(builder, load(0), load(1), load(2), load(3), zero, lo, hi, general)
             ptr = simd._data(context, builder, signature.args[4], args[4], ir.IntType(32))
             builder.store(q, builder.bitcast(builder.gep(ptr, [args[5]]), v32.as_pointer()), align=4)
             return context.get_dummy_value()
@@ -318,12 +329,15 @@ def _lanes_kernel(general=True):
     return run
 
 
+@pytest.mark.parametrize("planned", [False, True])
 @pytest.mark.parametrize("general", [True, False])
-def test_requantize_lanes_is_multiply_by_quantized_multiplier(general):
+def test_requantize_lanes_is_multiply_by_quantized_multiplier(general, planned):
     """The vector requantization (one 64-bit rounding of the product) against the scalar steps
     (SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT) on random and edge values: int32
     extremes, every shift, exact halves before and after each rounding. Its cheaper form
-    (``general=False``: no left shift, a clamp at the zero point) against the same steps clamped."""
+    (``general=False``: no left shift, a clamp at the zero point) against the same steps clamped.
+    ``planned``: the VNNI tiles' form, its constants from simd.requant_table."""
+    from hal.backends.numba_kernels import simd
     from hal.backends.numba_kernels.fixedpoint import multiply_by_quantized_multiplier
     rng = np.random.default_rng(7)
     n = 16 * 40000
@@ -350,8 +364,9 @@ def test_requantize_lanes_is_multiply_by_quantized_multiplier(general):
         assert (want[ties] < 0).any()  # the negative halves, where the two forms round apart
         want = np.maximum(want, 0)
     out = np.empty(n, np.int32)
-    _lanes_kernel(general)(acc.astype(np.int32), mult.astype(np.int32), np.maximum(shift, 0).astype(np.int32),
-                    np.maximum(-shift, 0).astype(np.int32), out)
+    right = np.maximum(-shift, 0).astype(np.int32)
+    _lanes_kernel(general, planned)(acc.astype(np.int32), mult.astype(np.int32), np.maximum(shift, 0).astype(np.int32),
+                                    simd.requant_table(mult, right) if planned else right, out)
     np.testing.assert_array_equal(out, want.astype(np.int32))
 
 

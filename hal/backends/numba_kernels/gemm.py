@@ -30,7 +30,7 @@ import numpy as np
 from hal import backends
 from hal.backends.numba_kernels import vnni
 from hal.backends.numba_kernels.fixedpoint import ro, rw
-from hal.backends.numba_kernels.simd import copy_bytes, floor_at_zero_point
+from hal.backends.numba_kernels.simd import copy_bytes, floor_at_zero_point, requant_table
 
 if vnni.VBMI:
     from hal.backends.numba_kernels.vnni import lookup_run
@@ -77,7 +77,12 @@ class GemmPlan:
     def kernel_args(self) -> tuple:
         """``_gemm_rows``' arguments from the plan, in order (formed once: a layer runs them often)."""
         return (self.a_xor, self.packed, self.kq, self.n, self.bias, self.row_coef, self.multipliers, self.left,
-                self.right, self.output_zp, self.act_min, self.act_max)
+                self.requant, self.output_zp, self.act_min, self.act_max)
+
+    @functools.cached_property
+    def requant(self) -> np.ndarray:
+        """The epilogue's per-lane constants (``simd.requant_table``), derived from the plan's fields."""
+        return requant_table(self.multipliers, self.right)
 
     @property
     def panels(self) -> int:
@@ -127,13 +132,15 @@ def make_plan(w2d: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x
 
 I64 = numba.int64
 _SIG_GEMM = numba.void(ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64, I64, ro(np.int32, 1), I64,
-                       ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64, rw(np.uint8, 1), I64, I64,
+                       ro(np.int32, 1), ro(np.int32, 1), ro(np.int64, 1), I64, I64, I64, rw(np.uint8, 1), I64, I64,
                        I64, I64, ro(np.uint8, 1), I64)
 _SIG_GEMM_IND = numba.void(ro(np.uint8, 1), ro(np.int32, 1), ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64,
-                           I64, ro(np.int32, 1), I64, ro(np.int32, 1), ro(np.int32, 1), ro(np.int32, 1), I64, I64, I64,
+                           I64, ro(np.int32, 1), I64, ro(np.int32, 1), ro(np.int32, 1), ro(np.int64, 1), I64, I64, I64,
                            rw(np.uint8, 1), I64, I64, I64, I64, ro(np.uint8, 1), I64)
 #: Rows per block when a table follows the GEMM: each block's output is looked up while in cache.
 TABLE_ROWS = 48  # whole 6- and 8-row tiles
+#: Bytes of the left operand per row block when the columns take several tile groups (a part of L1).
+BLOCK_BYTES = 16384
 
 
 _SIG_LOOKUP = numba.void(rw(np.uint8, 1), I64, I64, ro(np.uint8, 1))
@@ -171,7 +178,7 @@ if vnni.AVAILABLE:
     )
 
     @numba.njit(inline="always")
-    def _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
+    def _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
                     r0, b0, r1, corr, panels, pstride, general, ind, zeros):
         """Rows [b0, r1) of ``_gemm_rows``' rows [r0, ..) (``corr`` is indexed from r0). With an
         indirection table ``ind`` (non-empty: ``lda`` segments of ``kq`` blocks per row, vnni's
@@ -195,65 +202,74 @@ if vnni.AVAILABLE:
                 if indirect:
                     if one:
                         if nr == 4:
-                            ind_1x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                            ind_1x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                     c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                         elif nr == 3:
-                            ind_1x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                            ind_1x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                     c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                         elif nr == 2:
-                            ind_1x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                            ind_1x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                     c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                         else:
-                            ind_1x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                            ind_1x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                     c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                     elif nr == 4:
-                        ind_6x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                        ind_6x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                     elif nr == 3:
-                        ind_8x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                        ind_8x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                     elif nr == 2:
-                        ind_8x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                        ind_8x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                     else:
-                        ind_8x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                        ind_8x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                 elif one:
                     if nr == 4:
-                        tile_1x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                        tile_1x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                  c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                     elif nr == 3:
-                        tile_1x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                        tile_1x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                  c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                     elif nr == 2:
-                        tile_1x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                        tile_1x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                  c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                     else:
-                        tile_1x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                        tile_1x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                  c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 elif nr == 4:
-                    tile_6x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                    tile_6x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                              c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 elif nr == 3:
-                    tile_8x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                    tile_8x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                              c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 elif nr == 2:
-                    tile_8x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                    tile_8x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                              c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 else:
-                    tile_8x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, right,
+                    tile_8x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                              c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 i += rv
 
     @numba.njit(inline="always")
-    def _blocks(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
+    def _blocks(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
                 r0, r1, table, general, corr, pstride, ind, zeros):
-        """Rows [r0, r1) in blocks of TABLE_ROWS where a table follows (looked up while in cache)."""
+        """Rows [r0, r1) in blocks of TABLE_ROWS where a table follows (looked up while in cache), else
+        where the columns take more than one group of tiles, in blocks of about BLOCK_BYTES of
+        ``a``: each group of 4 panels sweeps the block while its rows are in cache, and the block's
+        output rows are written whole before the next (a sweep of every row per group would write
+        each output line once per group, the lines evicted in between on a large layer)."""
         panels = (n + 15) // 16
-        block = TABLE_ROWS if table.shape[0] == 256 else max(r1 - r0, 1)
+        if table.shape[0] == 256:
+            block = TABLE_ROWS
+        elif panels > 4:
+            block = max(TABLE_ROWS, BLOCK_BYTES // max(pstride // 16, 1) // TABLE_ROWS * TABLE_ROWS)
+        else:
+            block = max(r1 - r0, 1)
         for b0 in range(r0, r1, block):
             b1 = min(r1, b0 + block)
-            _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off,
+            _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off,
                         ldo, r0, b0, b1, corr, panels, pstride, general, ind, zeros)
             if table.shape[0] == 256:
                 if ldo == n:
@@ -263,7 +279,7 @@ if vnni.AVAILABLE:
                         lookup_in_place(out, o_off + m * ldo, n, table)
 
     @numba.njit(_SIG_GEMM, cache=True, nogil=True)
-    def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right, out_zp, lo, hi, out,
+    def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, out,
                    o_off, ldo, r0, r1, table, general):
         """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
         ``a`` (``4·kq`` bytes at ``a_off + m·lda``). ``rows``: the matrix's row count (a partial
@@ -280,11 +296,11 @@ if vnni.AVAILABLE:
                 for kk in range(4 * kq):
                     s += np.int32(a[base + kk] ^ xb)
                 corr[m - r0] = np.int32(np.int64(s) * row_coef)  # int32 wrap, as the accumulator
-        _blocks(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
+        _blocks(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
                 r0, r1, table, general, corr, kq * 64, np.empty(0, np.int32), np.empty(0, np.uint8))
 
     @numba.njit(_SIG_GEMM_IND, cache=True, nogil=True)
-    def _gemm_rows_indirect(a, ind, zeros, segs, seg_valid, rows, a_xor, w, kq, n, bias, row_coef, mult, left, right,
+    def _gemm_rows_indirect(a, ind, zeros, segs, seg_valid, rows, a_xor, w, kq, n, bias, row_coef, mult, left, rq,
                             out_zp, lo, hi, out, o_off, ldo, r0, r1, table, general):
         """``_gemm_rows`` with row m made of the ``segs`` segments of ``4·kq`` bytes at
         ``ind[m·segs + s]`` in ``a`` (or, for a negative entry e, at −1 − e in ``zeros``): a
@@ -300,7 +316,7 @@ if vnni.AVAILABLE:
                     for kk in range(seg_valid):
                         s += np.int32((a[base + kk] if base >= 0 else zeros[-1 - base + kk]) ^ xb)
                 corr[m - r0] = np.int32(np.int64(s) * row_coef)
-        _blocks(a, 0, segs, rows, a_xor, w, kq, n, bias, mult, left, right, out_zp, lo, hi, out, o_off, ldo,
+        _blocks(a, 0, segs, rows, a_xor, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
                 r0, r1, table, general, corr, segs * kq * 64, ind, zeros)
 
 

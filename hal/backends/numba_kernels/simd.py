@@ -93,6 +93,56 @@ def multiply_lanes(builder, acc, mult, left, right, general: bool = True, shifts
                                   ir.Constant(v32, [k + (LANES - 1) * (k % 2) for k in range(LANES)]))
 
 
+#: int64 values per 16 columns in ``requant_table``: 7 blocks of 8 lanes.
+TABLE_INT64 = 7 * LANES // 2
+
+
+def requant_table(mult: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``multiply_lanes``' per-lane constants, computed once at plan time for
+    ``multiply_lanes_planned`` (a tile's epilogue then derives none of them: it takes each from
+    memory as an operand). Per 16 columns (``mult``, ``right``: int32 per column, whole groups of
+    16), 7 blocks of 8 int64, block b's lane j for column 2j (even) or 2j + 1 (odd): 0 the odd
+    columns' multipliers; 1, 2 the even and odd columns' rounding offsets 2^30 + 2^(30 + e) (2^30
+    for e = 0); 3, 4 their shift counts 31 + e; 5, 6 what a negative product's rounding takes off
+    (2^31 where e > 0, else 0)."""
+    m = np.asarray(mult, np.int64).reshape(-1, LANES)
+    e = np.asarray(right, np.int64).reshape(-1, LANES)
+    offset = (1 << 30) + np.where(e > 0, np.left_shift(1, np.minimum(e, 32) + 30), 0)
+    below = np.where(e > 0, 1 << 31, 0)
+    blocks = [m[:, 1::2], offset[:, 0::2], offset[:, 1::2], e[:, 0::2] + 31, e[:, 1::2] + 31, below[:, 0::2],
+              below[:, 1::2]]
+    return np.ascontiguousarray(np.stack(blocks, axis=1), dtype=np.int64).reshape(-1)
+
+
+def multiply_lanes_planned(builder, acc, mult, left, table, general: bool, shifts_left: bool):
+    """``multiply_lanes`` with its per-lane constants read from ``table`` (an i64 pointer to one
+    group of 16 columns of ``requant_table``; ``mult`` the 16 multipliers, ``left`` the left
+    shifts, read only where ``shifts_left``): the same integer steps, fewer instructions."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    v32 = ir.VectorType(i32, LANES)
+    half = ir.VectorType(i64, LANES // 2)
+    c_half = lambda k: ir.Constant(half, [k] * (LANES // 2))  # noqa: E731
+
+    def block(b):
+        ptr = builder.bitcast(builder.gep(table, [ir.Constant(i64, b * LANES // 2)]), half.as_pointer())
+        return builder.load(ptr, align=8)
+    x = builder.shl(acc, left) if shifts_left else acc
+    xq, mq = builder.bitcast(x, half), builder.bitcast(mult, half)
+    low32 = lambda v: builder.ashr(builder.shl(v, c_half(32)), c_half(32))  # noqa: E731  (pmuldq's operand)
+
+    def rounded_shift(p, offset_block, shift_block, below_block):
+        t = builder.add(p, block(offset_block))
+        if general:
+            t = builder.sub(t, builder.select(builder.icmp_signed("<", p, c_half(-(1 << 30))), block(below_block),
+                                              c_half(0)))
+        return builder.ashr(t, block(shift_block))
+
+    even = rounded_shift(builder.mul(low32(xq), low32(mq)), 1, 3, 5)
+    odd = rounded_shift(builder.mul(builder.ashr(xq, c_half(32)), low32(block(0))), 2, 4, 6)
+    return builder.shuffle_vector(builder.bitcast(even, v32), builder.bitcast(odd, v32),
+                                  ir.Constant(v32, [k + (LANES - 1) * (k % 2) for k in range(LANES)]))
+
+
 def floor_at_zero_point(left, output_zp: int, act_min: int) -> bool:
     """Whether ``requantize_lanes(general=False)`` is exact for a layer: no left shift, and a clamp
     whose lower bound is at or above the output zero point."""

@@ -30,8 +30,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from hal.backends.numba_kernels.simd import byte_blocks, counted_loop, masked_load, masked_store
-from hal.backends.numba_kernels.simd import multiply_lanes as _multiply
+from hal.backends.numba_kernels.simd import TABLE_INT64, byte_blocks, counted_loop, masked_load, masked_store
+from hal.backends.numba_kernels.simd import multiply_lanes_planned as _multiply
 from hal.backends.numba_kernels.simd import splat as _splat
 
 _REQUIRED = ("avx512f", "avx512bw", "avx512vnni")
@@ -61,15 +61,16 @@ PACKED_NR = (2, 4)
 def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
     """The MR × NR·16 micro-kernel with its requantization, as an intrinsic with the signature
     ``tile(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-    right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general)``:
+    table, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general)``:
 
     - ``a``: 1-byte array; row r starts at byte ``a_off + min(r, rows - 1) · lda`` (rows past
       ``rows`` repeat the last one: a partial tile computes, and does not store, those rows);
       each row supplies ``4 · kq`` bytes, each XORed with ``xor`` (0x80808080 or 0);
     - ``w``: packed signed weights; panel p's block q is the 64 bytes at
       ``w_off + p · panel_stride + 64 · q`` (16 columns × 4 consecutive k, k fastest);
-    - then per row ``corr[corr_off + r]`` and per column ``bias``, ``mult``, ``left``, ``right``
-      (int32 arrays read from ``col0``, padded to whole panels) requantize the sums;
+    - then per row ``corr[corr_off + r]`` and per column ``bias``, ``mult``, ``left`` (int32 arrays
+      read from ``col0``, padded to whole panels) and ``table`` (``simd.requant_table`` of the
+      multipliers and right shifts: int64, its group ``col0 / 16`` on) requantize the sums;
     - the bytes go to ``out[o_off + r · ldo + c]`` for rows r < ``rv`` and columns c < ``nc``;
     - ``general`` bit 0 clear: no row term (``corr`` unread) and simd.floor_at_zero_point holds, so
       the requantization takes its cheaper form (``requantize_lanes(general=False)``); bit 1: the
@@ -86,7 +87,7 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
     """
     def codegen(context, builder, signature, args):
         (a_arr, a_off_v, lda_v, rows_v, xor_v, w_arr, w_off_v, pstride_v, kq_v, corr_arr, corr_off_v, bias_arr,
-         mult_arr, left_arr, right_arr, col0_v, zp_v, lo_v, hi_v, out_arr, o_off_v, ldo_v, rv_v, nc_v,
+         mult_arr, left_arr, table_arr, col0_v, zp_v, lo_v, hi_v, out_arr, o_off_v, ldo_v, rv_v, nc_v,
          general_v) = args[:25]
         i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
         i8p = i8.as_pointer()
@@ -105,12 +106,23 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
                       for p in range(nr)]
         dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16, v16, v16]),
                                              "llvm.x86.avx512.vpdpbusd.512")
+        # The XOR applied to the broadcast word as a vector: one ``vpxord`` with the load and its
+        # broadcast folded in ({1to16}). An empty asm hides that ``xor_vec`` is a splat: LLVM
+        # would otherwise XOR the scalar word first and broadcast it from a general register, a
+        # transfer to the vector unit per row and block, which held the tiles far below the
+        # ``vpdpbusd`` rate wherever a tile has few panels.
+        xor_vec = builder.asm(ir.FunctionType(v16, [v16]), "", "=v,0", [_splat(builder, xor32, v16)], False)
 
         def column_vector(k, arr, p):  # 16 int32 per-column values of panel p
             base = data(k, arr, i32.as_pointer())
             col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
             return builder.load(builder.bitcast(builder.gep(base, [col]), v16.as_pointer()), align=4)
         biases = [column_vector(11, bias_arr, p) for p in range(nr)]  # the sums start from the bias
+        table_ptr = data(14, table_arr, i64.as_pointer())
+
+        def table(p):  # panel p's group of simd.requant_table
+            group = builder.add(builder.lshr(col0_v, ir.Constant(i64, 4)), ir.Constant(i64, p))
+            return builder.gep(table_ptr, [builder.mul(group, ir.Constant(i64, TABLE_INT64))])
 
         def k_loop(row_ptrs, block0, count, init):
             """``count`` blocks of 4 k from the rows at ``row_ptrs`` and weight block ``block0``
@@ -123,9 +135,8 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
                   for p in range(nr)]
             new = []
             for r in range(mr):
-                word = builder.xor(builder.load(builder.bitcast(builder.gep(row_ptrs[r], [koff]),
-                                                                i32.as_pointer()), align=1), xor32)
-                bc = _splat(builder, word, v16)
+                word = builder.load(builder.bitcast(builder.gep(row_ptrs[r], [koff]), i32.as_pointer()), align=1)
+                bc = builder.xor(_splat(builder, word, v16), xor_vec)
                 new.extend(builder.call(dot, [accs[r][p], bc, wv[p]]) for p in range(nr))
             close(new)
             return accs
@@ -183,8 +194,7 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
             in_row = builder.icmp_unsigned("<", lanes64, _splat(builder, builder.trunc(ncap, i8), v64i8))
             # the packs interleave 128-bit lanes: dword 4L + j holds panel j's columns 4L .. 4L + 3
             order = ir.Constant(v16, [4 * (k % 4) + k // 4 for k in range(PANEL)])
-            consts = [[column_vector(k, arr, p) for k, arr in ((12, mult_arr), (13, left_arr), (14, right_arr))]
-                      for p in range(nr)]
+            consts = [(column_vector(12, mult_arr, p), column_vector(13, left_arr, p), table(p)) for p in range(nr)]
             v64i1 = ir.VectorType(i1, 4 * PANEL)
             for r in range(mr):
                 rr = ir.Constant(i64, r)
@@ -213,8 +223,7 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
                 return
             for p in range(nr):
                 col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
-                mult, left, right = (column_vector(k, arr, p) for k, arr in
-                                     ((12, mult_arr), (13, left_arr), (14, right_arr)))
+                mult, left = column_vector(12, mult_arr, p), column_vector(13, left_arr, p)
                 left_in_panel = builder.sub(nc32, ir.Constant(i32, p * PANEL))
                 in_panel = builder.icmp_signed("<", lanes, _splat(builder, left_in_panel, v16))
                 for r in range(mr):
@@ -223,7 +232,7 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
                     if general and not lean:
                         row_corr = builder.load(builder.gep(corr_ptr, [builder.add(corr_off_v, rr)]))
                         acc = builder.add(acc, _splat(builder, row_corr, v16))  # int32 wrap-around
-                    qv = builder.add(_multiply(builder, acc, mult, left, right, general, general and not lean), zp)
+                    qv = builder.add(_multiply(builder, acc, mult, left, table(p), general, general and not lean), zp)
                     qv = builder.select(builder.icmp_signed("<", qv, lo), lo, qv)
                     qv = builder.trunc(builder.select(builder.icmp_signed(">", qv, hi), hi, qv), v16i8)
                     keep = builder.and_(in_panel, _splat(builder, builder.icmp_signed("<", rr, rv_v), v16i1))
@@ -245,16 +254,16 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
     if indirect:
         @intrinsic
         def tile(typingctx, a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-                 right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general, ind, zeros):
+                 table, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general, ind, zeros):
             return types.void(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-                              right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general, ind, zeros), codegen
+                              table, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general, ind, zeros), codegen
         return tile
 
     @intrinsic
     def tile(typingctx, a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-             right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general):
+             table, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general):
         return types.void(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
-                          right, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general), codegen
+                          table, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general), codegen
     return tile
 
 
