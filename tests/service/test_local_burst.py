@@ -283,6 +283,16 @@ def test_the_service_polls_only_for_a_burst_invoked_back_to_back():
     assert [shared for _, shared in turns][1:] == [False, False, False, True, False, True]
 
 
+def test_the_service_polls_longer_after_a_longer_execution():
+    """After a reply the service polls SERVICE_SPIN_S, or a fraction of the execution it served when
+    that is longer (the client's turn between invokes grows with the model), never past the cap."""
+    from service import local_burst_server as lbs
+    assert lbs.spin_after(1e-5) == lbs.SERVICE_SPIN_S
+    long = 2 * lbs.SERVICE_SPIN_S / lbs.SERVICE_SPIN_FRACTION
+    assert lbs.spin_after(long) == pytest.approx(2 * lbs.SERVICE_SPIN_S)
+    assert lbs.spin_after(10.0) == lbs.SERVICE_SPIN_MAX_S
+
+
 def test_the_client_blocks_while_the_service_says_other_clients_take_turns():
     from service.local_burst_client import WaitStrategy
     w = WaitStrategy(service_threads=1, cores=2)
