@@ -41,12 +41,13 @@ from hal.types import OperandType
 #:   to the bench then (face 1.94/1.77, iris 1.51/2.00, pose 1.60/1.43, a 3-layer MLP 13.5/2.5) are
 #:   not in it: their whole-model ratios carry the per-invoke round trip (0.05-0.4 ms on this loaded
 #:   machine, a third of a 1 ms model), which delegate.cost charges separately (overhead_us).
-#: - numba: int8 MobileNetV2 1.34, EfficientNet-B0 1.44 -> 1.4; uint8 0.68, 0.80 -> 0.74 (re-measured
-#:   2026-11-27 after issue 29's filter-column depthwise, cheaper RELU-clamped requantization and
-#:   32-bit ADD scaling: through the delegate, interleaved with LiteRT in one process, medians of 3
-#:   runs on an AVX-512 VNNI machine; before them 1.85 / 2.23 and 0.87 / 1.32; without VNNI its
-#:   GEMMs fall back to float32 BLAS, not re-measured: before the VNNI kernels that path measured
-#:   6.2 / 2.9).
+#: - numba: int8 MobileNetV2 1.00, EfficientNet-B0 1.19 -> 1.1; uint8 0.47, 0.59 -> 0.53 (re-measured
+#:   2026-11-28 after the GEMM tiles' vector XOR and per-plan requantization constants: through the
+#:   delegate, interleaved with LiteRT in one process, medians of 3 runs on an AVX-512 VNNI machine;
+#:   2026-11-27, after issue 29's filter-column depthwise, cheaper RELU-clamped requantization and
+#:   32-bit ADD scaling: 1.34 / 1.44 and 0.68 / 0.80; before them 1.85 / 2.23 and 0.87 / 1.32;
+#:   without VNNI its GEMMs fall back to float32 BLAS, not re-measured: before the VNNI kernels that
+#:   path measured 6.2 / 2.9).
 #: - reference: float32 5.77, 5.23, 8.17 -> 6.3; int8 48.1, 48.9 -> 48; uint8 25.4, 26.2 -> 26.
 #: Against tflite-runtime 2.14 in the same runs numba was 0.08-0.11 (int8) and 0.06-0.14 (uint8):
 #: LiteRT's 8-bit path (XNNPACK) ran these models 17-24x as fast as tflite-runtime's; float32 (both
@@ -60,7 +61,7 @@ from hal.types import OperandType
 MEASURED: dict[str, dict[int, float]] = {
     "cuda": {OperandType.TENSOR_FLOAT32: 0.12},
     "onnxruntime": {OperandType.TENSOR_FLOAT32: 1.19},
-    "numba": {OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 1.4, OperandType.TENSOR_QUANT8_ASYMM: 0.74},
+    "numba": {OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 1.1, OperandType.TENSOR_QUANT8_ASYMM: 0.53},
     backends.REFERENCE: {OperandType.TENSOR_FLOAT32: 6.3, OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 48.0,
                          OperandType.TENSOR_QUANT8_ASYMM: 26.0},
 }
