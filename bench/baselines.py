@@ -77,6 +77,9 @@ SETTLE_S = 0.01
 WARMUP_S = 0.03
 #: The benchmarks' least time of timed invokes per configuration and round (``timed_s``).
 TIMED_S = 0.005
+#: time_interleaved's pacing as every model table uses it: one untimed invoke at least, then the
+#: constants above.
+PACING = {"warmup": 1, "settle_s": SETTLE_S, "warmup_s": WARMUP_S, "timed_s": TIMED_S}
 
 
 def time_interleaved(configs: dict, run, rounds: int, per_round: int,

@@ -36,9 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.baselines import (
-    SETTLE_S,
-    TIMED_S,
-    WARMUP_S,
+    PACING,
     anchor,
     beside,
     not_measured_row,
@@ -143,8 +141,7 @@ def measure(rounds: int = 10, per_round: int = 3, progress=None) -> list[dict]:
                     _outputs(it, x)  # warm-up
                 with beside(path, x, d) as tflrt:
                     times = time_interleaved(configs, lambda it, x=x: _outputs(it, x), rounds, per_round,
-                                             tflrt.remote, warmup=1, settle_s=SETTLE_S, warmup_s=WARMUP_S,
-                                             timed_s=TIMED_S)
+                                             tflrt.remote, **PACING)
                 figures = with_ratios(times, tflrt.config)
                 for k in (anchor(1), anchor(2), tflrt.config, *delegates):
                     if k not in figures:

@@ -209,7 +209,7 @@ def _state_figures(results: str, ratios: dict[str, list[float]], stand_in: bool)
 
 def _bench_model(results, label, build, folder: Path, sock, cores, rounds, per_round) -> dict[str, float]:
     """Times the model in every configuration, appends its rows; returns each configuration's ratio."""
-    from bench.baselines import SETTLE_S, TIMED_S, WARMUP_S, anchor, time_interleaved, with_ratios
+    from bench.baselines import PACING, anchor, time_interleaved, with_ratios
     from bench.float_models import _fresh_outputs, _outputs, _scaled_error
     from delegate import load_delegate
     from delegate.runtime import Interpreter, OpResolverType
@@ -234,9 +234,7 @@ def _bench_model(results, label, build, folder: Path, sock, cores, rounds, per_r
     for it in configs.values():
         it.allocate_tensors()
         _outputs(it, x)  # warm-up
-    times = time_interleaved(configs, lambda it: _outputs(it, x), rounds, per_round, warmup=1,
-                             settle_s=SETTLE_S, warmup_s=WARMUP_S,
-                             timed_s=TIMED_S)
+    times = time_interleaved(configs, lambda it: _outputs(it, x), rounds, per_round, **PACING)
     figures = with_ratios(times, "")
     rows = []
     for k, it in configs.items():

@@ -18,9 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.baselines import (
-    SETTLE_S,
-    TIMED_S,
-    WARMUP_S,
+    PACING,
     anchor,
     beside,
     not_measured_row,
@@ -88,7 +86,7 @@ def measure(rounds: int = 5, per_round: int = 40, progress=None) -> list[dict]:
                     run(it, xs)  # warm-up
                 with beside(path, xs, d) as tflrt:
                     times = time_interleaved(configs, lambda it, xs=xs: run(it, xs), rounds, per_round, tflrt.remote,
-                                             warmup=1, settle_s=SETTLE_S, warmup_s=WARMUP_S, timed_s=TIMED_S)
+                                             **PACING)
                 figures = with_ratios(times, tflrt.config)
                 for k in (anchor(1), tflrt.config, *delegates):
                     if k not in figures:

@@ -30,9 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.baselines import (
-    SETTLE_S,
-    TIMED_S,
-    WARMUP_S,
+    PACING,
     anchor,
     beside,
     not_measured_row,
@@ -126,7 +124,7 @@ def measure(rounds: int = 10, per_round: int = 3, progress=None) -> list[dict]:
                     _run(it, x)  # warm-up
                 with beside(str(path), [x], d) as tflrt:
                     times = time_interleaved(configs, lambda it, x=x: _run(it, x), rounds, per_round, tflrt.remote,
-                                             warmup=1, settle_s=SETTLE_S, warmup_s=WARMUP_S, timed_s=TIMED_S)
+                                             **PACING)
                 builtin = Interpreter(model_path=str(path),
                                       experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
                 builtin.allocate_tensors()
