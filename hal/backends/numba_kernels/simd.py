@@ -49,12 +49,43 @@ def requantize_lanes(builder, acc, mult, left, right, zp, lo, hi, general: bool 
     return builder.select(builder.icmp_signed(">", v, hi), hi, v)
 
 
+_HALF = ir.VectorType(ir.IntType(64), LANES // 2)
+
+
+def _c_half(k: int):
+    return ir.Constant(_HALF, [k] * (LANES // 2))
+
+
+def _low32(builder, v):
+    """Each 64-bit lane's low half, sign-extended (what ``pmuldq`` multiplies)."""
+    return builder.ashr(builder.shl(v, _c_half(32)), _c_half(32))
+
+
+def _rounded_halves(builder, x, even_mult, odd_mult, rounding, general: bool):
+    """The one rounding of ``multiply_lanes``: the 16 int32 lanes ``x`` as two 8 × 64-bit products
+    (even lanes by ``even_mult``, odd by ``odd_mult``: 64-bit lanes holding sign-extended
+    multipliers), each ``(p + offset − [p < −2^30]·below) >> shift`` (the term only where
+    ``general``), merged back into 16 int32 lanes. ``rounding(k)``: (offset, shift, below) of the
+    even (k = 0) or odd (k = 1) lanes."""
+    v32 = ir.VectorType(ir.IntType(32), LANES)
+    xq = builder.bitcast(x, _HALF)
+    products = (builder.mul(_low32(builder, xq), even_mult), builder.mul(builder.ashr(xq, _c_half(32)), odd_mult))
+    halves = []
+    for k, p in enumerate(products):
+        offset, shift, below = rounding(k)
+        t = builder.add(p, offset)
+        if general:
+            t = builder.sub(t, builder.select(builder.icmp_signed("<", p, _c_half(-(1 << 30))), below(), _c_half(0)))
+        halves.append(builder.bitcast(builder.ashr(t, shift), v32))
+    # each result is the low half of its 64-bit lane: even lanes from the first, odd from the second
+    return builder.shuffle_vector(halves[0], halves[1], ir.Constant(v32, [k + (LANES - 1) * (k % 2)
+                                                                          for k in range(LANES)]))
+
+
 def multiply_lanes(builder, acc, mult, left, right, general: bool = True, shifts_left: bool | None = None):
     """``requantize_lanes`` before the zero point and the clamp: MultiplyByQuantizedMultiplier
     alone (``general=False`` valid only where a clamp at or above the zero point follows).
     ``shifts_left=False``: every lane's left shift is 0 (default: ``general``)."""
-    i32, i64 = ir.IntType(32), ir.IntType(64)
-    v32 = ir.VectorType(i32, LANES)
     if shifts_left is None:
         shifts_left = general
     x = builder.shl(acc, left) if shifts_left else acc  # int32 wrap-around, as TFLite's shift of an int32
@@ -69,28 +100,17 @@ def multiply_lanes(builder, acc, mult, left, right, general: bool = True, shifts
     # offsets < 2^62, so nothing overflows. Even and odd lanes as two 8 × 64-bit products of
     # sign-extended halves (one pmuldq each); the per-lane offsets and shift counts depend on e
     # only (loop-invariant: hoisted out of a kernel's loop).
-    half = ir.VectorType(i64, LANES // 2)
-    c_half = lambda k: ir.Constant(half, [k] * (LANES // 2))  # noqa: E731
-    xq, mq, eq = builder.bitcast(x, half), builder.bitcast(mult, half), builder.bitcast(right, half)
+    mq, eq = builder.bitcast(mult, _HALF), builder.bitcast(right, _HALF)
+    es = (builder.and_(eq, _c_half(0xFFFFFFFF)), builder.lshr(eq, _c_half(32)))
 
-    def rounded_shift(p, e):
-        shifting = builder.icmp_signed(">", e, c_half(0))
-        offset = builder.add(c_half(1 << 30),
-                             builder.select(shifting, builder.shl(c_half(1), builder.add(e, c_half(30))), c_half(0)))
-        below = builder.select(shifting, c_half(1 << 31), c_half(0))  # c·2^31 is 2^31 less for h < 0
-        t = builder.add(p, offset)
-        if general:
-            t = builder.sub(t, builder.select(builder.icmp_signed("<", p, c_half(-(1 << 30))), below, c_half(0)))
-        return builder.ashr(t, builder.add(e, c_half(31)))
-
-    even = rounded_shift(builder.mul(builder.ashr(builder.shl(xq, c_half(32)), c_half(32)),
-                                     builder.ashr(builder.shl(mq, c_half(32)), c_half(32))),
-                         builder.and_(eq, c_half(0xFFFFFFFF)))
-    odd = rounded_shift(builder.mul(builder.ashr(xq, c_half(32)), builder.ashr(mq, c_half(32))),
-                        builder.lshr(eq, c_half(32)))
-    # each result is the low half of its 64-bit lane: even lanes from ``even``, odd from ``odd``
-    return builder.shuffle_vector(builder.bitcast(even, v32), builder.bitcast(odd, v32),
-                                  ir.Constant(v32, [k + (LANES - 1) * (k % 2) for k in range(LANES)]))
+    def rounding(k):
+        e = es[k]
+        shifting = builder.icmp_signed(">", e, _c_half(0))
+        offset = builder.add(_c_half(1 << 30), builder.select(
+            shifting, builder.shl(_c_half(1), builder.add(e, _c_half(30))), _c_half(0)))
+        # c·2^31 is 2^31 less for h < 0
+        return offset, builder.add(e, _c_half(31)), lambda: builder.select(shifting, _c_half(1 << 31), _c_half(0))
+    return _rounded_halves(builder, x, _low32(builder, mq), builder.ashr(mq, _c_half(32)), rounding, general)
 
 
 #: int64 values per 16 columns in ``requant_table``: 7 blocks of 8 lanes.
@@ -118,29 +138,14 @@ def multiply_lanes_planned(builder, acc, mult, left, table, general: bool, shift
     """``multiply_lanes`` with its per-lane constants read from ``table`` (an i64 pointer to one
     group of 16 columns of ``requant_table``; ``mult`` the 16 multipliers, ``left`` the left
     shifts, read only where ``shifts_left``): the same integer steps, fewer instructions."""
-    i32, i64 = ir.IntType(32), ir.IntType(64)
-    v32 = ir.VectorType(i32, LANES)
-    half = ir.VectorType(i64, LANES // 2)
-    c_half = lambda k: ir.Constant(half, [k] * (LANES // 2))  # noqa: E731
+    i64 = ir.IntType(64)
 
     def block(b):
-        ptr = builder.bitcast(builder.gep(table, [ir.Constant(i64, b * LANES // 2)]), half.as_pointer())
+        ptr = builder.bitcast(builder.gep(table, [ir.Constant(i64, b * LANES // 2)]), _HALF.as_pointer())
         return builder.load(ptr, align=8)
     x = builder.shl(acc, left) if shifts_left else acc
-    xq, mq = builder.bitcast(x, half), builder.bitcast(mult, half)
-    low32 = lambda v: builder.ashr(builder.shl(v, c_half(32)), c_half(32))  # noqa: E731  (pmuldq's operand)
-
-    def rounded_shift(p, offset_block, shift_block, below_block):
-        t = builder.add(p, block(offset_block))
-        if general:
-            t = builder.sub(t, builder.select(builder.icmp_signed("<", p, c_half(-(1 << 30))), block(below_block),
-                                              c_half(0)))
-        return builder.ashr(t, block(shift_block))
-
-    even = rounded_shift(builder.mul(low32(xq), low32(mq)), 1, 3, 5)
-    odd = rounded_shift(builder.mul(builder.ashr(xq, c_half(32)), low32(block(0))), 2, 4, 6)
-    return builder.shuffle_vector(builder.bitcast(even, v32), builder.bitcast(odd, v32),
-                                  ir.Constant(v32, [k + (LANES - 1) * (k % 2) for k in range(LANES)]))
+    return _rounded_halves(builder, x, _low32(builder, builder.bitcast(mult, _HALF)), _low32(builder, block(0)),
+                           lambda k: (block(1 + k), block(3 + k), lambda: block(5 + k)), general)
 
 
 def floor_at_zero_point(left, output_zp: int, act_min: int) -> bool:
