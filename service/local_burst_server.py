@@ -153,10 +153,10 @@ class LocalBurstServer:
                 if posted is None:
                     break  # the client closed (or died)
                 again, self.shared = _LastServed.took_turn(self)
-                started = time.perf_counter()
-                self._serve_one(view, data)
+                received = time.monotonic_ns()
+                self._serve_one(view, data, received)
                 bell.post(posted)  # after the reply: the client reads it once it sees this
-                spin_s = spin_after(time.perf_counter() - started) if again else 0.0
+                spin_s = spin_after((time.monotonic_ns() - received) * 1e-9) if again else 0.0
                 served = posted
         except (OSError, socket.timeout) as e:  # e.g. a client that gave up while we were stopped
             if not self.closed.is_set():
@@ -181,8 +181,7 @@ class LocalBurstServer:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.closed.set()
 
-    def _serve_one(self, view: memoryview, data: memoryview) -> None:
-        received = time.monotonic_ns()
+    def _serve_one(self, view: memoryview, data: memoryview, received: int) -> None:
         seq = 0
         try:
             steady = self._steady
