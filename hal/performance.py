@@ -52,14 +52,15 @@ from hal.types import OperandType
 #: Against tflite-runtime 2.14 in the same runs numba was 0.08-0.11 (int8) and 0.06-0.14 (uint8):
 #: LiteRT's 8-bit path (XNNPACK) ran these models 17-24x as fast as tflite-runtime's; float32 (both
 #: XNNPACK) within 10% of each other.
-#: - cuda, float32: 0.12, not yet the backend's own figure: a torch CUDA graph of MobileNetV2
-#:   (fp32, TF32 off, copies in and out included) on a lent H100 took 1.05 ms against LiteRT 2.3's
-#:   8.50 ms at 1 thread on that machine's CPU (../shared/gpu/README.md); `make bench-gpu` measures
-#:   the backend through the delegate and writes the figure to state with `--performance`. A
-#:   backend on a stand-in device (``Backend.opt_in``: the cuda backend on torch's CPU device) states
-#:   nothing: its type's figure is the next backend's.
+#: - cuda, float32: MobileNetV2 0.12 / 0.13, EfficientNet-B0 0.10 / 0.10, BlazeFace 0.27 / 0.26,
+#:   face landmark 0.28 / 0.35, pose landmark 0.17 / 0.22 -> geometric means 0.17 / 0.19, stated 0.18
+#:   (2026-11-28, two runs of `make bench-gpu` on a lent NVIDIA H200, 16 cores, through the delegate
+#:   with IPC and the copies in and out, against LiteRT 2.3 at 1 thread on that machine's CPU;
+#:   bench/results-gpu.md). The small models' ratios carry the per-invoke round trip. A backend on a
+#:   stand-in device (``Backend.opt_in``: the cuda backend on torch's CPU device) states nothing:
+#:   its type's figure is the next backend's.
 MEASURED: dict[str, dict[int, float]] = {
-    "cuda": {OperandType.TENSOR_FLOAT32: 0.12},
+    "cuda": {OperandType.TENSOR_FLOAT32: 0.18},
     "onnxruntime": {OperandType.TENSOR_FLOAT32: 1.19},
     "numba": {OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 1.1, OperandType.TENSOR_QUANT8_ASYMM: 0.53},
     backends.REFERENCE: {OperandType.TENSOR_FLOAT32: 6.3, OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 48.0,
