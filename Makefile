@@ -99,5 +99,5 @@ $(TFLRT_BIN)/nnhal: pyproject.toml requirements-tflite-runtime.lock extensions/m
 	$(TFLRT_BIN)/python -c "from hal import backends; backends.ensure_loaded()"  # its numba's kernels, once
 	@touch $@
 
-test-tflite-runtime: setup-tflite-runtime  ## The runtime-dependent tests (TFLRT_TESTS) under tflite-runtime 2.14, in .venv-tflite-runtime
-	PATH=$(CURDIR)/$(TFLRT_BIN):$$PATH $(TFLRT_BIN)/pytest -n auto -m "not wheel" $(TFLRT_TESTS) $(PYTEST_ARGS)
+test-tflite-runtime: setup-tflite-runtime  ## The runtime-dependent tests (TFLRT_TESTS, less those marked any_runtime) under tflite-runtime 2.14, in .venv-tflite-runtime
+	PATH=$(CURDIR)/$(TFLRT_BIN):$$PATH $(TFLRT_BIN)/pytest -n auto -m "not wheel and not any_runtime" $(TFLRT_TESTS) $(PYTEST_ARGS)

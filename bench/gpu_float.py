@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -234,7 +235,10 @@ def _bench_model(results, label, build, folder: Path, sock, cores, rounds, per_r
     for it in configs.values():
         it.allocate_tensors()
         _outputs(it, x)  # warm-up
-    times = time_interleaved(configs, lambda it: _outputs(it, x), rounds, per_round, **PACING)
+    runs = {k: (lambda it=it: _outputs(it, x)) for k, it in configs.items()}
+    runs[IN_PROCESS], bound_outputs = _bound_in_process(build(), x)
+    runs[IN_PROCESS]()  # warm-up (the graph is captured at compile time)
+    times = time_interleaved(runs, lambda run: run(), rounds, per_round, **PACING)
     figures = with_ratios(times, "")
     rows = []
     for k, it in configs.items():
@@ -248,8 +252,32 @@ def _bench_model(results, label, build, folder: Path, sock, cores, rounds, per_r
         ready_ms = f"{1e3 * ready[k]:.0f}" if k in ready else ""
         rows.append(f"| {label} | {k} | {figures[k]['p50_ms']:.3f} | {figures[k]['ratio']:.2f} | {error:.1e} | "
                     f"{on_cuda} | {ready_ms} |")
+    rows.append(f"| {label} | {IN_PROCESS} | {figures[IN_PROCESS]['p50_ms']:.3f} | "
+                f"{figures[IN_PROCESS]['ratio']:.2f} | {_scaled_error(bound_outputs, want):.1e} | | |")
     append(results, "\n".join(rows) + "\n")
     return {k: figures[k]["ratio"] for k in configs}
+
+
+#: The row that tells the GPU's share from the delegate's: the same partition compiled in this process
+#: with the service's order and run bound to fixed arrays (what a local burst's service runs per
+#: request), so "nnhal cuda fp32" minus it is TFLite's kernel call, the copies into and out of the
+#: shared-memory slots and the two doorbells.
+IN_PROCESS = "hal bound in-process, fp32 (no delegate, no IPC)"
+
+
+def _bound_in_process(data: bytes, x: list[np.ndarray]) -> tuple[Callable[[], object], list[np.ndarray]]:
+    """One execution of the bound partition, and the arrays it writes its outputs to."""
+    from delegate.mapping import convert_partition
+    from delegate.tfl import read_model
+    from hal.compiler import compile_model
+    from hal.types import ExecutionPreference, Priority
+    from service.execution import PreparedModel
+
+    compiled = compile_model(convert_partition(read_model(data)).model, backend_order=ORDER.split(","))
+    local = PreparedModel("in-process", compiled, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM)
+    outputs = [np.empty(shape, t) for shape, t in local.output_slots()]
+    bound = local.bind([a.copy() for a in x], outputs)
+    return (lambda: bound(None, 0)), outputs
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ a markdown table; overhead = path time - in-process hal time in the same run.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -49,12 +50,15 @@ def start_server(sock: str, *extra: str) -> subprocess.Popen:
     cache = str(Path(sock).parent / f"cache-{Path(sock).stem}")
     proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "--socket", sock, "--cache-dir", cache,
                              "--log-level", "warning", *extra], stdout=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            Client.connect("unix:" + sock, timeout_s=0.2).close()
-            return proc
-        except ServiceUnavailableError:
-            time.sleep(0.05)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if os.path.exists(sock):  # a connect before the socket exists would wait out its timeout
+            try:
+                Client.connect("unix:" + sock, timeout_s=0.5).close()
+                return proc
+            except ServiceUnavailableError:
+                pass
+        time.sleep(0.005)
     proc.kill()
     raise RuntimeError("server did not start")
 

@@ -104,7 +104,7 @@ def _start_child(what: str, previous: str | None, *args: str) -> tuple[subproces
                 return child, address
             except ServiceUnavailableError:
                 pass
-        time.sleep(0.05)
+        time.sleep(0.005)
     child.kill()  # it removes its directory only when it stops by itself
     child.wait()
     shutil.rmtree(d, ignore_errors=True)

@@ -307,16 +307,8 @@ def _cmd_extensions(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from nnhal.tool_support import OneLineErrors
-    p = OneLineErrors(prog="nnhal", description="NNAPI-style accelerator driver in Python")
-    sub = p.add_subparsers(dest="command", required=True)
-    ops = sub.add_parser("ops", help="print the supported (operation, operand type) matrix")
-    ops.add_argument("--json", action="store_true", help="print as a JSON list")
-    ops.set_defaults(func=_cmd_ops)
-
+def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     from service.server import default_socket_path
-    serve = sub.add_parser("serve", help="run the driver service (gRPC)")
     serve.add_argument("--socket", metavar="PATH", default=None,
                        help=f"unix socket to listen on (default {default_socket_path()}, mode 0600); its "
                             f"handshake socket PATH.peer goes next to it")
@@ -367,7 +359,24 @@ def build_parser() -> argparse.ArgumentParser:
                             "operand type -> time relative to LiteRT 2.3's CPU; make bench writes "
                             "bench/performance.json); default: the figures built in (`nnhal backends`)")
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # embedded: die with it
-    serve.set_defaults(func=_cmd_serve)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line. ``command``: the subcommand about to run, where known: the options of
+    serve and of the two TFLite tools, whose modules (the service, the delegate, the runtime) take a
+    good part of a second to import, are added only for it (argparse reads only the chosen
+    subcommand's options); None adds every subcommand's."""
+    from nnhal.tool_support import OneLineErrors
+    p = OneLineErrors(prog="nnhal", description="NNAPI-style accelerator driver in Python")
+    sub = p.add_subparsers(dest="command", required=True)
+    ops = sub.add_parser("ops", help="print the supported (operation, operand type) matrix")
+    ops.add_argument("--json", action="store_true", help="print as a JSON list")
+    ops.set_defaults(func=_cmd_ops)
+
+    serve = sub.add_parser("serve", help="run the driver service (gRPC)")
+    if command in (None, "serve"):  # its options' defaults come from the service's modules
+        _add_serve_arguments(serve)
+        serve.set_defaults(func=_cmd_serve)
 
     hp = sub.add_parser("health", help="exit 0 when a service answers SERVING on gRPC health (Kubernetes exec probes)")
     hp.add_argument("address", help="HOST:PORT, unix:PATH or a socket path")
@@ -419,17 +428,19 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
     explore.set_defaults(func=_cmd_explore)
 
-    from nnhal import inference_diff
     diff = sub.add_parser("inference-diff", help="accuracy/latency of the delegate vs TFLite CPU (TFLite's format)",
                           allow_abbrev=False)
-    inference_diff.add_arguments(diff)
-    diff.set_defaults(func=inference_diff.run_cli)
+    if command in (None, "inference-diff"):
+        from nnhal import inference_diff
+        inference_diff.add_arguments(diff)
+        diff.set_defaults(func=inference_diff.run_cli)
 
-    from nnhal import benchmark
     bench = sub.add_parser("benchmark", help="latency with/without the delegate, prepare times, per-op profile",
                            allow_abbrev=False)
-    benchmark.add_arguments(bench)
-    bench.set_defaults(func=benchmark.run_cli)
+    if command in (None, "benchmark"):
+        from nnhal import benchmark
+        benchmark.add_arguments(bench)
+        bench.set_defaults(func=benchmark.run_cli)
 
     ext = sub.add_parser("extensions", help="list the vendor extensions installed (entry points nnhal.extensions)")
     ext.add_argument("--json", action="store_true")
@@ -468,7 +479,8 @@ TFLITE_TOOLS = ("report", "inference-diff", "benchmark")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
     args, extras = parser.parse_known_args(argv)
     if extras:
         if args.command not in TFLITE_TOOLS:

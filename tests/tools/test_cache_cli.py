@@ -14,6 +14,8 @@ import pytest
 from cache.store import CacheStore
 from tests.service.conftest import HANG_LIMIT_S
 
+pytestmark = pytest.mark.any_runtime
+
 TOKEN = bytes(range(32))
 CLI = [sys.executable, "-m", "nnhal.cli", "cache"]
 

@@ -80,6 +80,7 @@ def test_bad_output_file_path_is_refused_before_the_run(model, tmp_path):
         assert r.stdout == ""  # nothing ran
 
 
+@pytest.mark.any_runtime
 @pytest.mark.parametrize("args, words", [
     (("benchmark", "--runs", "0"), ("--num_runs must be >= 1, not 0",)),
     (("benchmark", "--warmup", "-1"), ("--warmup_runs must be >= 0",)),
@@ -103,6 +104,7 @@ def test_bad_tool_option_values(model, tmp_path, args, words):
     assert r.stdout == ""
 
 
+@pytest.mark.any_runtime
 def test_unknown_delegate_option_values_are_value_errors():
     with pytest.raises(ValueError, match="unknown execution_preference 'fastest' \\(one of: low_power"):
         load_delegate(execution_preference="fastest")
@@ -112,6 +114,7 @@ def test_unknown_delegate_option_values_are_value_errors():
         load_delegate(deadline_ms=-5)
 
 
+@pytest.mark.any_runtime
 @pytest.mark.parametrize("args, words", [
     (("--workers", "0"), ("workers must be >= 1",)),
     (("--threads", "-1"), ("--threads must be >= 0",)),
@@ -121,6 +124,7 @@ def test_bad_serve_option_values(tmp_path, args, words):
     _one_line_error(_cli("serve", "--socket", str(_private_dir(tmp_path) / "s.sock"), "--no-cache", *args), *words)
 
 
+@pytest.mark.any_runtime
 def test_unknown_backend_in_the_environment(tmp_path):
     r = subprocess.run([sys.executable, "-m", "nnhal.cli", "serve", "--socket", str(_private_dir(tmp_path) / "s.sock"),
                         "--no-cache"], capture_output=True, text=True, timeout=HANG_LIMIT_S,
@@ -149,6 +153,7 @@ def test_socket_path_longer_than_af_unix_allows(tmp_path, model):
                     f"at most {MAX_SOCKET_PATH_BYTES}")
 
 
+@pytest.mark.any_runtime
 def test_bad_socket_paths(tmp_path):
     f = _private_dir(tmp_path) / "file"
     f.write_text("x")
@@ -156,6 +161,7 @@ def test_bad_socket_paths(tmp_path):
     _one_line_error(_cli("serve", "--socket", "", "--no-cache"), "empty socket path")
 
 
+@pytest.mark.any_runtime
 def test_listen_on_a_port_in_use(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -167,22 +173,26 @@ def test_listen_on_a_port_in_use(tmp_path):
                                            f"listening there"], r.stderr
 
 
+@pytest.mark.any_runtime
 def test_cts_with_no_service_at_the_address(tmp_path):
     _one_line_error(_cli("cts", "--service", f"unix:{tmp_path}/none.sock", "--op", "RELU"),
                     "nnhal cts: ", "no nnhal service answers")
 
 
+@pytest.mark.any_runtime
 def test_cts_with_a_missing_corpus(tmp_path):
     _one_line_error(_cli("cts", "--corpus", str(tmp_path / "none.jsonl.gz")),
                     "nnhal cts: cannot read the corpus ", "give --corpus FILE")
 
 
+@pytest.mark.any_runtime
 def test_cts_backend_names_are_checked_before_anything_runs(tmp_path):
     _one_line_error(_cli("cts", "--backend", "nosuch", "--op", "RELU"), "nnhal cts: ", "unknown backend 'nosuch'")
     _one_line_error(_cli("cts", "--backend", "reference", "--service", f"unix:{tmp_path}/s.sock", "--op", "RELU"),
                     "nnhal cts: --backend: ", "nnhal serve --backend")
 
 
+@pytest.mark.any_runtime
 def test_bad_cache_paths(tmp_path):
     f = _private_dir(tmp_path) / "file"
     f.write_text("x")
@@ -214,6 +224,7 @@ def test_ctrl_c_during_a_delegated_run_is_one_line(server, model, tool, args):
         assert c.get_version_string().startswith("nnhal-")
 
 
+@pytest.mark.any_runtime
 def test_ctrl_c_stops_serve_cleanly(tmp_path):
     s = ServerProcess(tmp_path)
     os.kill(s.proc.pid, signal.SIGINT)
@@ -222,6 +233,7 @@ def test_ctrl_c_stops_serve_cleanly(tmp_path):
     assert "Traceback" not in s.output() and not os.path.exists(s.socket)
 
 
+@pytest.mark.any_runtime
 def test_ops_into_a_closed_pipe_ends_quietly():
     """`nnhal ops | head -1`."""
     p = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "ops"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -233,6 +245,7 @@ def test_ops_into_a_closed_pipe_ends_quietly():
 
 # ---- malformed gRPC messages ---------------------------------------------------------------------
 
+@pytest.mark.any_runtime
 def test_malformed_grpc_message_is_one_log_line(server):
     methods = ("/nnhal.v1.Device/PrepareModel", "/nnhal.v1.Device/GetSupportedOperations",
                "/nnhal.v1.PreparedModel/Execute")

@@ -74,6 +74,7 @@ def test_interrupted_starts_its_own_line_after_a_bar_left_drawn():
     assert "nnhal benchmark: interrupted" in shown, tty
 
 
+@pytest.mark.any_runtime
 def test_cts_progress_on_a_terminal_only_without_json():
     args = [*CLI, "cts", "--op", "RELU"]
     status, out, tty = run_on_tty(args)
@@ -85,6 +86,7 @@ def test_cts_progress_on_a_terminal_only_without_json():
 
 # ---- logging ------------------------------------------------------------------------------------
 
+@pytest.mark.any_runtime
 def test_level_precedence(monkeypatch):
     monkeypatch.delenv("NNHAL_LOG", raising=False)
     assert resolve_level(None) == "warning" and resolve_level(None, default="info") == "info"
@@ -93,6 +95,7 @@ def test_level_precedence(monkeypatch):
     assert resolve_level("error") == "error"  # the flag wins over the environment
 
 
+@pytest.mark.any_runtime
 @pytest.mark.parametrize("args, env, where", [
     (("ops", "--log-level", "loud"), {}, "--log-level"),
     (("ops",), {"NNHAL_LOG": "loud"}, "$NNHAL_LOG"),
@@ -120,6 +123,7 @@ print(logging.getLevelName(logging.getLogger().level), file=sys.stderr)
 """
 
 
+@pytest.mark.any_runtime
 @pytest.mark.parametrize("args, env, level", [
     (("--log-level", "debug"), {}, "DEBUG"),
     ((), {"NNHAL_LOG": "error"}, "ERROR"),
