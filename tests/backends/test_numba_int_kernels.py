@@ -55,13 +55,14 @@ def _finish(mb, op, inputs, x, y):
 
 
 def _conv_model(x_type, w_type, x_shape, out_c, k, *, stride=1, dilation=1, pads=(0, 0, 0, 0), groups=1,
-                y_scale=0.5, big_bias=False, act=0, seed=0):
+                y_scale=0.5, big_bias=False, act=0, seed=0, w_zp=None):
     rng = np.random.default_rng(seed)
     zp = {QU8: 131, QS8: -3}[x_type]
     mb = ModelBuilder()
     x = mb.add_operand(x_type, x_shape, scale=0.05, zero_point=zp)
     in_g = x_shape[3] // groups
-    w_zp = 0 if w_type != QU8 else 119
+    if w_zp is None:
+        w_zp = 0 if w_type != QU8 else 119
     w, b_scale = _weights(mb, rng, x_type, w_type, (out_c, k, k, in_g), out_c, 0.05, w_zp)
     b = _bias(mb, rng, out_c, b_scale, big_bias)
     y = mb.add_operand(x_type, (), scale=y_scale, zero_point={QU8: 120, QS8: 5}[x_type])
@@ -183,6 +184,23 @@ def test_grouped_convolutions(x_type, w_type, in_c, groups, k):
     model = _conv_model(x_type, w_type, (1, 6, 5, in_c), 6 * groups, k, groups=groups, pads=pads)
     assert isinstance(_data(model), conv.IntGemm)
     _check(model, (1, 6, 5, in_c), x_type)
+
+
+@needs_vnni
+@pytest.mark.parametrize("x_type,w_type,w_zp", [(QU8, QU8, 119), (QS8, QS8, 0), (QS8, QS8, 7), (QS8, QPC, 0)])
+@pytest.mark.parametrize("in_c,groups", [(16, 1), (16, 2)])
+def test_1x1_convolutions_over_several_row_blocks(x_type, w_type, w_zp, in_c, groups):
+    """More rows than one of gemm's row blocks (BLOCK_BYTES of the left operand: int8 rows are
+    flipped to the tiles' unsigned bytes a block at a time), each block ending in a partial tile:
+    rows back to back (one group) and a group's strided rows, with and without a row term (an
+    int8 filter's zero point other than 0)."""
+    shape = (1, 67, 71, in_c)
+    assert shape[1] * shape[2] > 2 * gemm.BLOCK_BYTES // (in_c // groups)
+    model = _conv_model(x_type, w_type, shape, 8 * groups, 1, groups=groups, w_zp=w_zp)
+    d = _data(model)
+    assert isinstance(d, conv.IntGemm) and d.direct
+    assert all((g.row_coef != 0) == (w_zp != (128 if w_type == QU8 else 0)) for g in d.groups)
+    _check(model, shape, x_type)
 
 
 @pytest.mark.parametrize("x_type,w_type,w_zp", [(QU8, QU8, 100), (QU8, QU8, 128), (QS8, QPC, 0), (QU8, QPC, 0)])

@@ -2,7 +2,8 @@
 
 ``C[m, n] = Σ_k (x[m, k] − zx) · (w[k, n] − zw[n])`` is what TFLite's CONV_2D / FULLY_CONNECTED
 accumulate in int32 before adding the bias and requantizing. Here the tiles of ``vnni.py`` compute
-``D = Σ_k A·W'`` with ``A = x XOR a_xor`` (unsigned) and ``W' = w XOR w_xor`` (signed), i.e.
+``D = Σ_k A·W'`` with ``A = x XOR a_xor`` (unsigned; flipped before the tiles read it) and
+``W' = w XOR w_xor`` (signed), i.e.
 ``x = A + ca`` and ``w = W' + cw`` with ``ca = −128`` for int8 activations (else 0) and ``cw = 128``
 for uint8 weights (else 0). Expanding,
 ``C = D + (cw − zw)·ΣA + (ca − zx)·ΣW' + K·(ca − zx)·(cw − zw)``:
@@ -134,7 +135,7 @@ I64 = numba.int64
 _SIG_GEMM = numba.void(ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64, I64, ro(np.int32, 1), I64,
                        ro(np.int32, 1), ro(np.int32, 1), ro(np.int64, 1), I64, I64, I64, rw(np.uint8, 1), I64, I64,
                        I64, I64, ro(np.uint8, 1), I64)
-_SIG_GEMM_IND = numba.void(ro(np.uint8, 1), ro(np.int32, 1), ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64,
+_SIG_GEMM_IND = numba.void(ro(np.uint8, 1), ro(np.int32, 1), ro(np.uint8, 1), I64, I64, I64, ro(np.int8, 1), I64,
                            I64, ro(np.int32, 1), I64, ro(np.int32, 1), ro(np.int32, 1), ro(np.int64, 1), I64, I64, I64,
                            rw(np.uint8, 1), I64, I64, I64, I64, ro(np.uint8, 1), I64)
 #: Rows per block when a table follows the GEMM: each block's output is looked up while in cache.
@@ -178,7 +179,7 @@ if vnni.AVAILABLE:
     )
 
     @numba.njit(inline="always")
-    def _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
+    def _gemm_block(a, a_off, lda, rows, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
                     r0, b0, r1, corr, panels, pstride, general, ind, zeros):
         """Rows [b0, r1) of ``_gemm_rows``' rows [r0, ..) (``corr`` is indexed from r0). With an
         indirection table ``ind`` (non-empty: ``lda`` segments of ``kq`` blocks per row, vnni's
@@ -202,58 +203,58 @@ if vnni.AVAILABLE:
                 if indirect:
                     if one:
                         if nr == 4:
-                            ind_1x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                            ind_1x4(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                     c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                         elif nr == 3:
-                            ind_1x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                            ind_1x3(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                     c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                         elif nr == 2:
-                            ind_1x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                            ind_1x2(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                     c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                         else:
-                            ind_1x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                            ind_1x1(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                     c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                     elif nr == 4:
-                        ind_6x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                        ind_6x4(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                     elif nr == 3:
-                        ind_8x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                        ind_8x3(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                     elif nr == 2:
-                        ind_8x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                        ind_8x2(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                     else:
-                        ind_8x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                        ind_8x1(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                 c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general, ind, zeros)
                 elif one:
                     if nr == 4:
-                        tile_1x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                        tile_1x4(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                  c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                     elif nr == 3:
-                        tile_1x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                        tile_1x3(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                  c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                     elif nr == 2:
-                        tile_1x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                        tile_1x2(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                  c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                     else:
-                        tile_1x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                        tile_1x1(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                                  c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 elif nr == 4:
-                    tile_6x4(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                    tile_6x4(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                              c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 elif nr == 3:
-                    tile_8x3(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                    tile_8x3(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                              c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 elif nr == 2:
-                    tile_8x2(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                    tile_8x2(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                              c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 else:
-                    tile_8x1(a, off, lda, last, a_xor, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
+                    tile_8x1(a, off, lda, last, w, w_off, pstride, kq, corr, co, bias, mult, left, rq,
                              c0, out_zp, lo, hi, out, oo, ldo, rv, nc, general)
                 i += rv
 
     @numba.njit(inline="always")
-    def _blocks(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
+    def _blocks(a, a_off, lda, rows, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
                 r0, r1, table, general, corr, pstride, ind, zeros):
         """Rows [r0, r1) in blocks of TABLE_ROWS where a table follows (looked up while in cache), else
         where the columns take more than one group of tiles, in blocks of about BLOCK_BYTES of
@@ -269,7 +270,7 @@ if vnni.AVAILABLE:
             block = max(r1 - r0, 1)
         for b0 in range(r0, r1, block):
             b1 = min(r1, b0 + block)
-            _gemm_block(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off,
+            _gemm_block(a, a_off, lda, rows, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off,
                         ldo, r0, b0, b1, corr, panels, pstride, general, ind, zeros)
             if table.shape[0] == 256:
                 if ldo == n:
@@ -278,29 +279,58 @@ if vnni.AVAILABLE:
                     for m in range(b0, b1):
                         lookup_in_place(out, o_off + m * ldo, n, table)
 
-    @numba.njit(_SIG_GEMM, cache=True, nogil=True)
-    def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, out,
-                   o_off, ldo, r0, r1, table, general):
-        """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
-        ``a`` (``4·kq`` bytes at ``a_off + m·lda``). ``rows``: the matrix's row count (a partial
-        tile repeats its last row, never reads past it). ``table`` (256 bytes, or empty): looked up
-        on the output, TABLE_ROWS rows at a time right after they are computed. ``general``: the plan's
-        ``flags`` (bit 0 clear where ``row_coef`` is 0 and simd.floor_at_zero_point holds: the tiles'
-        cheaper epilogue; bit 1: an int8 output; bit 2: no row term nor left shift)."""
+    @numba.njit(inline="always")
+    def _unsigned_rows(a, a_off, lda, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, out,
+                       o_off, ldo, r0, r1, table, general):
+        """``_gemm_rows`` of rows that are the tiles' unsigned bytes already."""
         corr = np.zeros(r1 - r0 + 8, dtype=np.int32)  # + 8: the rows a partial tile computes and drops
         if row_coef != 0:
-            xb = a_xor & 0xFF
             for m in range(r0, r1):
                 s = np.int32(0)
                 base = a_off + m * lda
                 for kk in range(4 * kq):
-                    s += np.int32(a[base + kk] ^ xb)
+                    s += np.int32(a[base + kk])
                 corr[m - r0] = np.int32(np.int64(s) * row_coef)  # int32 wrap, as the accumulator
-        _blocks(a, a_off, lda, rows, a_xor, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
+        _blocks(a, a_off, lda, rows, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
                 r0, r1, table, general, corr, kq * 64, np.empty(0, np.int32), np.empty(0, np.uint8))
 
+    @numba.njit(_SIG_GEMM, cache=True, nogil=True)
+    def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, out,
+                   o_off, ldo, r0, r1, table, general):
+        """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
+        ``a`` (``4·kq`` bytes at ``a_off + m·lda``). ``a_xor`` (int8 activations): the rows are flipped
+        (XOR 0x80, the tiles' unsigned operand) a block of about BLOCK_BYTES at a time into a buffer
+        that stays in L1, right before the block's tiles read it. ``rows``: the matrix's row count
+        (a partial tile repeats its last row, never reads past it). ``table`` (256 bytes, or empty):
+        looked up on the output, TABLE_ROWS rows at a time right after they are computed.
+        ``general``: the plan's ``flags`` (bit 0 clear where ``row_coef`` is 0 and
+        simd.floor_at_zero_point holds: the tiles' cheaper epilogue; bit 1: an int8 output; bit 2:
+        no row term nor left shift)."""
+        if a_xor == 0:
+            _unsigned_rows(a, a_off, lda, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, out,
+                           o_off, ldo, r0, r1, table, general)
+            return
+        width = np.uint64(4 * kq)
+        step = max(TABLE_ROWS, BLOCK_BYTES // (4 * kq) // TABLE_ROWS * TABLE_ROWS)
+        buf = np.empty((step + 8) * 4 * kq, dtype=np.uint8)
+        for b0 in range(r0, r1, step):
+            b1 = min(r1, b0 + step)
+            end = min(rows, b1 + 8)  # + 8: the rows a partial tile reads
+            if lda == 4 * kq:  # rows back to back (a 1x1 layer's NHWC input): one run of bytes
+                src = np.uint64(a_off + b0 * lda)
+                for j in range(np.uint64(end - b0) * width):
+                    buf[j] = a[src + j] ^ np.uint8(0x80)
+            else:
+                for m in range(b0, end):
+                    src = np.uint64(a_off + m * lda)
+                    dst = np.uint64(m - b0) * width
+                    for j in range(width):
+                        buf[dst + j] = a[src + j] ^ np.uint8(0x80)
+            _unsigned_rows(buf, -b0 * 4 * kq, 4 * kq, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo,
+                           hi, out, o_off, ldo, b0, b1, table, general)
+
     @numba.njit(_SIG_GEMM_IND, cache=True, nogil=True)
-    def _gemm_rows_indirect(a, ind, zeros, segs, seg_valid, rows, a_xor, w, kq, n, bias, row_coef, mult, left, rq,
+    def _gemm_rows_indirect(a, ind, zeros, segs, seg_valid, rows, w, kq, n, bias, row_coef, mult, left, rq,
                             out_zp, lo, hi, out, o_off, ldo, r0, r1, table, general):
         """``_gemm_rows`` with row m made of the ``segs`` segments of ``4·kq`` bytes at
         ``ind[m·segs + s]`` in ``a`` (or, for a negative entry e, at −1 − e in ``zeros``): a
@@ -308,15 +338,14 @@ if vnni.AVAILABLE:
         segment (the rest multiply zero weights: row_segments' bytes past a filter row)."""
         corr = np.zeros(r1 - r0 + 8, dtype=np.int32)
         if row_coef != 0:
-            xb = a_xor & 0xFF
             for m in range(r0, r1):
                 s = np.int32(0)
                 for g in range(segs):
                     base = ind[m * segs + g]
                     for kk in range(seg_valid):
-                        s += np.int32((a[base + kk] if base >= 0 else zeros[-1 - base + kk]) ^ xb)
+                        s += np.int32(a[base + kk] if base >= 0 else zeros[-1 - base + kk])
                 corr[m - r0] = np.int32(np.int64(s) * row_coef)
-        _blocks(a, 0, segs, rows, a_xor, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
+        _blocks(a, 0, segs, rows, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
                 r0, r1, table, general, corr, segs * kq * 64, ind, zeros)
 
 
@@ -389,6 +418,32 @@ def _workers(threads: int) -> concurrent.futures.ThreadPoolExecutor:
 _NO_TABLE = np.zeros(0, dtype=np.uint8)
 
 
+@numba.njit(numba.void(ro(np.uint8, 1), rw(np.uint8, 1)), cache=True, nogil=True)
+def flip_into(src, dst):
+    """``dst = src XOR 0x80``: int8 activations as the tiles' unsigned operand (value + 128), one
+    vectorised pass over a convolution's input whose taps the tiles read in place (``run_indirect``),
+    instead of a vector XOR per row and 4-byte step inside every tile."""
+    for i in range(np.uint64(src.shape[0])):
+        dst[i] = src[i] ^ np.uint8(0x80)
+
+
+def _flipped(p: GemmPlan, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The arrays as the tiles read them: flipped copies for int8 activations, else themselves."""
+    if not p.a_xor:
+        return arrays
+    copies = tuple(np.empty_like(a) for a in arrays)
+    for a, c in zip(arrays, copies):
+        flip_into(a, c)
+    return copies
+
+
+def _flipping(p: GemmPlan, runner, arrays: tuple[np.ndarray, ...], copies: tuple[np.ndarray, ...]):
+    """``runner`` (over ``copies``) preceded by the flip of ``arrays``' current contents into them."""
+    if not p.a_xor:
+        return runner
+    return in_order(*(functools.partial(flip_into, a, c) for a, c in zip(arrays, copies)), runner)
+
+
 def run(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.ndarray, o_off: int = 0,
         ldo: int | None = None, table: np.ndarray = _NO_TABLE) -> None:
     """Row m of the result (n bytes at ``out[o_off + m·ldo]``, ``out`` a flat uint8 view of the
@@ -404,10 +459,14 @@ def run_indirect(p: GemmPlan, a: np.ndarray, ind: np.ndarray, zeros: np.ndarray,
     """``run`` with row m made of the ``segs`` segments ``ind[m·segs:(m + 1)·segs]`` locate in
     ``a`` (``indirection``'s table; a negative entry e: byte −1 − e of ``zeros``), ``out`` rows n
     bytes apart; ``seg_valid``: the bytes of a segment its row term sums (default: all)."""
-    args = p.kernel_args
+    a, zeros = _flipped(p, a, zeros)
+    _split(_gemm_rows_indirect, _indirect_args(p, a, ind, zeros, segs, rows, out, seg_valid), p, rows, table)
+
+
+def _indirect_args(p: GemmPlan, a, ind, zeros, segs: int, rows: int, out, seg_valid: int | None) -> tuple:
+    _, packed, _, *rest = p.kernel_args  # a flipped a: no a_xor
     kq = p.kq // segs
-    _split(_gemm_rows_indirect, (a, ind, zeros, segs, 4 * kq if seg_valid is None else seg_valid, rows, args[0],
-                                 args[1], kq, *args[3:], out, 0, p.n), p, rows, table)
+    return (a, ind, zeros, segs, 4 * kq if seg_valid is None else seg_valid, rows, packed, kq, *rest, out, 0, p.n)
 
 
 def bound(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.ndarray, o_off: int = 0,
@@ -419,11 +478,12 @@ def bound(p: GemmPlan, a: np.ndarray, a_off: int, lda: int, rows: int, out: np.n
 
 def bound_indirect(p: GemmPlan, a: np.ndarray, ind: np.ndarray, zeros: np.ndarray, segs: int, rows: int,
                    out: np.ndarray, table: np.ndarray = _NO_TABLE, seg_valid: int | None = None):
-    """``run_indirect`` on fixed arrays as a zero-argument runner."""
-    args = p.kernel_args
-    kq = p.kq // segs
-    return _bound_split(_gemm_rows_indirect, (a, ind, zeros, segs, 4 * kq if seg_valid is None else seg_valid, rows,
-                                              args[0], args[1], kq, *args[3:], out, 0, p.n), p, rows, table)
+    """``run_indirect`` on fixed arrays as a zero-argument runner (``zeros`` flipped at each run
+    too: a caller may refill it between runs)."""
+    copies = (np.empty_like(a), np.empty_like(zeros)) if p.a_xor else (a, zeros)
+    runner = _bound_split(_gemm_rows_indirect, _indirect_args(p, *copies[:1], ind, copies[1], segs, rows, out,
+                                                              seg_valid), p, rows, table)
+    return _flipping(p, runner, (a, zeros), copies)
 
 
 def _bound_split(kernel, args: tuple, p: GemmPlan, rows: int, table: np.ndarray):

@@ -8,9 +8,10 @@ steps). Every product and every sum is an integer in int32, wrapping as TFLite's
 does, so the result is exact whatever K.
 
 ``vpdpbusd`` multiplies an unsigned byte by a signed one. Activations become unsigned by an XOR with
-0x80 (int8 → value + 128), or stay as they are (uint8); weights are packed as signed bytes (uint8
-weights XOR 0x80 → value − 128). The shifts and both zero points fold into a per-column bias and,
-only for a weight zero point other than the shift, a per-row term (``GemmPlan``).
+0x80 (int8 → value + 128), by ``gemm`` before the tiles read them, or stay as they are
+(uint8); weights are packed as signed bytes (uint8 weights XOR 0x80 → value − 128). The shifts and
+both zero points fold into a per-column bias and, only for a weight zero point other than the shift, a
+per-row term (``GemmPlan``).
 
 Also here, as the other AVX-512-only kernel: ``lookup_run``, a 256-entry byte table applied to 64
 bytes per step with VBMI's ``vpermi2b`` (lut.py's unary operations, and a table a convolution
@@ -60,12 +61,14 @@ PACKED_NR = (2, 4)
 
 def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
     """The MR × NR·16 micro-kernel with its requantization, as an intrinsic with the signature
-    ``tile(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+    ``tile(a, a_off, lda, rows, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
     table, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general)``:
 
     - ``a``: 1-byte array; row r starts at byte ``a_off + min(r, rows - 1) · lda`` (rows past
       ``rows`` repeat the last one: a partial tile computes, and does not store, those rows);
-      each row supplies ``4 · kq`` bytes, each XORed with ``xor`` (0x80808080 or 0);
+      each row supplies ``4 · kq`` unsigned bytes (int8 activations come XORed with 0x80: ``gemm``
+      flips a block of rows into L1, or a convolution's input, so the loop over k is loads and
+      ``vpdpbusd`` only);
     - ``w``: packed signed weights; panel p's block q is the 64 bytes at
       ``w_off + p · panel_stride + 64 · q`` (16 columns × 4 consecutive k, k fastest);
     - then per row ``corr[corr_off + r]`` and per column ``bias``, ``mult``, ``left`` (int32 arrays
@@ -86,9 +89,9 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
     ``s · kq`` on.
     """
     def codegen(context, builder, signature, args):
-        (a_arr, a_off_v, lda_v, rows_v, xor_v, w_arr, w_off_v, pstride_v, kq_v, corr_arr, corr_off_v, bias_arr,
+        (a_arr, a_off_v, lda_v, rows_v, w_arr, w_off_v, pstride_v, kq_v, corr_arr, corr_off_v, bias_arr,
          mult_arr, left_arr, table_arr, col0_v, zp_v, lo_v, hi_v, out_arr, o_off_v, ldo_v, rv_v, nc_v,
-         general_v) = args[:25]
+         general_v) = args[:24]
         i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
         i8p = i8.as_pointer()
         v16 = ir.VectorType(i32, PANEL)
@@ -96,9 +99,8 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
         def data(k, arr, ptr_type):
             return builder.bitcast(context.make_array(signature.args[k])(context, builder, arr).data, ptr_type)
 
-        a_ptr, w_ptr, o_ptr = data(0, a_arr, i8p), data(5, w_arr, i8p), data(19, out_arr, i8p)
-        corr_ptr = data(9, corr_arr, i32.as_pointer())
-        xor32 = builder.trunc(xor_v, i32)
+        a_ptr, w_ptr, o_ptr = data(0, a_arr, i8p), data(4, w_arr, i8p), data(18, out_arr, i8p)
+        corr_ptr = data(8, corr_arr, i32.as_pointer())
         last = builder.sub(rows_v, ir.Constant(i64, 1))
         clamped_rows = [builder.select(builder.icmp_signed("<", ir.Constant(i64, r), rows_v), ir.Constant(i64, r),
                                        last) for r in range(mr)]
@@ -106,19 +108,13 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
                       for p in range(nr)]
         dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16, v16, v16]),
                                              "llvm.x86.avx512.vpdpbusd.512")
-        # The XOR applied to the broadcast word as a vector: one ``vpxord`` with the load and its
-        # broadcast folded in ({1to16}). An empty asm hides that ``xor_vec`` is a splat: LLVM
-        # would otherwise XOR the scalar word first and broadcast it from a general register, a
-        # transfer to the vector unit per row and block, which held the tiles far below the
-        # ``vpdpbusd`` rate wherever a tile has few panels.
-        xor_vec = builder.asm(ir.FunctionType(v16, [v16]), "", "=v,0", [_splat(builder, xor32, v16)], False)
 
         def column_vector(k, arr, p):  # 16 int32 per-column values of panel p
             base = data(k, arr, i32.as_pointer())
             col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
             return builder.load(builder.bitcast(builder.gep(base, [col]), v16.as_pointer()), align=4)
-        biases = [column_vector(11, bias_arr, p) for p in range(nr)]  # the sums start from the bias
-        table_ptr = data(14, table_arr, i64.as_pointer())
+        biases = [column_vector(10, bias_arr, p) for p in range(nr)]  # the sums start from the bias
+        table_ptr = data(13, table_arr, i64.as_pointer())
 
         def table(p):  # panel p's group of simd.requant_table
             group = builder.add(builder.lshr(col0_v, ir.Constant(i64, 4)), ir.Constant(i64, p))
@@ -136,18 +132,18 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
             new = []
             for r in range(mr):
                 word = builder.load(builder.bitcast(builder.gep(row_ptrs[r], [koff]), i32.as_pointer()), align=1)
-                bc = builder.xor(_splat(builder, word, v16), xor_vec)
+                bc = _splat(builder, word, v16)  # a broadcast load: no vector ALU work
                 new.extend(builder.call(dot, [accs[r][p], bc, wv[p]]) for p in range(nr))
             close(new)
             return accs
 
-        biases = [[column_vector(11, bias_arr, p) for p in range(nr)]] * mr  # the sums start from the bias
+        biases = [[column_vector(10, bias_arr, p) for p in range(nr)]] * mr  # the sums start from the bias
         if not indirect:
             row_ptrs = [builder.gep(a_ptr, [builder.add(a_off_v, builder.mul(c, lda_v))]) for c in clamped_rows]
             accs = k_loop(row_ptrs, ir.Constant(i64, 0), kq_v, biases)
         else:  # a_off: the tile's first row; lda: segments per row; kq: blocks per segment
-            ind_ptr = data(25, args[25], i32.as_pointer())
-            zeros_ptr = data(26, args[26], i8p)
+            ind_ptr = data(24, args[24], i32.as_pointer())
+            zeros_ptr = data(25, args[25], i8p)
             seg, flat, close = counted_loop(builder, "ind", lda_v, [v for row in biases for v in row])
             outer = [flat[r * nr:(r + 1) * nr] for r in range(mr)]
             row_ptrs = []
@@ -194,7 +190,7 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
             in_row = builder.icmp_unsigned("<", lanes64, _splat(builder, builder.trunc(ncap, i8), v64i8))
             # the packs interleave 128-bit lanes: dword 4L + j holds panel j's columns 4L .. 4L + 3
             order = ir.Constant(v16, [4 * (k % 4) + k // 4 for k in range(PANEL)])
-            consts = [(column_vector(12, mult_arr, p), column_vector(13, left_arr, p), table(p)) for p in range(nr)]
+            consts = [(column_vector(11, mult_arr, p), column_vector(12, left_arr, p), table(p)) for p in range(nr)]
             v64i1 = ir.VectorType(i1, 4 * PANEL)
             for r in range(mr):
                 rr = ir.Constant(i64, r)
@@ -223,7 +219,7 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
                 return
             for p in range(nr):
                 col = builder.add(col0_v, ir.Constant(i64, p * PANEL))
-                mult, left = column_vector(12, mult_arr, p), column_vector(13, left_arr, p)
+                mult, left = column_vector(11, mult_arr, p), column_vector(12, left_arr, p)
                 left_in_panel = builder.sub(nc32, ir.Constant(i32, p * PANEL))
                 in_panel = builder.icmp_signed("<", lanes, _splat(builder, left_in_panel, v16))
                 for r in range(mr):
@@ -253,16 +249,16 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
 
     if indirect:
         @intrinsic
-        def tile(typingctx, a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+        def tile(typingctx, a, a_off, lda, rows, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
                  table, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general, ind, zeros):
-            return types.void(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+            return types.void(a, a_off, lda, rows, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
                               table, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general, ind, zeros), codegen
         return tile
 
     @intrinsic
-    def tile(typingctx, a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+    def tile(typingctx, a, a_off, lda, rows, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
              table, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general):
-        return types.void(a, a_off, lda, rows, xor, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
+        return types.void(a, a_off, lda, rows, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
                           table, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general), codegen
     return tile
 
