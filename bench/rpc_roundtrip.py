@@ -6,7 +6,6 @@ a markdown table; overhead = path time - in-process hal time in the same run.
 """
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import hal
 from hal.model import ModelBuilder
 from hal.types import OperandType as T
 from hal.types import OperationType as O
-from service.client import Client, ServiceUnavailableError
+from service.client import Client, answers
 
 
 def one_op_model(shape):
@@ -52,12 +51,8 @@ def start_server(sock: str, *extra: str) -> subprocess.Popen:
                              "--log-level", "warning", *extra], stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
-        if os.path.exists(sock):  # a connect before the socket exists would wait out its timeout
-            try:
-                Client.connect("unix:" + sock, timeout_s=0.5).close()
-                return proc
-            except ServiceUnavailableError:
-                pass
+        if answers("unix:" + sock):
+            return proc
         time.sleep(0.005)
     proc.kill()
     raise RuntimeError("server did not start")

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.client import Client, ServiceUnavailableError
+from service.client import answers
 
 #: How long a (re)start may take: a loaded 2-core machine, numba kernels loaded from their cache.
 START_LIMIT_S = 120.0
@@ -92,11 +92,7 @@ class SoakService:
             self._end("did not start")
             self.proc = None
             return False
-        if self.address == f"unix:{self.socket}" and not self.socket.exists():
-            return False  # a connect before the socket exists would wait out its timeout
-        try:
-            Client.connect(self.address, timeout_s=0.5).close()
-        except ServiceUnavailableError:
+        if not answers(self.address):
             return False
         life.ready = self.clock()
         return True

@@ -19,7 +19,7 @@ import threading
 import time
 
 from service import fleet
-from service.client import Client, ClientRefusedError, ServiceUnavailableError, UntrustedServiceError
+from service.client import Client, ClientRefusedError, ServiceUnavailableError, UntrustedServiceError, answers
 from service.server import MAX_SOCKET_PATH_BYTES, default_address
 
 log = logging.getLogger("nnhal.delegate")
@@ -97,13 +97,9 @@ def _start_child(what: str, previous: str | None, *args: str) -> tuple[subproces
     # cores; `make setup` does it ahead), after which it starts in about a second.
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and child.poll() is None:
-        if os.path.exists(sock):
-            try:
-                Client.connect(address, timeout_s=0.5).close()
-                log.info("started %s nnhal service (pid %d) on %s", what, child.pid, address)
-                return child, address
-            except ServiceUnavailableError:
-                pass
+        if answers(address):
+            log.info("started %s nnhal service (pid %d) on %s", what, child.pid, address)
+            return child, address
         time.sleep(0.005)
     child.kill()  # it removes its directory only when it stops by itself
     child.wait()

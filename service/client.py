@@ -273,6 +273,20 @@ class Client:
         _check(_rpc(self.device.ReleaseBuffer, pb.BufferToken(buffer_token=token)))
 
 
+def answers(address: str, timeout_s: float = 0.5) -> bool:
+    """Whether a plaintext service answers at ``address`` now, for a caller waiting on one it
+    started: False at once while its unix socket does not exist yet (a connect would wait out
+    ``timeout_s`` for it)."""
+    path = unix_socket_path(client_address(address))
+    if path is not None and not os.path.exists(path):
+        return False
+    try:
+        Client.connect(address, timeout_s=timeout_s).close()
+        return True
+    except ServiceUnavailableError:
+        return False
+
+
 def _close_session(send: queue.Queue, call, channel: grpc.Channel) -> None:
     send.put(None)  # ends the stream: the service releases the session's resources
     call.cancel()

@@ -117,16 +117,12 @@ class ServiceTarget:
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         address = "unix:" + sock
         deadline = time.monotonic() + 30
-        while True:
-            if os.path.exists(sock):  # a connect before the socket exists would wait out its timeout
-                try:
-                    self._client_cls.connect(address, timeout_s=0.5).close()
-                    return address
-                except Exception:  # noqa: BLE001 - not answering yet
-                    pass
+        from service.client import answers
+        while not answers(address):
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the conformance runner's nnhal service did not start")
             time.sleep(0.005)
+        return address
 
     def _call(self, fn, *args):
         from service.client import ServiceError, ServiceUnavailableError

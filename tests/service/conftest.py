@@ -13,7 +13,7 @@ import time
 import pytest
 
 from bench.soak_service import all_threads_stopped
-from service.client import Client, ServiceUnavailableError
+from service.client import Client, answers
 
 
 class ServerProcess:
@@ -27,22 +27,12 @@ class ServerProcess:
                                       "--cache-dir", self.cache_dir, "--log-level", "warning", *extra],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
-        while not self._answers():
+        while not answers(self.address):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 terminate(self.proc)  # one that never answered must not outlive the test
                 self.log.seek(0)
                 raise RuntimeError(f"server did not start:\n{self.log.read()}")
             time.sleep(0.005)
-
-    def _answers(self) -> bool:
-        """Connects once the socket exists: a connect before it would wait out its whole timeout."""
-        if not os.path.exists(self.socket):
-            return False
-        try:
-            Client.connect(self.address, timeout_s=0.5).close()
-            return True
-        except ServiceUnavailableError:
-            return False
 
     def output(self) -> str:
         return self.log_path.read_text()
