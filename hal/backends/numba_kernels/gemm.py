@@ -158,6 +158,16 @@ else:
             buf[i] = table[buf[i]]
 
 
+@numba.njit(numba.void(ro(np.uint8, 1), rw(np.uint8, 1)), cache=True, nogil=True)
+def flip_into(src, dst):
+    """``dst = src XOR 0x80``: int8 activations as the tiles' unsigned operand (value + 128), in one
+    vectorised pass (a block of rows, ``_gemm_rows``; a convolution's input whose taps the tiles
+    read in place, ``run_indirect``) instead of a vector XOR per row and 4-byte step inside every
+    tile."""
+    for i in range(np.uint64(src.shape[0])):
+        dst[i] = src[i] ^ np.uint8(0x80)
+
+
 if vnni.AVAILABLE:
     from hal.backends.numba_kernels.vnni import (
         ind_1x1,
@@ -310,23 +320,20 @@ if vnni.AVAILABLE:
             _unsigned_rows(a, a_off, lda, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, out,
                            o_off, ldo, r0, r1, table, general)
             return
-        width = np.uint64(4 * kq)
-        step = max(TABLE_ROWS, BLOCK_BYTES // (4 * kq) // TABLE_ROWS * TABLE_ROWS)
-        buf = np.empty((step + 8) * 4 * kq, dtype=np.uint8)
+        width = 4 * kq
+        step = max(TABLE_ROWS, BLOCK_BYTES // width // TABLE_ROWS * TABLE_ROWS)
+        buf = np.empty((step + 8) * width, dtype=np.uint8)
         for b0 in range(r0, r1, step):
             b1 = min(r1, b0 + step)
             end = min(rows, b1 + 8)  # + 8: the rows a partial tile reads
-            if lda == 4 * kq:  # rows back to back (a 1x1 layer's NHWC input): one run of bytes
-                src = np.uint64(a_off + b0 * lda)
-                for j in range(np.uint64(end - b0) * width):
-                    buf[j] = a[src + j] ^ np.uint8(0x80)
+            if lda == width:  # rows back to back (a 1x1 layer's NHWC input): one run of bytes
+                src = a_off + b0 * width
+                flip_into(a[src:src + (end - b0) * width], buf[:(end - b0) * width])
             else:
                 for m in range(b0, end):
-                    src = np.uint64(a_off + m * lda)
-                    dst = np.uint64(m - b0) * width
-                    for j in range(width):
-                        buf[dst + j] = a[src + j] ^ np.uint8(0x80)
-            _unsigned_rows(buf, -b0 * 4 * kq, 4 * kq, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo,
+                    src, dst = a_off + m * lda, (m - b0) * width
+                    flip_into(a[src:src + width], buf[dst:dst + width])
+            _unsigned_rows(buf, -b0 * width, width, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo,
                            hi, out, o_off, ldo, b0, b1, table, general)
 
     @numba.njit(_SIG_GEMM_IND, cache=True, nogil=True)
@@ -418,15 +425,6 @@ def _workers(threads: int) -> concurrent.futures.ThreadPoolExecutor:
 _NO_TABLE = np.zeros(0, dtype=np.uint8)
 
 
-@numba.njit(numba.void(ro(np.uint8, 1), rw(np.uint8, 1)), cache=True, nogil=True)
-def flip_into(src, dst):
-    """``dst = src XOR 0x80``: int8 activations as the tiles' unsigned operand (value + 128), one
-    vectorised pass over a convolution's input whose taps the tiles read in place (``run_indirect``),
-    instead of a vector XOR per row and 4-byte step inside every tile."""
-    for i in range(np.uint64(src.shape[0])):
-        dst[i] = src[i] ^ np.uint8(0x80)
-
-
 def _flipped(p: GemmPlan, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     """The arrays as the tiles read them: flipped copies for int8 activations, else themselves."""
     if not p.a_xor:
@@ -481,7 +479,7 @@ def bound_indirect(p: GemmPlan, a: np.ndarray, ind: np.ndarray, zeros: np.ndarra
     """``run_indirect`` on fixed arrays as a zero-argument runner (``zeros`` flipped at each run
     too: a caller may refill it between runs)."""
     copies = (np.empty_like(a), np.empty_like(zeros)) if p.a_xor else (a, zeros)
-    runner = _bound_split(_gemm_rows_indirect, _indirect_args(p, *copies[:1], ind, copies[1], segs, rows, out,
+    runner = _bound_split(_gemm_rows_indirect, _indirect_args(p, copies[0], ind, copies[1], segs, rows, out,
                                                               seg_valid), p, rows, table)
     return _flipping(p, runner, (a, zeros), copies)
 
