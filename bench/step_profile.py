@@ -4,8 +4,10 @@
 Each step's p50 over the runs (``hal.executor.bind``'s per-step timings), its multiply-accumulates
 (convolutions and FULLY_CONNECTED; a fused step counts its members'), their rate, and that rate
 against the CPU's own: ``vpdpbusd`` throughput measured here (a loop of independent 512-bit
-``vpdpbusd`` chains, 64 MACs each), the integer peak the VNNI tiles can approach. The per-step
-clock readings add about 0.1 µs per step to the total.
+``vpdpbusd`` chains, 64 MACs each), the integer peak the VNNI tiles can approach, and where the
+AMX tiles run, ``amx.sums``' own rate on operands in L1 (32 rows × 512 k × 32 columns a call, as
+the layers call it: tile configuration, loads, ``tdpbusd``, stores). The per-step clock readings
+add about 0.1 µs per step to the total.
 """
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ import sys
 import time
 
 import llvmlite.binding as llvm
+import numba
 import numpy as np
 
 from delegate.mapping import convert_partition
 from delegate.tfl import read_model
 from hal import backends
-from hal.backends.numba_kernels import vnni
+from hal.backends.numba_kernels import amx, vnni
 from hal.compiler import compile_model
 from hal.executor import bind
 from hal.types import OperationType as Op
@@ -67,6 +70,28 @@ def vnni_peak_macs_per_s(iterations: int = 20_000_000) -> float | None:
     return iterations * _CHAINS * 64 / best
 
 
+def amx_peak_macs_per_s(calls: int = 20_000) -> float | None:
+    """u8 × s8 multiply-accumulates per second of ``amx.sums`` on blocks in L1 (None without AMX)."""
+    if not amx.AVAILABLE:
+        return None
+    k, cols = 512, 32
+    a, w = amx.aligned_zeros(amx.BLOCK_ROWS * k + amx.TILE_K), amx.aligned_zeros(k * cols, np.int8)
+    out = amx.aligned_zeros(amx.BLOCK_ROWS * cols, np.int32)
+    _amx_loop(a, k, w, k // amx.TILE_K, out, 10)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        _amx_loop(a, k, w, k // amx.TILE_K, out, calls)
+        best = min(best, time.perf_counter() - t)
+    return calls * amx.BLOCK_ROWS * k * cols / best
+
+
+@numba.njit(nogil=True)
+def _amx_loop(a, k, w, chunks, out, calls):
+    for _ in range(calls):
+        amx.sums(a, 0, k, 1, 0, chunks, w, 1, 2, out, 32)
+
+
 def _macs(ctx) -> int:
     """A convolution's or FULLY_CONNECTED's multiply-accumulates (a fused step: its members')."""
     members = getattr(ctx, "members", None)
@@ -103,20 +128,26 @@ def profile(build, dtype, runs: int = 200) -> list[tuple]:
     return [(s.ctx.name, t, _macs(s.ctx)) for s, t in zip(plan.program, p50)]
 
 
-def to_markdown(rows: list[tuple], peak: float | None) -> str:
-    lines = ["| step | p50 µs | M MACs | GMAC/s | of the VNNI peak |", "|---|---:|---:|---:|---:|"]
+def to_markdown(rows: list[tuple], peak: float | None, amx_peak: float | None = None) -> str:
+    peaks = [("VNNI", peak)] + ([("AMX", amx_peak)] if amx_peak else [])
+
+    def shares(macs, t):
+        return "".join(f" {100 * macs / t / v:.0f} % |" if macs and t and v else " |" for _, v in peaks)
+    lines = ["| step | p50 µs | M MACs | GMAC/s |" + "".join(f" of the {n} peak |" for n, _ in peaks),
+             "|---|---:|---:|---:|" + "---:|" * len(peaks)]
     for name, t, macs in rows:
         rate = macs / t / 1e9 if macs and t else 0.0
-        share = f"{100 * macs / t / peak:.0f} %" if macs and t and peak else ""
-        lines.append(f"| {name} | {t * 1e6:.1f} | {macs / 1e6:.2f} | {rate:.0f} | {share} |" if macs else
-                     f"| {name} | {t * 1e6:.1f} | | | |")
+        lines.append(f"| {name} | {t * 1e6:.1f} | {macs / 1e6:.2f} | {rate:.0f} |{shares(macs, t)}" if macs else
+                     f"| {name} | {t * 1e6:.1f} | | |" + " |" * len(peaks))
     total, gemm_t = sum(t for _, t, _ in rows), sum(t for _, t, m in rows if m)
     macs = sum(m for _, _, m in rows)
-    lines.append(f"| **total** | {total * 1e6:.1f} | {macs / 1e6:.1f} | {macs / total / 1e9:.0f} | |")
-    lines.append(f"| convolutions / FC steps | {gemm_t * 1e6:.1f} | {macs / 1e6:.1f} | {macs / gemm_t / 1e9:.0f} | "
-                 + (f"{100 * macs / gemm_t / peak:.0f} % |" if peak else " |"))
+    lines.append(f"| **total** | {total * 1e6:.1f} | {macs / 1e6:.1f} | {macs / total / 1e9:.0f} |" + " |" * len(peaks))
+    lines.append(f"| convolutions / FC steps | {gemm_t * 1e6:.1f} | {macs / 1e6:.1f} | {macs / gemm_t / 1e9:.0f} |"
+                 + shares(macs, gemm_t))
     if peak:
         lines.append(f"\nVNNI peak measured: {peak / 1e9:.0f} GMAC/s (one core, `vpdpbusd` zmm).")
+    if amx_peak:
+        lines.append(f"AMX peak measured: {amx_peak / 1e9:.0f} GMAC/s (one core, `amx.sums` on operands in L1).")
     return "\n".join(lines)
 
 
@@ -126,7 +157,7 @@ def main(argv: list[str]) -> int:
     if name not in MODELS:
         raise SystemExit(f"models: {', '.join(MODELS)}")
     rows = profile(MODELS[name], dtype)
-    print(f"### {name} {np.dtype(dtype).name}\n\n" + to_markdown(rows, vnni_peak_macs_per_s()))
+    print(f"### {name} {np.dtype(dtype).name}\n\n" + to_markdown(rows, vnni_peak_macs_per_s(), amx_peak_macs_per_s()))
     return 0
 
 

@@ -70,7 +70,8 @@ def _conv_model(x_type, w_type, x_shape, out_c, k, *, stride=1, dilation=1, pads
     if groups > 1:
         return _finish(mb, Op.GROUPED_CONV_2D, [x, w, b, *params, mb.add_int32(groups), mb.add_int32(act),
                                                 mb.add_bool(False)], x, y)
-    params += [mb.add_int32(act), mb.add_bool(False), mb.add_int32(dilation), mb.add_int32(dilation)]
+    dw, dh = dilation if isinstance(dilation, tuple) else (dilation, dilation)  # NNAPI's order: width, height
+    params += [mb.add_int32(act), mb.add_bool(False), mb.add_int32(dw), mb.add_int32(dh)]
     return _finish(mb, Op.CONV_2D, [x, w, b, *params], x, y)
 
 

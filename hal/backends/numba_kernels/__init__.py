@@ -95,18 +95,21 @@ os.environ["NUMBA_CACHE_DIR"] = str(CACHE)
 numba.config.CACHE_DIR = str(CACHE)  # numba is imported: its config reads the variable no more
 
 from hal.backends import Backend, register_backend  # noqa: E402
+from hal.backends.numba_kernels import amx as _amx  # noqa: E402 - CPU features and the OS's AMX grant
 from hal.backends.numba_kernels import vnni as _vnni  # noqa: E402 - CPU features only, compiles nothing
 
 #: Bump when a kernel's results or plan data change meaning; the identity also hashes the sources.
 #: Plans packed for VNNI only run where it exists: the CPU's kind is part of the version, so a
-#: compilation cache entry never moves between the two kinds of machine.
-VERSION = "2-vnni" if _vnni.AVAILABLE else "2"
+#: compilation cache entry never moves between the two kinds of machine. Plans for the AMX tiles
+#: (amx_conv's) fall back to the VNNI tiles where AMX is off; "-amx" keeps a machine with it from
+#: loading entries planned without it (which would run on the VNNI tiles only).
+VERSION = ("2-vnni-amx" if _amx.AVAILABLE else "2-vnni") if _vnni.AVAILABLE else "2"
 
 #: The reference backend is part of what this one is: its table-driven kernels are tabulated by
 #: the reference kernels (lut.py), so an edit there changes this backend's identity too.
 BACKEND = Backend("numba", VERSION, modules=("hal.backends.numba_kernels", "hal.backends.reference"), priority=10,
-                  description=f"numba {numba.__version__}: quantized kernels, bit-exact with reference; "
-                              "float sequence LSTMs")
+                  description=f"numba {numba.__version__}: quantized kernels (AVX-512 VNNI and AMX-INT8 tiles "
+                              "where the CPU has them), bit-exact with reference; float sequence LSTMs")
 
 
 def _load() -> None:

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from hal import quant
-from hal.backends.numba_kernels import BACKEND, depthwise, fc_float, gemm, lut, row_segments, vnni
+from hal.backends.numba_kernels import BACKEND, amx, amx_conv, depthwise, fc_float, gemm, lut, row_segments, vnni
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, multiply_right_shift, ro, rw
 from hal.operations.common import F32 as FLOAT32
 from hal.operations.common import QPC, QS8, QU8, QUANT8
@@ -127,6 +127,9 @@ class IntGemm:
     #: row_segments' table and GEMM (a single-group convolution whose input channels are not a
     #: multiple of 4, dilation 1 along x): each filter row's run read in place
     rows: row_segments.RowSegments | None = None
+    #: the same convolution on the AMX tiles, taps read in place from a padded copy (amx_conv),
+    #: where the CPU has them: a single group, dilation 1 along x, output rows of 16 pixels or more
+    amx: amx_conv.AmxConv | None = None
 
 
 def _int_gemm(ctx: OperationContext, out_c: int, groups: int, geometry: dict | None, batch: int = 1) -> IntGemm:
@@ -150,6 +153,8 @@ def _int_gemm(ctx: OperationContext, out_c: int, groups: int, geometry: dict | N
     d = IntGemm(plans, in_c, out_c, direct, filter_h=p.rows.filter, filter_w=p.cols.filter, **geometry)
     if direct or groups != 1 or len(x.shape) != 4 or not all(x.shape):
         return d
+    d.amx = amx_conv.plan(values, wzp, bias, x.dtype, x.zero_point, mult, shift, ozp, lo, hi, d.filter_h, d.filter_w,
+                          d.stride_h, d.stride_w, d.dilation_h, d.dilation_w, d.pad_top, d.pad_left, d.out_h, d.out_w)
     if in_c % gemm.KSTEP == 0:
         d.ind = gemm.indirection(*x.shape, d.filter_h, d.filter_w, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w,
                                  d.pad_top, d.pad_left, d.out_h, d.out_w)
@@ -318,6 +323,9 @@ def _run_int(d: IntGemm, x: np.ndarray, out: np.ndarray, table: np.ndarray = gem
     count = len(d.groups)
     in_g, oc_g = d.in_c // count, d.out_c // count
     taps = d.filter_h * d.filter_w
+    if d.amx is not None and amx.AVAILABLE:  # a cached plan may come from a machine with AMX
+        amx_conv.run(d.amx, x, out, table)
+        return out
     r = d.rows
     if r is not None and r.ind.size == rows * d.filter_h:  # planned for this batch size
         a = x.reshape(-1).view(np.uint8)
@@ -384,6 +392,8 @@ def bound_convolve(d, x: np.ndarray, out: np.ndarray, table: np.ndarray = gemm._
     in_g, oc_g = d.in_c // count, d.out_c // count
     if d.direct and count == 1:  # the order convolve and _run_int choose in
         return gemm.bound(d.groups[0], a, 0, d.in_c, rows, ob, 0, d.out_c, table)
+    if d.amx is not None and amx.AVAILABLE:
+        return amx_conv.bound(d.amx, x, out, table)
     if r is not None and r.ind.size == rows * d.filter_h:
         buf, fill = row_segments.bound_edge_segments(r, a, x.shape[2], d.in_c, d.filter_w, r.plan.pad_byte)
         return gemm.in_order(fill, gemm.bound_indirect(r.plan, a, r.ind, buf, d.filter_h, rows, ob, table,

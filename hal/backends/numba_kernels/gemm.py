@@ -29,7 +29,8 @@ import numba
 import numpy as np
 
 from hal import backends
-from hal.backends.numba_kernels import vnni
+from hal.backends.numba_kernels import amx, vnni
+from hal.backends.numba_kernels.amx_blocks import rows_on_tiles
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import copy_bytes, floor_at_zero_point, requant_table
 
@@ -78,7 +79,15 @@ class GemmPlan:
     def kernel_args(self) -> tuple:
         """``_gemm_rows``' arguments from the plan, in order (formed once: a layer runs them often)."""
         return (self.a_xor, self.packed, self.kq, self.n, self.bias, self.row_coef, self.multipliers, self.left,
-                self.requant, self.output_zp, self.act_min, self.act_max)
+                self.requant, self.output_zp, self.act_min, self.act_max, *self.amx_args)
+
+    @functools.cached_property
+    def amx_args(self) -> tuple[np.ndarray, int]:
+        """(amx.pack's weights, tiles per panel) where the AMX tiles run (and pay: amx.worth_it),
+        else (empty, 0): the VNNI tiles compute every row."""
+        if not (amx.AVAILABLE and amx.worth_it(KSTEP * self.kq)):
+            return _NO_AMX, 0
+        return amx.pack(self.packed, self.kq, self.panels)
 
     @functools.cached_property
     def requant(self) -> np.ndarray:
@@ -88,6 +97,9 @@ class GemmPlan:
     @property
     def panels(self) -> int:
         return -(-self.n // PANEL)
+
+
+_NO_AMX = np.zeros(0, dtype=np.int8)
 
 
 def _wrap32(v: np.ndarray) -> np.ndarray:
@@ -133,11 +145,11 @@ def make_plan(w2d: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x
 
 I64 = numba.int64
 _SIG_GEMM = numba.void(ro(np.uint8, 1), I64, I64, I64, I64, ro(np.int8, 1), I64, I64, ro(np.int32, 1), I64,
-                       ro(np.int32, 1), ro(np.int32, 1), ro(np.int64, 1), I64, I64, I64, rw(np.uint8, 1), I64, I64,
-                       I64, I64, ro(np.uint8, 1), I64)
+                       ro(np.int32, 1), ro(np.int32, 1), ro(np.int64, 1), I64, I64, I64, ro(np.int8, 1), I64,
+                       rw(np.uint8, 1), I64, I64, I64, I64, ro(np.uint8, 1), I64)
 _SIG_GEMM_IND = numba.void(ro(np.uint8, 1), ro(np.int32, 1), ro(np.uint8, 1), I64, I64, I64, ro(np.int8, 1), I64,
                            I64, ro(np.int32, 1), I64, ro(np.int32, 1), ro(np.int32, 1), ro(np.int64, 1), I64, I64, I64,
-                           rw(np.uint8, 1), I64, I64, I64, I64, ro(np.uint8, 1), I64)
+                           ro(np.int8, 1), I64, rw(np.uint8, 1), I64, I64, I64, I64, ro(np.uint8, 1), I64)
 #: Rows per block when a table follows the GEMM: each block's output is looked up while in cache.
 TABLE_ROWS = 48  # whole 6- and 8-row tiles
 #: Bytes of the left operand per row block when the columns take several tile groups (a part of L1).
@@ -190,10 +202,14 @@ if vnni.AVAILABLE:
 
     @numba.njit(inline="always")
     def _gemm_block(a, a_off, lda, rows, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
-                    r0, b0, r1, corr, panels, pstride, general, ind, zeros):
+                    r0, b0, r1, corr, panels, pstride, general, ind, zeros, amx_w, chunks, sums, gbuf):
         """Rows [b0, r1) of ``_gemm_rows``' rows [r0, ..) (``corr`` is indexed from r0). With an
         indirection table ``ind`` (non-empty: ``lda`` segments of ``kq`` blocks per row, vnni's
-        ``indirect`` tiles) rows are read through it, else ``lda`` bytes apart from ``a_off``."""
+        ``indirect`` tiles) rows are read through it, else ``lda`` bytes apart from ``a_off``.
+        Where the plan has AMX weights (``chunks`` > 0), whole blocks of 16 rows or more run on
+        the AMX tiles (amx_blocks.rows_on_tiles) and the VNNI tiles take the rows left."""
+        b0 = rows_on_tiles(a, a_off, lda, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo, r0, b0, r1,
+                       corr, panels, general, ind, zeros, amx_w, chunks, sums, gbuf)
         indirect = ind.shape[0] > 0
         for p0 in range(0, panels, 4):
             nr = min(4, panels - p0)
@@ -265,7 +281,7 @@ if vnni.AVAILABLE:
 
     @numba.njit(inline="always")
     def _blocks(a, a_off, lda, rows, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
-                r0, r1, table, general, corr, pstride, ind, zeros):
+                r0, r1, table, general, corr, pstride, ind, zeros, amx_w, chunks, gbuf):
         """Rows [r0, r1) in blocks of TABLE_ROWS where a table follows (looked up while in cache), else
         where the columns take more than one group of tiles, in blocks of about BLOCK_BYTES of
         ``a``: each group of 4 panels sweeps the block while its rows are in cache, and the block's
@@ -278,10 +294,11 @@ if vnni.AVAILABLE:
             block = max(TABLE_ROWS, BLOCK_BYTES // max(pstride // 16, 1) // TABLE_ROWS * TABLE_ROWS)
         else:
             block = max(r1 - r0, 1)
+        sums = amx.aligned_empty(amx.BLOCK_ROWS * 2 * PANEL * ((panels + 1) // 2) if chunks else 0, np.int32)
         for b0 in range(r0, r1, block):
             b1 = min(r1, b0 + block)
             _gemm_block(a, a_off, lda, rows, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off,
-                        ldo, r0, b0, b1, corr, panels, pstride, general, ind, zeros)
+                        ldo, r0, b0, b1, corr, panels, pstride, general, ind, zeros, amx_w, chunks, sums, gbuf)
             if table.shape[0] == 256:
                 if ldo == n:
                     lookup_in_place(out, o_off + b0 * ldo, (b1 - b0) * n, table)
@@ -290,8 +307,8 @@ if vnni.AVAILABLE:
                         lookup_in_place(out, o_off + m * ldo, n, table)
 
     @numba.njit(inline="always")
-    def _unsigned_rows(a, a_off, lda, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, out,
-                       o_off, ldo, r0, r1, table, general):
+    def _unsigned_rows(a, a_off, lda, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, amx_w,
+                       chunks, out, o_off, ldo, r0, r1, table, general):
         """``_gemm_rows`` of rows that are the tiles' unsigned bytes already."""
         corr = np.zeros(r1 - r0 + 8, dtype=np.int32)  # + 8: the rows a partial tile computes and drops
         if row_coef != 0:
@@ -302,11 +319,12 @@ if vnni.AVAILABLE:
                     s += np.int32(a[base + kk])
                 corr[m - r0] = np.int32(np.int64(s) * row_coef)  # int32 wrap, as the accumulator
         _blocks(a, a_off, lda, rows, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
-                r0, r1, table, general, corr, kq * 64, np.empty(0, np.int32), np.empty(0, np.uint8))
+                r0, r1, table, general, corr, kq * 64, np.empty(0, np.int32), np.empty(0, np.uint8), amx_w, chunks,
+                np.empty(0, np.uint8))
 
     @numba.njit(_SIG_GEMM, cache=True, nogil=True)
-    def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, out,
-                   o_off, ldo, r0, r1, table, general):
+    def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, amx_w,
+                   chunks, out, o_off, ldo, r0, r1, table, general):
         """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
         ``a`` (``4·kq`` bytes at ``a_off + m·lda``). ``a_xor`` (int8 activations): the rows are flipped
         (XOR 0x80, the tiles' unsigned operand) a block of about BLOCK_BYTES at a time into a buffer
@@ -315,14 +333,14 @@ if vnni.AVAILABLE:
         looked up on the output, TABLE_ROWS rows at a time right after they are computed.
         ``general``: the plan's ``flags`` (bit 0 clear where ``row_coef`` is 0 and
         simd.floor_at_zero_point holds: the tiles' cheaper epilogue; bit 1: an int8 output; bit 2:
-        no row term nor left shift)."""
+        no row term nor left shift). ``amx_w``, ``chunks``: ``GemmPlan.amx_args``."""
         if a_xor == 0:
-            _unsigned_rows(a, a_off, lda, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, out,
-                           o_off, ldo, r0, r1, table, general)
+            _unsigned_rows(a, a_off, lda, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, amx_w,
+                           chunks, out, o_off, ldo, r0, r1, table, general)
             return
         width = 4 * kq
         step = max(TABLE_ROWS, BLOCK_BYTES // width // TABLE_ROWS * TABLE_ROWS)
-        buf = np.empty((step + 8) * width, dtype=np.uint8)
+        buf = amx.aligned_empty((step + 8) * width + amx.TILE_K, np.uint8)  # + a tile row's read past the last
         for b0 in range(r0, r1, step):
             b1 = min(r1, b0 + step)
             end = min(rows, b1 + 8)  # + 8: the rows a partial tile reads
@@ -334,11 +352,11 @@ if vnni.AVAILABLE:
                     src, dst = a_off + m * lda, (m - b0) * width
                     flip_into(a[src:src + width], buf[dst:dst + width])
             _unsigned_rows(buf, -b0 * width, width, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo,
-                           hi, out, o_off, ldo, b0, b1, table, general)
+                           hi, amx_w, chunks, out, o_off, ldo, b0, b1, table, general)
 
     @numba.njit(_SIG_GEMM_IND, cache=True, nogil=True)
     def _gemm_rows_indirect(a, ind, zeros, segs, seg_valid, rows, w, kq, n, bias, row_coef, mult, left, rq,
-                            out_zp, lo, hi, out, o_off, ldo, r0, r1, table, general):
+                            out_zp, lo, hi, amx_w, chunks, out, o_off, ldo, r0, r1, table, general):
         """``_gemm_rows`` with row m made of the ``segs`` segments of ``4·kq`` bytes at
         ``ind[m·segs + s]`` in ``a`` (or, for a negative entry e, at −1 − e in ``zeros``): a
         convolution's taps in place. The row term sums the first ``seg_valid`` bytes of each
@@ -352,8 +370,9 @@ if vnni.AVAILABLE:
                     for kk in range(seg_valid):
                         s += np.int32(a[base + kk] if base >= 0 else zeros[-1 - base + kk])
                 corr[m - r0] = np.int32(np.int64(s) * row_coef)
+        gbuf = amx.aligned_empty(amx.BLOCK_ROWS * segs * KSTEP * kq + amx.TILE_K if chunks else 0, np.uint8)
         _blocks(a, 0, segs, rows, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
-                r0, r1, table, general, corr, segs * kq * 64, ind, zeros)
+                r0, r1, table, general, corr, segs * kq * 64, ind, zeros, amx_w, chunks, gbuf)
 
 
 _SIG_GATHER = numba.void(ro(np.uint8, 1), *[I64] * 16, rw(np.uint8, 1))

@@ -59,7 +59,7 @@ KSTEP = 4
 PACKED_NR = (2, 4)
 
 
-def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
+def _tile_intrinsic(mr: int, nr: int, indirect: bool = False, sums: bool = False):
     """The MR × NR·16 micro-kernel with its requantization, as an intrinsic with the signature
     ``tile(a, a_off, lda, rows, w, w_off, panel_stride, kq, corr, corr_off, bias, mult, left,
     table, col0, zp, lo, hi, out, o_off, ldo, rv, nc, general)``:
@@ -87,6 +87,10 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
     convolution's taps read in place, the padding's from a block of zero-point bytes, a segment
     cut by the image's edge from its gathered copy: no im2col copy); its weight blocks are
     ``s · kq`` on.
+
+    ``sums``: the tile's int32 sums are computed already (amx.sums): ``a`` is an int32 array and
+    row r's 16·NR sums are its elements from ``a_off + min(r, rows − 1) · lda`` on; ``w``,
+    ``w_off``, ``panel_stride`` and ``kq`` are not read. The epilogue is the same.
     """
     def codegen(context, builder, signature, args):
         (a_arr, a_off_v, lda_v, rows_v, w_arr, w_off_v, pstride_v, kq_v, corr_arr, corr_off_v, bias_arr,
@@ -138,7 +142,14 @@ def _tile_intrinsic(mr: int, nr: int, indirect: bool = False):
             return accs
 
         biases = [[column_vector(10, bias_arr, p) for p in range(nr)]] * mr  # the sums start from the bias
-        if not indirect:
+        if sums:
+            s_ptr = data(0, a_arr, i32.as_pointer())
+            accs = []
+            for r, c in enumerate(clamped_rows):
+                row = builder.gep(s_ptr, [builder.add(a_off_v, builder.mul(c, lda_v))])
+                accs.append([builder.add(biases[r][p], builder.load(builder.bitcast(builder.gep(
+                    row, [ir.Constant(i64, p * PANEL)]), v16.as_pointer()), align=4)) for p in range(nr)])
+        elif not indirect:
             row_ptrs = [builder.gep(a_ptr, [builder.add(a_off_v, builder.mul(c, lda_v))]) for c in clamped_rows]
             accs = k_loop(row_ptrs, ir.Constant(i64, 0), kq_v, biases)
         else:  # a_off: the tile's first row; lda: segments per row; kq: blocks per segment
@@ -276,6 +287,8 @@ if AVAILABLE:
     #: The same tiles reading their rows through an indirection table (``indirect``'s arguments).
     ind_6x4, ind_8x3, ind_8x2, ind_8x1 = (_tile_intrinsic(m, n, True) for m, n in ((6, 4), (8, 3), (8, 2), (8, 1)))
     ind_1x4, ind_1x3, ind_1x2, ind_1x1 = (_tile_intrinsic(1, n, True) for n in (4, 3, 2, 1))
+    #: The epilogue alone, over int32 sums computed already (``sums``'s arguments): amx.sums' blocks.
+    sums_8x4, sums_8x3, sums_8x2, sums_8x1 = (_tile_intrinsic(8, n, sums=True) for n in (4, 3, 2, 1))
 
 
 @intrinsic
