@@ -100,3 +100,18 @@ def test_threads_split_the_output_rows(monkeypatch):
         model = _conv_model(QS8, QPC, **case)
         assert (_data(model).amx is not None) == (case["k"] == 3)
         _check(model, case["x_shape"], QS8, seeds=(0,))
+
+
+def test_a_cached_plan_loads_and_runs_on_the_tiles():
+    """amx_conv's plan goes into a compilation cache entry and back (hal.serialize), and the loaded
+    model computes the same bytes."""
+    from hal.compiler import compile_model
+    from hal.executor import execute
+    from hal.serialize import dump_compiled, load_compiled
+    case = dict(x_shape=(1, 9, 20, 8), out_c=16, k=3, pads=(1, 1, 1, 1))
+    compiled = compile_model(_conv_model(QS8, QPC, **case), backend_order=["numba", "reference"])
+    payload, arrays = dump_compiled(compiled)
+    loaded = load_compiled(payload, [a.copy() for a in arrays], backend_order=["numba", "reference"])
+    assert loaded.static_plan.steps[0].ctx.data.amx is not None
+    x = np.random.default_rng(1).integers(-128, 128, case["x_shape"]).astype(np.int8)
+    np.testing.assert_array_equal(execute(loaded, [x])[0], execute(compiled, [x])[0])

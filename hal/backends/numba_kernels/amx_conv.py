@@ -52,7 +52,8 @@ def plan(values: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x_z
          shift: np.ndarray, ozp: int, lo: int, hi: int, fh: int, fw: int, sh: int, sw: int, dh: int, dw: int,
          top: int, left: int, out_h: int, out_w: int) -> AmxConv | None:
     """``values``: [out_c, fh·fw·c] filter values; None where the AMX tiles do not run this layer."""
-    if not amx.AVAILABLE or dw != 1 or out_w < amx.TILE_ROWS:
+    no_row_term = w_zp == (128 if values.dtype == np.uint8 else 0)  # each row's own byte sum: gemm's paths
+    if not (amx.AVAILABLE and no_row_term and dw == 1 and out_w >= amx.TILE_ROWS):
         return None
     out_c, k = values.shape
     c = k // (fh * fw)
@@ -63,8 +64,6 @@ def plan(values: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x_z
     w[:, :, :run] = values.reshape(out_c, fh, run)
     p = gemm.make_plan(np.ascontiguousarray(w.reshape(out_c, -1).T), w_zp, bias, x_dtype, x_zp, mult, shift, ozp,
                        lo, hi, k_real=k)
-    if p.row_coef != 0:  # each row's sum of its own bytes only: gemm's paths compute it
-        return None
     return AmxConv(p, chunks, fh, sh, sw, dh, top, left, (out_h - 1) * sh + (fh - 1) * dh + 1, (out_w - 1) * sw + fw,
                    out_h, out_w, c)
 
