@@ -6,7 +6,7 @@ Each step's p50 over the runs (``hal.executor.bind``'s per-step timings), its mu
 against the CPU's own: ``vpdpbusd`` throughput measured here (a loop of independent 512-bit
 ``vpdpbusd`` chains, 64 MACs each), the integer peak the VNNI tiles can approach, and where the
 AMX tiles run, ``amx.sums``' own rate on operands in L1 (32 rows × 512 k × 32 columns a call, as
-the layers call it: tile configuration, loads, ``tdpbusd``, stores). The per-step clock readings
+the layers call it: loads, ``tdpbusd``, stores). The per-step clock readings
 add about 0.1 µs per step to the total.
 """
 from __future__ import annotations
@@ -88,8 +88,10 @@ def amx_peak_macs_per_s(calls: int = 20_000) -> float | None:
 
 @numba.njit(nogil=True)
 def _amx_loop(a, k, w, chunks, out, calls):
+    amx.configure()
     for _ in range(calls):
         amx.sums(a, 0, k, 1, 0, chunks, w, 1, 2, out, 32)
+    amx.release()
 
 
 def _macs(ctx) -> int:

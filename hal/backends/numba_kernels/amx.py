@@ -115,8 +115,9 @@ def sums(typingctx, a, a_off, lda, runs, run_stride, run_chunks, w, pairs, halve
     is ``runs`` runs of ``64 · run_chunks`` unsigned bytes of ``a``, run j at ``a_off + r · lda +
     j · run_stride``, and W's k follow the runs' bytes (``runs · run_chunks`` tiles per panel): a
     GEMM's rows (one run) or a convolution's filter rows read in place (a run per filter row, the
-    output pixels ``lda`` = stride · channels apart). Tiles are configured on entry and released
-    on exit."""
+    output pixels ``lda`` = stride · channels apart). The tiles are to be configured already
+    (``configure``, once for a caller's loop of blocks: loading the configuration costs about as
+    much as a small block), and released after it (``release``)."""
     sig = types.void(a, a_off, lda, runs, run_stride, run_chunks, w, pairs, halves, out, ldo)
 
     def codegen(context, builder, signature, args):
@@ -130,7 +131,6 @@ def sums(typingctx, a, a_off, lda, runs, run_stride, run_chunks, w, pairs, halve
         def declare(name, *arg_types):
             return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), list(arg_types)),
                                                   name)
-        load_cfg, release = declare("llvm.x86.ldtilecfg", i8p), declare("llvm.x86.tilerelease")
         load, store = declare("llvm.x86.tileloadd64", i8, i8p, i64), declare("llvm.x86.tilestored64", i8, i8p, i64)
         zero, dot = declare("llvm.x86.tilezero", i8), declare("llvm.x86.tdpbusd", i8, i8, i8)
 
@@ -140,7 +140,6 @@ def sums(typingctx, a, a_off, lda, runs, run_stride, run_chunks, w, pairs, halve
         def c64(v):
             return ir.Constant(i64, v)
         a_ptr, w_ptr, o_ptr = data(0, a_arr), data(6, w_arr), data(9, out_arr)
-        builder.call(load_cfg, [_config(builder)])
         both = builder.icmp_signed(">", halves_v, c64(1))
         lower_rows = builder.mul(lda_v, c64(TILE_ROWS))
         o_row = builder.mul(ldo_v, c64(4))  # bytes per output row
@@ -176,6 +175,28 @@ def sums(typingctx, a, a_off, lda, runs, run_stride, run_chunks, w, pairs, halve
             builder.call(store, [tmm(2), o1, o_row])
             builder.call(store, [tmm(3), builder.gep(o1, [c64(TILE_K)]), o_row])
         close_pair()
-        builder.call(release, [])
         return context.get_dummy_value()
     return sig, codegen
+
+
+@intrinsic
+def configure(typingctx):
+    """Load ``sums``' tile configuration (palette 1, every tile 16 rows of 64 bytes) for this thread."""
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p]),
+                                            "llvm.x86.ldtilecfg")
+        builder.call(fn, [_config(builder)])
+        return context.get_dummy_value()
+    return types.void(), codegen
+
+
+@intrinsic
+def release(typingctx):
+    """Return the tiles to their initial state (``tilerelease``): a thread's context switches save
+    no tile data after it."""
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.tilerelease")
+        builder.call(fn, [])
+        return context.get_dummy_value()
+    return types.void(), codegen

@@ -18,7 +18,7 @@ PANEL, KSTEP = vnni.PANEL, vnni.KSTEP
 if amx.COMPILED:
     from hal.backends.numba_kernels.vnni import sums_8x1, sums_8x2, sums_8x3, sums_8x4
 
-    @numba.njit(inline="always")
+    @numba.njit(nogil=True)
     def requantize_sums(sums, ldsum, g, panels, n, w, corr, co, bias, mult, left, rq, out_zp, lo, hi, out, o_off,
                         ldo, general):
         """The ``g`` rows of int32 sums (``ldsum`` apart; amx.sums') requantized by the VNNI
@@ -43,7 +43,7 @@ if amx.COMPILED:
                     sums_8x1(sums, so, ldsum, 8, w, 0, 0, 0, corr, cr, bias, mult, left, rq, c0, out_zp, lo, hi,
                              out, oo, ldo, 8, nc, general)
 
-    @numba.njit(inline="always")
+    @numba.njit(nogil=True)
     def rows_on_tiles(a, a_off, lda, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo, r0, b0, r1,
                       corr, panels, general, ind, zeros, amx_w, chunks, sums, gbuf):
         """Whole blocks of 32 (or 16) rows of [b0, r1) on the AMX tiles (amx.sums into ``sums``,
@@ -51,7 +51,7 @@ if amx.COMPILED:
         tiles. Indirect rows are gathered a block at a time into ``gbuf`` first (the tiles
         load rows a constant stride apart); rows read in place stop where a tile row's
         64-byte steps would read past ``a``."""
-        if chunks == 0:
+        if chunks == 0 or r1 - b0 < amx.TILE_ROWS:
             return b0
         indirect = ind.shape[0] > 0
         pairs = (panels + 1) // 2
@@ -59,6 +59,7 @@ if amx.COMPILED:
         seg = KSTEP * kq
         width = lda * seg  # indirect: lda segments of kq blocks
         i = b0
+        amx.configure()
         while r1 - i >= amx.TILE_ROWS:
             g = amx.BLOCK_ROWS if r1 - i >= amx.BLOCK_ROWS else amx.TILE_ROWS
             if indirect:
@@ -78,9 +79,10 @@ if amx.COMPILED:
             requantize_sums(sums, ldsum, g, panels, n, w, corr, i - r0, bias, mult, left, rq, out_zp, lo, hi, out,
                             o_off + i * ldo, ldo, general)
             i += g
+        amx.release()
         return i
 else:
-    @numba.njit(inline="always")
+    @numba.njit(nogil=True)
     def rows_on_tiles(a, a_off, lda, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo, r0, b0, r1,
                       corr, panels, general, ind, zeros, amx_w, chunks, sums, gbuf):
         return b0

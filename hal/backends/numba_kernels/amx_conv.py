@@ -117,6 +117,7 @@ if amx.COMPILED:
         sums = amx.aligned_empty(amx.BLOCK_ROWS * ldsum, np.int32)
         corr = np.zeros(amx.BLOCK_ROWS, dtype=np.int32)  # no row term (plan)
         step, run_stride = sw * c, dh * wp * c
+        amx.configure()
         for row in range(r0, r1):
             nb, oy = row // out_h, row % out_h
             base = (nb * hp + oy * sh) * wp * c
@@ -131,6 +132,7 @@ if amx.COMPILED:
                 ox += g
             if table.shape[0] == 256:
                 gemm.lookup_in_place(out, row * out_w * n, out_w * n, table)
+        amx.release()
 
 
 def padded_input(d: AmxConv, n_b: int) -> np.ndarray:

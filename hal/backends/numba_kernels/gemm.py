@@ -154,6 +154,10 @@ _SIG_GEMM_IND = numba.void(ro(np.uint8, 1), ro(np.int32, 1), ro(np.uint8, 1), I6
 TABLE_ROWS = 48  # whole 6- and 8-row tiles
 #: Bytes of the left operand per row block when the columns take several tile groups (a part of L1).
 BLOCK_BYTES = 16384
+#: The same for rows on the AMX tiles, in whole blocks of both tiles (amx.BLOCK_ROWS) and tables
+#: (TABLE_ROWS): a block's fixed costs (its buffers, the arrays handed down) over more rows.
+AMX_ROWS = 96
+AMX_BLOCK_BYTES = 32768
 
 
 _SIG_LOOKUP = numba.void(rw(np.uint8, 1), I64, I64, ro(np.uint8, 1))
@@ -339,7 +343,8 @@ if vnni.AVAILABLE:
                            chunks, out, o_off, ldo, r0, r1, table, general)
             return
         width = 4 * kq
-        step = max(TABLE_ROWS, BLOCK_BYTES // width // TABLE_ROWS * TABLE_ROWS)
+        unit = AMX_ROWS if chunks else TABLE_ROWS
+        step = max(unit, (AMX_BLOCK_BYTES if chunks else BLOCK_BYTES) // width // unit * unit)
         buf = amx.aligned_empty((step + 8) * width + amx.TILE_K, np.uint8)  # + a tile row's read past the last
         for b0 in range(r0, r1, step):
             b1 = min(r1, b0 + step)
