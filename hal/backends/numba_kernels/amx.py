@@ -7,6 +7,7 @@ packed panels (16 blocks of 64 bytes, 64 k). ``sums`` computes a block of 32 (or
 column with 2 × 2 C tiles (rows 0-15 / 16-31 × the two panels of a pair), 2 A tiles and 2 B
 tiles: the 8 tile registers. It stores the int32 sums to a small buffer in L1; the VNNI tiles'
 epilogue (vnni's ``sums_*`` tiles) requantizes them from there, as it does its own registers.
+``configure`` and ``release`` bracket a caller's loop of ``sums`` calls on one thread.
 
 Each A row is read 64 bytes at a time from its start: the bytes past a row's K multiply the
 zero weights ``pack`` puts past K (every product and sum is an integer, so they add exactly 0);

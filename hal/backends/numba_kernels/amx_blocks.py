@@ -18,7 +18,7 @@ PANEL, KSTEP = vnni.PANEL, vnni.KSTEP
 if amx.COMPILED:
     from hal.backends.numba_kernels.vnni import sums_8x1, sums_8x2, sums_8x3, sums_8x4
 
-    @numba.njit(nogil=True)
+    @numba.njit(inline="always")
     def requantize_sums(sums, ldsum, g, panels, n, w, corr, co, bias, mult, left, rq, out_zp, lo, hi, out, o_off,
                         ldo, general):
         """The ``g`` rows of int32 sums (``ldsum`` apart; amx.sums') requantized by the VNNI
@@ -43,7 +43,7 @@ if amx.COMPILED:
                     sums_8x1(sums, so, ldsum, 8, w, 0, 0, 0, corr, cr, bias, mult, left, rq, c0, out_zp, lo, hi,
                              out, oo, ldo, 8, nc, general)
 
-    @numba.njit(nogil=True)
+    @numba.njit(inline="always")
     def rows_on_tiles(a, a_off, lda, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo, r0, b0, r1,
                       corr, panels, general, ind, zeros, amx_w, chunks, sums, gbuf):
         """Whole blocks of 32 (or 16) rows of [b0, r1) on the AMX tiles (amx.sums into ``sums``,
@@ -82,7 +82,7 @@ if amx.COMPILED:
         amx.release()
         return i
 else:
-    @numba.njit(nogil=True)
+    @numba.njit(inline="always")
     def rows_on_tiles(a, a_off, lda, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo, r0, b0, r1,
                       corr, panels, general, ind, zeros, amx_w, chunks, sums, gbuf):
         return b0
