@@ -140,29 +140,48 @@ _ARITH_SIGS = [numba.void(numba.boolean, ro(t, 1), numba.int64, ro(t, 1), numba.
                for t in _Q8]
 
 
+#: A repeating operand shorter than this is repeated into a row about this long first: the kernel's
+#: rows then hold several repeats (a squeeze-excite gate over 32 channels: 8 pixels a row, not 1),
+#: so its per-row work (the row's bounds, the masked tail) is paid once per several pixels.
+WIDE_ROW = 256
+
+
+@numba.njit(inline="always")
+def _whole(mul, a, b, period, params, out, n):
+    """One call over all n elements, ``b`` repeating every ``period``; a short period is widened
+    first (``b``'s repeats copied into a row of about WIDE_ROW: whole repeats, at most n)."""
+    if period < WIDE_ROW and period < n:
+        reps = min(WIDE_ROW // period, n // period)
+        w = np.empty(reps * period, dtype=b.dtype)
+        for r in range(reps):
+            w[r * period:(r + 1) * period] = b[:period]
+        if mul:
+            mul_run(a, 0, w, 0, params, out, 0, n, reps * period)
+        else:
+            add_run(a, 0, w, 0, params, out, 0, n, reps * period)
+    elif mul:
+        mul_run(a, 0, b, 0, params, out, 0, n, period)
+    else:
+        add_run(a, 0, b, 0, params, out, 0, n, period)
+
+
 @numba.njit(_ARITH_SIGS, cache=True, nogil=True)
 def _arith(mul, a, period_a, b, period_b, params, out):
     """The binary operation computed: in one call where an operand is whole and the other whole
-    or repeating (a per-channel scale, a squeeze-excite gate: its period one row of the call),
-    else in blocks like ``_lookup2``'s. A repeating first operand is passed second, with its
-    parameters (zero point; ADD's multiplier and shift) swapped: both operations treat their
-    operands alike."""
+    or repeating (a per-channel scale, a squeeze-excite gate: its period one row of the call,
+    widened to several repeats), else in blocks like ``_lookup2``'s. A repeating first operand is
+    passed second, with its parameters (zero point; ADD's multiplier and shift) swapped: both
+    operations treat their operands alike."""
     n = out.shape[0]
     if period_a < period_b == n:
         swapped = params.copy()
         swapped[0], swapped[1] = params[1], params[0]
         if not mul:
             swapped[3], swapped[4], swapped[5], swapped[6] = params[5], params[6], params[3], params[4]
-        if mul:
-            mul_run(b, 0, a, 0, swapped, out, 0, n, period_a)
-        else:
-            add_run(b, 0, a, 0, swapped, out, 0, n, period_a)
+        _whole(mul, b, a, period_a, swapped, out, n)
         return
     if period_a == n:
-        if mul:
-            mul_run(a, 0, b, 0, params, out, 0, n, period_b)
-        else:
-            add_run(a, 0, b, 0, params, out, 0, n, period_b)
+        _whole(mul, a, b, period_b, params, out, n)
         return
     block = min(period_a, period_b)
     for start in range(0, n, block):
