@@ -41,16 +41,18 @@ from hal.types import OperandType
 #:   to the bench then (face 1.94/1.77, iris 1.51/2.00, pose 1.60/1.43, a 3-layer MLP 13.5/2.5) are
 #:   not in it: their whole-model ratios carry the per-invoke round trip (0.05-0.4 ms on this loaded
 #:   machine, a third of a 1 ms model), which delegate.cost charges separately (overhead_us).
-#: - numba: int8 MobileNetV2 1.00, EfficientNet-B0 1.19 -> 1.1; uint8 0.47, 0.59 -> 0.53 (re-measured
-#:   2026-11-28 after the GEMM tiles' vector XOR and per-plan requantization constants: through the
-#:   delegate, interleaved with LiteRT in one process, medians of 3 runs on an AVX-512 VNNI machine;
-#:   2026-11-27, after issue 29's filter-column depthwise, cheaper RELU-clamped requantization and
-#:   32-bit ADD scaling: 1.34 / 1.44 and 0.68 / 0.80; before them 1.85 / 2.23 and 0.87 / 1.32;
-#:   without VNNI its GEMMs fall back to float32 BLAS, not re-measured: before the VNNI kernels that
-#:   path measured 6.2 / 2.9).
+#: - numba: int8 MobileNetV2 0.84, EfficientNet-B0 0.88 -> 0.86; uint8 0.36, 0.46 -> 0.41 (2026-11-28,
+#:   after the AMX-INT8 tiles: medians of 3 runs of bench/quantized_models through the delegate,
+#:   interleaved with LiteRT, on an Intel Xeon with AVX-512 VNNI and AMX; the same code measured
+#:   0.91 / 0.96 and 0.41 / 0.48 in an earlier, slower phase of this machine (its AMX throughput
+#:   varies): stated 0.9 and 0.42, between the two. Before the tiles, int8 1.00 / 1.19 and uint8
+#:   0.47 / 0.59; 2026-11-27, after issue 29's filter-column depthwise, cheaper RELU-clamped
+#:   requantization and 32-bit ADD scaling: 1.34 / 1.44 and 0.68 / 0.80; before them 1.85 / 2.23
+#:   and 0.87 / 1.32; without VNNI its GEMMs fall back to float32 BLAS, not re-measured: before the
+#:   VNNI kernels that path measured 6.2 / 2.9).
 #: - reference: float32 5.77, 5.23, 8.17 -> 6.3; int8 48.1, 48.9 -> 48; uint8 25.4, 26.2 -> 26.
-#: Against tflite-runtime 2.14 in the same runs numba was 0.08-0.11 (int8) and 0.06-0.14 (uint8):
-#: LiteRT's 8-bit path (XNNPACK) ran these models 17-24x as fast as tflite-runtime's; float32 (both
+#: Against tflite-runtime 2.14 in the same runs numba was 0.06-0.07 (int8) and 0.03-0.04 (uint8):
+#: LiteRT's 8-bit path (XNNPACK) ran these models 11-16x as fast as tflite-runtime's; float32 (both
 #: XNNPACK) within 10% of each other.
 #: - cuda, float32: MobileNetV2 0.12 / 0.13, EfficientNet-B0 0.10 / 0.10, BlazeFace 0.27 / 0.26,
 #:   face landmark 0.28 / 0.35, pose landmark 0.17 / 0.22 -> geometric means 0.17 / 0.19, stated 0.18
@@ -62,7 +64,7 @@ from hal.types import OperandType
 MEASURED: dict[str, dict[int, float]] = {
     "cuda": {OperandType.TENSOR_FLOAT32: 0.18},
     "onnxruntime": {OperandType.TENSOR_FLOAT32: 1.19},
-    "numba": {OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 1.1, OperandType.TENSOR_QUANT8_ASYMM: 0.53},
+    "numba": {OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 0.9, OperandType.TENSOR_QUANT8_ASYMM: 0.42},
     backends.REFERENCE: {OperandType.TENSOR_FLOAT32: 6.3, OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 48.0,
                          OperandType.TENSOR_QUANT8_ASYMM: 26.0},
 }
