@@ -13,6 +13,8 @@ How it stays exact and fast:
   indirection table (zero-point bytes for padding); others gather their rows in bytes. Without
   VNNI: float32 BLAS sgemm (exact for 8-bit products in K chunks below 2^24), then one fused
   requantization pass.
+- int8 BATCH_MATMUL (batch_matmul.py): each batch slice one GEMM on the same tiles, the right-hand
+  side packed at plan time where it is constant (else at each execution), both zero points folded.
 - DEPTHWISE_CONV_2D (depthwise.py): 16 channels × a run of output pixels per call, out-of-image
   taps reading the zero point (folded into the bias), so the interior needs no bounds checks. With
   VNNI (dw_vnni.py) each input column's filter rows become one ``vpdpbusd`` operand, built once and

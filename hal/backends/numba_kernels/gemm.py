@@ -508,6 +508,16 @@ def bound_indirect(p: GemmPlan, a: np.ndarray, ind: np.ndarray, zeros: np.ndarra
     return _flipping(p, runner, (a, zeros), copies)
 
 
+def run_repacked(p: GemmPlan, packed: np.ndarray, bias: np.ndarray, a: np.ndarray, a_off: int, lda: int, rows: int,
+                 out: np.ndarray, o_off: int, ldo: int) -> None:
+    """``run`` with ``packed`` and ``bias`` in place of the plan's: weights known only at execution,
+    packed as ``packed`` lays them out and their folded bias, the plan giving the shapes and the
+    requantization; on the VNNI tiles (the AMX layout is not repacked)."""
+    a_xor, _, kq, n, _, row_coef, mult, left, rq, out_zp, lo, hi, *_ = p.kernel_args
+    _split(_gemm_rows, (a, a_off, lda, rows, a_xor, packed, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi,
+                        _NO_AMX, 0, out, o_off, ldo), p, rows, _NO_TABLE)
+
+
 def _bound_split(kernel, args: tuple, p: GemmPlan, rows: int, table: np.ndarray):
     """``_split`` as a zero-argument runner: the kernel itself where the GEMM is too small to split."""
     if rows * p.k * p.n < PARALLEL_MACS:
