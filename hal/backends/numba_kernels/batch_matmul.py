@@ -7,10 +7,12 @@ adj_x) times the right-hand side's slice as the filter [depth, cols] (transposed
 right-hand side's into a per-row term; the tiles' epilogue applies TFLite's per-tensor
 MultiplyByQuantizedMultiplier (the reference plan's multiplier and shift), the output zero point
 and the int8 saturation (BATCH_MATMUL has no fused activation). A constant right-hand side is
-packed at plan time, one plan per slice; one computed by the model is packed at each execution,
-the packing any GEMM library does per call. A left-hand side whose rows are whole 4-byte blocks
-is read in place; others are copied into rows padded with bytes that flip to 0 (the row term
-sums whole blocks). Without AVX-512 VNNI the operation is left to the next backend.
+packed at plan time, one plan per slice (the AMX tiles take its blocks where they pay); one
+computed by the model is packed at each execution (``_pack``: the panels and column sums,
+natively) into the arrays of a plan-time template, the packing any GEMM library does per call,
+and runs on the VNNI tiles (``gemm.run_repacked``). A left-hand side whose rows are whole 4-byte
+blocks is read in place; others are copied into rows padded with bytes that flip to 0 (the row
+term sums whole blocks). Without AVX-512 VNNI the operation is left to the next backend.
 """
 from __future__ import annotations
 
