@@ -130,3 +130,14 @@ def test_without_vnni_the_reference_backend_runs_it(monkeypatch):
     model, _, _ = _model((), 4, 8, 4, False, False)
     steps = compile_model(model, backend_order=["numba", "reference"]).static_plan.steps
     assert steps[0].backend == "reference"
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_threads_split_each_slices_rows(monkeypatch, constant):
+    """``--threads``: a slice large enough to split runs its rows on several workers (a computed
+    right-hand side then packs slice by slice in Python, not in the one native call)."""
+    from hal import backends
+    monkeypatch.setattr(backends, "compute_threads", lambda: 3)
+    value = np.random.default_rng(4).integers(-128, 128, (2, 128, 160)).astype(np.int8)
+    model, lhs, rhs = _model((2,), 100, 128, 160, False, False, value if constant else None)
+    _check(model, lhs, rhs, constant)

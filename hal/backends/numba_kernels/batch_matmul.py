@@ -100,6 +100,25 @@ def _pack(w, transposed, kq, x_term, packed, bias):
         bias[c] = np.int32(((np.int64(bias[c]) + x_term * s + (1 << 31)) & 0xFFFFFFFF) - (1 << 31))
 
 
+if vnni.AVAILABLE:
+    _NO_AMX, _NO_TABLE = np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.uint8)
+    I64 = numba.int64
+
+    @numba.njit(numba.void(ro(np.uint8, 1), I64, ro(np.int8, 3), numba.boolean, I64, I64, rw(np.int8, 1),
+                           ro(np.int32, 1), rw(np.int32, 1), I64, I64, I64, ro(np.int32, 1), ro(np.int32, 1),
+                           ro(np.int64, 1), I64, I64, rw(np.uint8, 1), I64), cache=True, nogil=True)
+    def _computed_slices(x, depth, ys, transposed, kq, x_term, packed, template_bias, bias, rows, cols, row_coef,
+                         mult, left, rq, out_zp, a_xor, out, flags):
+        """Every slice of a computed right-hand side ``ys`` in one call, on one thread: packed
+        (``_pack``), then its rows of ``x`` (read in place, ``depth`` bytes each) on the VNNI tiles
+        with the template's requantization, into ``out``."""
+        for s in range(ys.shape[0]):
+            bias[:] = template_bias
+            _pack(ys[s], transposed, kq, x_term, packed, bias)
+            gemm._gemm_rows(x, s * rows * depth, depth, rows, a_xor, packed, kq, cols, bias, row_coef, mult, left, rq,
+                            out_zp, -128, 127, _NO_AMX, 0, out, s * rows * cols, cols, 0, rows, _NO_TABLE, flags)
+
+
 def run(d: IntBatchMatmul, x: np.ndarray, y: np.ndarray | None, out: np.ndarray) -> None:
     """``out`` (int8, [..., rows, cols], contiguous) from the left-hand side ``x`` and, where the
     plan has no packed slices, the right-hand side ``y``."""
@@ -109,6 +128,14 @@ def run(d: IntBatchMatmul, x: np.ndarray, y: np.ndarray | None, out: np.ndarray)
     ob = out.reshape(-1).view(np.uint8)
     in_place = not d.adj_x and kp == d.depth and xs.flags.c_contiguous
     flat = xs.reshape(-1).view(np.uint8) if in_place else None
+    one_thread = (backends.compute_threads() or 1) == 1 or d.rows * d.depth * d.cols < gemm.PARALLEL_MACS
+    if d.plans is None and in_place and one_thread:  # the common case in one native call
+        t = d.template
+        a_xor, _, kq, _, _, row_coef, mult, left, rq, out_zp, *_ = t.kernel_args
+        ys = np.ascontiguousarray(y, dtype=np.int8).reshape(d.slices, *y.shape[-2:])
+        _computed_slices(flat, d.depth, ys, d.adj_y, kq, -128 - d.lhs_zp, t.packed.copy(), t.bias,
+                         np.empty_like(t.bias), d.rows, d.cols, row_coef, mult, left, rq, out_zp, a_xor, ob, t.flags)
+        return
     buf = None if in_place else np.full((d.rows, kp), _PAD, dtype=np.int8)
     if d.plans is None:
         ys = np.asarray(y, dtype=np.int8).reshape(d.slices, *y.shape[-2:])
