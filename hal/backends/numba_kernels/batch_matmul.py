@@ -128,18 +128,17 @@ def run(d: IntBatchMatmul, x: np.ndarray, y: np.ndarray | None, out: np.ndarray)
     ob = out.reshape(-1).view(np.uint8)
     in_place = not d.adj_x and kp == d.depth and xs.flags.c_contiguous
     flat = xs.reshape(-1).view(np.uint8) if in_place else None
-    one_thread = (backends.compute_threads() or 1) == 1 or d.rows * d.depth * d.cols < gemm.PARALLEL_MACS
-    if d.plans is None and in_place and one_thread:  # the common case in one native call
+    if d.plans is None:  # a computed right-hand side: packed into copies of the template's arrays
         t = d.template
-        a_xor, _, kq, _, _, row_coef, mult, left, rq, out_zp, *_ = t.kernel_args
         ys = np.ascontiguousarray(y, dtype=np.int8).reshape(d.slices, *y.shape[-2:])
-        _computed_slices(flat, d.depth, ys, d.adj_y, kq, -128 - d.lhs_zp, t.packed.copy(), t.bias,
-                         np.empty_like(t.bias), d.rows, d.cols, row_coef, mult, left, rq, out_zp, a_xor, ob, t.flags)
-        return
+        packed, bias, x_term = t.packed.copy(), np.empty_like(t.bias), -128 - d.lhs_zp  # zeros: the padding stays
+        one_thread = (backends.compute_threads() or 1) == 1 or d.rows * d.depth * d.cols < gemm.PARALLEL_MACS
+        if in_place and one_thread:  # the common case in one native call
+            a_xor, _, kq, _, _, row_coef, mult, left, rq, out_zp, *_ = t.kernel_args
+            _computed_slices(flat, d.depth, ys, d.adj_y, kq, x_term, packed, t.bias, bias, d.rows, d.cols, row_coef,
+                             mult, left, rq, out_zp, a_xor, ob, t.flags)
+            return
     buf = None if in_place else np.full((d.rows, kp), _PAD, dtype=np.int8)
-    if d.plans is None:
-        ys = np.asarray(y, dtype=np.int8).reshape(d.slices, *y.shape[-2:])
-        packed, bias = d.template.packed.copy(), np.empty_like(d.template.bias)  # zeros: the padding stays
     for s in range(d.slices):
         if in_place:
             a, a_off, lda = flat, s * d.rows * d.depth, d.depth
@@ -150,9 +149,9 @@ def run(d: IntBatchMatmul, x: np.ndarray, y: np.ndarray | None, out: np.ndarray)
         if d.plans is not None:
             gemm.run(d.plans[s], a, a_off, lda, d.rows, ob, o_off, d.cols)
             continue
-        bias[:] = d.template.bias
-        _pack(ys[s], d.adj_y, d.template.kq, -128 - d.lhs_zp, packed, bias)
-        gemm.run_repacked(d.template, packed, bias, a, a_off, lda, d.rows, ob, o_off, d.cols)
+        bias[:] = t.bias
+        _pack(ys[s], d.adj_y, t.kq, x_term, packed, bias)
+        gemm.run_repacked(t, packed, bias, a, a_off, lda, d.rows, ob, o_off, d.cols)
 
 
 def execute(ctx: OperationContext, inputs: list) -> list:
