@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from hal.backends.registry import get as backend_named
 from hal.errors import HalError
 from hal.operations.control_flow import CONTROL_FLOW
 from hal.plan import Plan, Step
@@ -40,9 +41,12 @@ class BoundProgram:
     of straight-line code: plain calls; a deadline check before each; or, when timings are asked
     for, one ``time.monotonic_ns`` reading before each step (the deadline's clock, and the step's
     start), a step's time running to the next reading, one ``record(index, op_type, ns, backend,
-    count)`` per step (``hal.executor.OperationTiming``) added at the end."""
+    count)`` per step (``hal.executor.OperationTiming``) added at the end. The plain form calls
+    consecutive steps of a backend with a ``chain`` (``hal.backends.Backend.chain``) as that
+    backend chained them; where it fails, the per-step form runs the program again, so that the
+    error names its step."""
 
-    __slots__ = ("calls", "steps", "record", "_fields", "_run", "_run_late", "_run_timed")
+    __slots__ = ("calls", "steps", "record", "_fields", "_run", "_run_late", "_run_timed", "_chained")
 
     #: The generated functions' lines per step: a failure's line number names its step.
     _LINES = {"run": 1, "run_late": 2, "run_timed": 3}
@@ -54,7 +58,13 @@ class BoundProgram:
         scope = {f"c{k}": c for k, c in enumerate(calls)}
         scope.update(clock=time.monotonic_ns, late=self._late)
         call = [f"c{k}()" if c is not _nothing else "pass" for k, c in enumerate(calls)]
-        self._run = _compile("run", "", call, scope)
+        chained = _chained(calls, steps)
+        self._chained = chained is not None
+        if chained is None:
+            self._run = _compile("run", "", call, scope)
+        else:
+            scope.update({f"f{k}": c for k, c in enumerate(chained)})
+            self._run = _compile("run", "", [f"f{k}()" for k in range(len(chained))], scope)
         self._run_late = _compile("run_late", "deadline", [line for k, c in enumerate(call) for line in (
             f"if clock() > deadline: late({k})", c)], scope)
         n = len(calls)
@@ -72,13 +82,23 @@ class BoundProgram:
                 index, op_type, backend, count = self._fields
                 timings.extend(map(self.record, index, op_type, ns, backend, count))
             elif deadline_ns is None:
-                self._run()
+                try:
+                    self._run()
+                except Exception:
+                    if not self._chained:
+                        raise
+                    self._run_late(_NEVER)  # the steps one by one: the failure names its step
             else:
                 self._run_late(deadline_ns)
         except HalError:
             raise
         except Exception as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self._failed(e)}: execution failed: {e!r}") from e
+
+    @property
+    def chained(self) -> bool:
+        """Whether the plain form calls a backend's chained runners (it is faster than the timed form)."""
+        return self._chained
 
     def _late(self, k: int) -> None:
         raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before {self.steps[k].ctx.name}")
@@ -97,6 +117,31 @@ class BoundProgram:
 
 #: "No deadline" for the timed form, which compares every step's clock reading with one.
 _NEVER = 1 << 63
+
+
+def _chained(calls: list[Callable[[], object]], steps: list[Step]) -> list[Callable[[], object]] | None:
+    """The plain form's runners: each run of consecutive steps of one backend that has a ``chain``
+    as that backend chains their runners (view steps, which call nothing, left out); None where
+    no backend chains anything."""
+    kept = [(c, s.kernel.backend) for c, s in zip(calls, steps) if c is not _nothing]
+    out: list[Callable[[], object]] = []
+    changed = len(kept) != len(calls)
+    k = 0
+    while k < len(kept):
+        name = kept[k][1]
+        j = k + 1
+        while j < len(kept) and kept[j][1] == name:
+            j += 1
+        group = [c for c, _ in kept[k:j]]
+        backend = backend_named(name)
+        if backend is not None and backend.chain is not None:
+            chained = backend.chain(group)
+            changed = changed or len(chained) != len(group)
+            out.extend(chained)
+        else:
+            out.extend(group)
+        k = j
+    return out if changed else None
 
 
 def _compile(name: str, params: str, lines: list[str], scope: dict, end: str = "") -> Callable:

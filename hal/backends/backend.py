@@ -5,7 +5,7 @@ import hashlib
 import importlib
 import pathlib
 import sys
-from typing import Iterable
+from typing import Callable, Iterable
 
 from hal.backends.kernel import Bind, Execute, Kernel, Plan, Supports
 from hal.extension_registry import extension, extension_identity, extension_modules, file_digest
@@ -38,6 +38,10 @@ class Backend:
         #: Kernels for a vendor extension's operations, by (extension name, type within it): a
         #: faster way to compute what the extension's own kernel defines (which stays the fallback).
         self.extension_kernels: dict[tuple[str, int], Kernel] = {}
+        #: ``chain(runners) -> runners``: consecutive bound steps' zero-argument runners of this
+        #: backend (``Kernel.bind``'s) as equivalent runners, fewer where the backend can make
+        #: several calls as one (``hal.bound_program``); None: each runner is called.
+        self.chain: Callable[[list[Callable[[], object]]], list[Callable[[], object]]] | None = None
         self._identity: str | None = None
 
     def register(self, op_types: OperationType | int | Iterable[OperationType | int], *, plan: Plan,

@@ -178,4 +178,7 @@ def _import_mending(name: str) -> None:
 
 
 _load()
+from hal.backends.numba_kernels.native_chain import chain as _chain  # noqa: E402 - loaded by _load
+
+BACKEND.chain = _chain
 register_backend(BACKEND)

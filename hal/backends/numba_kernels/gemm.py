@@ -32,6 +32,7 @@ from hal import backends
 from hal.backends.numba_kernels import amx, vnni
 from hal.backends.numba_kernels.amx_blocks import rows_on_tiles
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.native_chain import InOrder
 from hal.backends.numba_kernels.simd import copy_bytes, floor_at_zero_point, requant_table
 
 if vnni.VBMI:
@@ -519,8 +520,9 @@ def run_repacked(p: GemmPlan, packed: np.ndarray, bias: np.ndarray, a: np.ndarra
 
 
 def _bound_split(kernel, args: tuple, p: GemmPlan, rows: int, table: np.ndarray):
-    """``_split`` as a zero-argument runner: the kernel itself where the GEMM is too small to split."""
-    if rows * p.k * p.n < PARALLEL_MACS:
+    """``_split`` as a zero-argument runner: the kernel itself where the GEMM is too small to split
+    or one thread computes (the compute threads as at binding)."""
+    if rows * p.k * p.n < PARALLEL_MACS or (backends.compute_threads() or 1) == 1:
         return functools.partial(kernel, *args, 0, rows, table, p.flags)
     return functools.partial(_split, kernel, args, p, rows, table)
 
@@ -537,13 +539,7 @@ def bound_gather(p: GemmPlan, x: np.ndarray, fh: int, fw: int, sh: int, sw: int,
 
 def in_order(*calls):
     """One zero-argument runner making ``calls`` in order (the only call where there is one)."""
-    if len(calls) == 1:
-        return calls[0]
-
-    def run() -> None:
-        for call in calls:
-            call()
-    return run
+    return calls[0] if len(calls) == 1 else InOrder(calls)
 
 
 def _split(kernel, args: tuple, p: GemmPlan, rows: int, table: np.ndarray) -> None:

@@ -1,0 +1,242 @@
+"""Consecutive bound steps of this backend as one native call (``Backend.chain``).
+
+A bound step's runner is a zero-argument ``functools.partial`` of a compiled kernel (or an
+``InOrder`` of several). Called from Python, each such call goes through numba's dispatcher: the
+type of every argument worked out, an overload chosen, every array unboxed into a new structure,
+then the native function: a cost per step that a model of many short steps pays many times. Here the
+arguments are worked out once, at binding, into a block of 8-byte slots per call (an array: the
+fields of numba's array structure, its data pointer included; a scalar: its value), and one native
+loop calls each kernel's compiled function with them through a *trampoline* (one per compiled
+kernel signature, made once per process: it loads the slots as that function's arguments and
+calls it with numba's calling convention). The kernels are the same compiled code the dispatcher
+calls, on the same arrays, so results are the same bytes.
+
+What cannot be called so stays a Python call, in its place in the order: a runner that is not a
+partial of a compiled kernel (a thread pool's split, numpy's ``copyto``), an argument numba's
+array and scalar models do not flatten to slots (a tuple of arrays, an object), a kernel that
+returns a value. The binding holds its arrays, as the partials did. Threads: a step split over
+threads is a Python call (``gemm._bound_split``); the loop itself runs without the GIL (ctypes
+releases it), as the kernels (nogil) do.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import struct
+import threading
+from typing import Callable
+
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.dispatcher import Dispatcher
+from numba.core.registry import cpu_target
+
+_I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+#: numba's return codes a call that returned normally gives (callconv.RETCODE_OK, RETCODE_NONE).
+_RETURNED = (0, -2)
+_RUN_NAME = "nnhal_native_chain_run"
+
+_lock = threading.Lock()
+_trampolines: dict[int, tuple[object, int, tuple]] = {}  # id(cres) -> (cres, address, slot types)
+_libraries: list = []  # the compiled trampoline modules, alive as long as the process
+_run_address: int | None = None
+
+
+class InOrder:
+    """One zero-argument runner making ``calls`` in order; ``chain`` reads its calls one by one."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self, calls) -> None:
+        self.calls = tuple(calls)
+
+    def __call__(self) -> None:
+        for call in self.calls:
+            call()
+
+
+def chain(runners: list[Callable[[], object]]) -> list[Callable[[], object]]:
+    """``runners`` (bound steps' runners, in order) as equivalent runners: each run of calls that
+    can be made natively (two or more) as one ``NativeRun``, the others as they were."""
+    calls = [c for r in runners for c in (r.calls if isinstance(r, InOrder) else (r,))]
+    natives = [_native(c) for c in calls]
+    out: list[Callable[[], object]] = []
+    k = 0
+    while k < len(calls):
+        j = k
+        while j < len(calls) and natives[j] is not None:
+            j += 1
+        if j - k >= 2:
+            out.append(NativeRun(calls[k:j], natives[k:j]))
+            k = j
+        else:
+            out.append(calls[k])
+            k += 1
+    return out
+
+
+class NativeRun:
+    """Calls made by one native loop over their trampolines and argument slots."""
+
+    __slots__ = ("calls", "_slots", "_table", "_run")
+
+    def __init__(self, calls: list, natives: list[tuple[int, bytes]]) -> None:
+        self.calls = calls  # holds the arrays whose addresses the slots hold
+        sizes = [len(blob) for _, blob in natives]
+        self._slots = np.frombuffer(b"".join(blob for _, blob in natives) or b"\0" * 8, dtype=np.uint8).copy()
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        base = self._slots.ctypes.data
+        # row 0 the trampolines, row 1 their slots' addresses
+        self._table = np.array([[addr for addr, _ in natives], list(base + starts)], dtype=np.int64)
+        run = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)(_runner())
+        self._run = functools.partial(run, len(calls), self._table[0].ctypes.data, self._table[1].ctypes.data)
+
+    def __call__(self) -> None:
+        failed = self._run()
+        if failed:
+            raise RuntimeError(f"native call {failed - 1} of {len(self.calls)} failed")
+
+
+def _native(call) -> tuple[int, bytes] | None:
+    """(the trampoline's address, the argument slots) of a call made natively, or None."""
+    if not isinstance(call, functools.partial) or not isinstance(call.func, Dispatcher) or call.keywords:
+        return None
+    cres = _overload(call.func, call.args)
+    if cres is None or cres.signature.return_type != types.none:
+        return None
+    params = cres.signature.args
+    values: list = []
+    for value, param in zip(call.args, params):
+        flat = _flatten(param, value)
+        if flat is None:
+            return None
+        values.extend(flat)
+    address, slot_types = _trampoline(cres)
+    if len(values) != len(slot_types):
+        return None
+    return address, b"".join(_slot(t, v) for t, v in zip(slot_types, values))
+
+
+def _overload(dispatcher: Dispatcher, args: tuple):
+    """The compiled overload a call with ``args`` runs: the one for exactly their types, else the
+    one overload every argument's type converts to (None where several do: the dispatcher's
+    choice among them is left to it, a Python call), compiled now where none does."""
+    try:
+        argtys = tuple(dispatcher.typeof_pyval(a) for a in args)
+    except (ValueError, TypeError):
+        return None
+    overloads = dict(dispatcher.overloads)
+    if argtys in overloads:
+        return overloads[argtys]
+    typing = cpu_target.typing_context
+    fits = [cres for sig, cres in overloads.items()
+            if len(sig) == len(argtys) and all(typing.can_convert(a, p) is not None for a, p in zip(argtys, sig))]
+    if fits:
+        return fits[0] if len(fits) == 1 else None
+    try:
+        dispatcher.compile(argtys)
+    except Exception:  # noqa: BLE001 - what the call would raise, it raises when made in Python
+        return None
+    return dispatcher.overloads.get(argtys)
+
+
+def _flatten(param, value) -> list | None:
+    """The slots' values of one argument, in the order numba's argument packer flattens them."""
+    if isinstance(param, types.Array):
+        if not isinstance(value, np.ndarray) or value.ndim != param.ndim:
+            return None
+        return [0, 0, value.size, value.itemsize, value.ctypes.data, *value.shape, *value.strides]
+    if isinstance(param, (types.Integer, types.Boolean)):
+        return [int(value)]
+    if isinstance(param, types.Float):
+        return [float(value)]
+    if isinstance(param, types.UniTuple) and isinstance(value, tuple) and len(value) == param.count:
+        flat: list = []
+        for v in value:
+            f = _flatten(param.dtype, v)
+            if f is None:
+                return None
+            flat.extend(f)
+        return flat
+    return None
+
+
+def _slot(llvm_type, value) -> bytes:
+    if isinstance(llvm_type, ir.FloatType):
+        return struct.pack("<f4x", value)
+    if isinstance(llvm_type, ir.DoubleType):
+        return struct.pack("<d", value)
+    return struct.pack("<Q", int(value) & 0xFFFF_FFFF_FFFF_FFFF)  # an integer's low bytes first, a pointer
+
+
+def _trampoline(cres) -> tuple[int, tuple]:
+    """``i32 trampoline(i8* slots)`` for one compiled overload: loads its flattened arguments from
+    8-byte slots and calls it; (its address, the slots' LLVM types). Made once per overload."""
+    with _lock:
+        known = _trampolines.get(id(cres))
+        if known is not None:
+            return known[1], known[2]
+        context = cpu_target.target_context
+        params = cres.signature.args
+        slot_types = tuple(context.call_conv._get_arg_packer(params).argument_types)  # noqa: SLF001
+        fnty = context.call_conv.get_function_type(cres.signature.return_type, params)
+        target = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+        name = f"nnhal_trampoline_{len(_trampolines)}"
+        module = ir.Module(name)
+        fn = ir.Function(module, ir.FunctionType(_I32, [_I8.as_pointer()]), name)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        slots = b.bitcast(fn.args[0], _I64.as_pointer())
+        args = [b.load(b.bitcast(b.gep(slots, [ir.Constant(_I64, j)]), t.as_pointer()), align=8)
+                for j, t in enumerate(slot_types)]
+        ret = b.alloca(fnty.args[0].pointee)
+        exc = b.alloca(fnty.args[1].pointee)
+        b.store(ir.Constant(fnty.args[1].pointee, None), exc)
+        callee = b.inttoptr(ir.Constant(_I64, target), fnty.as_pointer())
+        b.ret(b.call(callee, [ret, exc, *args]))
+        address = _compile(module, name)
+        _trampolines[id(cres)] = (cres, address, slot_types)
+        return address, slot_types
+
+
+def _runner() -> int:
+    """``i32 run(i64 n, i64* trampolines, i64* slots)``: calls trampoline k with slots k in order;
+    0, or 1 + the first call whose return code is an error (the calls after it not made)."""
+    global _run_address
+    with _lock:
+        if _run_address is not None:
+            return _run_address
+        module = ir.Module(_RUN_NAME)
+        fn = ir.Function(module, ir.FunctionType(_I32, [_I64, _I64.as_pointer(), _I64.as_pointer()]), _RUN_NAME)
+        n, fns, slots = fn.args
+        entry, loop, body, fail, done = (fn.append_basic_block(s) for s in ("entry", "loop", "body", "fail", "done"))
+        b = ir.IRBuilder(entry)
+        b.branch(loop)
+        b.position_at_end(loop)
+        k = b.phi(_I64)
+        k.add_incoming(ir.Constant(_I64, 0), entry)
+        b.cbranch(b.icmp_signed("<", k, n), body, done)
+        b.position_at_end(body)
+        tramp_type = ir.FunctionType(_I32, [_I8.as_pointer()])
+        callee = b.inttoptr(b.load(b.gep(fns, [k])), tramp_type.as_pointer())
+        code = b.call(callee, [b.inttoptr(b.load(b.gep(slots, [k])), _I8.as_pointer())])
+        ok = b.or_(*(b.icmp_signed("==", code, ir.Constant(_I32, c)) for c in _RETURNED))
+        k_next = b.add(k, ir.Constant(_I64, 1))
+        k.add_incoming(k_next, body)
+        b.cbranch(ok, loop, fail)
+        b.position_at_end(fail)
+        b.ret(b.trunc(k_next, _I32))
+        b.position_at_end(done)
+        b.ret(ir.Constant(_I32, 0))
+        _run_address = _compile(module, _RUN_NAME)
+        return _run_address
+
+
+def _compile(module: ir.Module, name: str) -> int:
+    with global_compiler_lock:
+        library = cpu_target.target_context.codegen().create_library(name)
+        library.add_ir_module(module)
+        library.finalize()
+    _libraries.append(library)
+    return library.get_pointer_to_function(name)
