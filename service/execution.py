@@ -40,7 +40,9 @@ class OperationPerfRecord:
 
 
 class PerfCounters:
-    """Per-operation execution counts and time (Hexagon NN's perfinfo)."""
+    """Per-operation execution counts and time (Hexagon NN's perfinfo). ``executions`` counts every
+    execution; an operation's ``executions`` those timed per operation (a bound model's unmeasured
+    executions are sampled: ``TIMED_ONE_IN``), over which its ``total_ns`` is summed."""
 
     def __init__(self, compiled: CompiledModel | None = None) -> None:
         self._lock = threading.Lock()
@@ -213,25 +215,43 @@ class PreparedModel:
         return ExecutionResult(shapes, time.monotonic_ns() - received_ns, timings)
 
 
+#: A bound model whose untimed program chains its steps (``hal.bound_program``): its executions
+#: that nobody measures are timed step by step one in this many (and the first), the
+#: per-operation counters' sample; the others run the untimed form.
+TIMED_ONE_IN = 16
+
+
 class BoundExecution:
     """``PreparedModel.bind``: a model's executions on fixed arrays. A static model's program is
     bound to them (``hal.executor.bind``: one partition computing straight into the outputs, or
     every step bound once, intermediates allocated once); otherwise (control flow, shapes that
     depend on the data) each execution's results are copied into them once. Everything per
     execution is prepared here once (the work, the shapes): a call is the admission, the gate, the
-    work and the records (``PreparedModel._run``: the one place they are done)."""
+    work and the records (``PreparedModel._run``: the one place they are done). An execution
+    whose caller does not measure it is timed per operation as ``TIMED_ONE_IN`` says."""
 
     def __init__(self, model: PreparedModel, inputs: list[np.ndarray], outputs: list[np.ndarray]):
         self.model, self.inputs, self.outputs = model, inputs, outputs
         self.shapes = [OutputShape(tuple(o.shape), True) for o in outputs]
         self._runner = hal_bind(model.compiled, inputs, outputs)
         self._work: Work = self._run_bound if self._runner is not None else self._run_and_copy
+        self._untimed: Work = self._run_untimed if self._runner is not None else self._run_and_copy
+        self._executions = 0
+        self._sampled = bool(getattr(self._runner, "chained", False))
 
-    def __call__(self, deadline_ns: int | None, received_ns: int, loop_timeout_ns: int = 0) -> ExecutionResult:
-        return self.model._run(self._work, deadline_ns, received_ns, loop_timeout_ns)
+    def __call__(self, deadline_ns: int | None, received_ns: int, loop_timeout_ns: int = 0,
+                 measure: bool = True) -> ExecutionResult:
+        """One execution; ``measure`` False: the caller does not read its timing."""
+        self._executions += 1
+        timed = measure or not self._sampled or self._executions % TIMED_ONE_IN == 1
+        return self.model._run(self._work if timed else self._untimed, deadline_ns, received_ns, loop_timeout_ns)
 
     def _run_bound(self, timings: list[OperationTiming], deadline_ns: int | None, loop_timeout_ns: int):
         self._runner(timings, deadline_ns, loop_timeout_ns or None)
+        return self.shapes
+
+    def _run_untimed(self, timings: list[OperationTiming], deadline_ns: int | None, loop_timeout_ns: int):
+        self._runner(None, deadline_ns, loop_timeout_ns or None)
         return self.shapes
 
     def _run_and_copy(self, timings: list[OperationTiming], deadline_ns: int | None, loop_timeout_ns: int):

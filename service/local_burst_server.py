@@ -190,7 +190,7 @@ class LocalBurstServer:
                 if again is not None:
                     seq = again
                     bound, timeout_ns, loop_timeout_ns, measure = steady
-                    result = bound(deadline_from_timeout(timeout_ns, received), received, loop_timeout_ns)
+                    result = bound(deadline_from_timeout(timeout_ns, received), received, loop_timeout_ns, measure)
                     self._reply(view, seq, result, measure, self._bound_shapes)
                     return
             self._steady = None
@@ -198,7 +198,7 @@ class LocalBurstServer:
             seq = header.seq
             deadline = deadline_from_timeout(header.timeout_ns, received)
             if self._bound is not None and header.layout == self._bound_layout:
-                result = self._bound(deadline, received, header.loop_timeout_ns)
+                result = self._bound(deadline, received, header.loop_timeout_ns, header.measure)
                 shapes = self._bound_shapes
             else:
                 self._bound = None

@@ -20,7 +20,7 @@ from hal.executor import bind as hal_bind  # noqa: E402
 from hal.types import ErrorStatus, ExecutionPreference, OperationType, Priority  # noqa: E402
 from nnhal.examples import efficientnet_b0, mobilenet_like  # noqa: E402
 from nnhal.examples_quantized import blazeface_quantized, small_cnn  # noqa: E402
-from service.execution import PreparedModel  # noqa: E402
+from service.execution import TIMED_ONE_IN, PreparedModel  # noqa: E402
 from tests.backends.test_numba import _fc  # noqa: E402 - the numba tests' FULLY_CONNECTED model
 from tests.harness import random_tensor  # noqa: E402
 
@@ -58,6 +58,7 @@ def test_the_bound_program_matches_execute_and_the_reference(build, dtype):
                 if c is not _nothing and getattr(c, "__qualname__", "").startswith("_executed")
                 and s.backend == "numba" and s.ctx.op_type in BINDING]
     assert not executed, f"no bound form: {executed}"
+    assert runner._chained  # the plain form makes the numba steps' calls natively (native_chain)
     rng = np.random.default_rng(3)
     for form in ("plain", "timed", "deadline"):
         for x in ins:  # the bound arrays' contents change between executions
@@ -131,6 +132,25 @@ def test_the_service_binds_a_multi_step_program():
         for got, want in zip(outs, execute(compiled, [ins[0].copy()])):
             np.testing.assert_array_equal(got, want)
         assert len(result.timings) == len(compiled.static_plan.program)
+
+
+def test_unmeasured_executions_of_a_bound_model_are_timed_per_operation_one_in_sixteen():
+    model = _model(lambda d: small_cnn(d, 32), np.int8)
+    compiled = compile_model(model, backend_order=ORDER)
+    reference = compile_model(model, backend_order=["reference"])
+    pm = PreparedModel("m", compiled, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM)
+    ins, outs, _ = _bind(compiled)
+    bound = pm.bind(ins, outs)
+    rng = np.random.default_rng(5)
+    timed = []
+    for _ in range(2 * TIMED_ONE_IN):
+        ins[0][...] = random_tensor(rng, ins[0].shape, ins[0].dtype)
+        timed.append(bool(bound(None, 0, 0, measure=False).timings))
+        np.testing.assert_array_equal(outs[0], execute(reference, [ins[0].copy()])[0])
+    assert timed == [k % TIMED_ONE_IN == 0 for k in range(2 * TIMED_ONE_IN)]
+    assert all(len(bound(None, 0).timings) == len(compiled.static_plan.program) for _ in range(3))  # measured
+    executions, ops = pm.perf.snapshot()
+    assert executions == 2 * TIMED_ONE_IN + 3 and {op.executions for op in ops} == {2 + 3}
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
