@@ -153,6 +153,8 @@ _SIG_GEMM_IND = numba.void(ro(np.uint8, 1), ro(np.int32, 1), ro(np.uint8, 1), I6
                            ro(np.int8, 1), I64, rw(np.uint8, 1), I64, I64, I64, I64, ro(np.uint8, 1), I64)
 #: Rows per block when a table follows the GEMM: each block's output is looked up while in cache.
 TABLE_ROWS = 48  # whole 6- and 8-row tiles
+#: Output bytes per block at most when a table follows (the block looked up while in L1).
+TABLE_BYTES = 16384
 #: Bytes of the left operand per row block when the columns take several tile groups (a part of L1).
 BLOCK_BYTES = 16384
 #: The same for rows on the AMX tiles, in whole blocks of both tiles (amx.BLOCK_ROWS) and tables
@@ -287,18 +289,19 @@ if vnni.AVAILABLE:
     @numba.njit(inline="always")
     def _blocks(a, a_off, lda, rows, w, kq, n, bias, mult, left, rq, out_zp, lo, hi, out, o_off, ldo,
                 r0, r1, table, general, corr, pstride, ind, zeros, amx_w, chunks, gbuf):
-        """Rows [r0, r1) in blocks of TABLE_ROWS where a table follows (looked up while in cache), else
-        where the columns take more than one group of tiles, in blocks of about BLOCK_BYTES of
+        """Rows [r0, r1) in blocks of whole TABLE_ROWS of at most TABLE_BYTES of output where a table
+        follows (looked up while in cache); where the columns take more than one group of tiles,
+        in blocks of about BLOCK_BYTES of
         ``a``: each group of 4 panels sweeps the block while its rows are in cache, and the block's
         output rows are written whole before the next (a sweep of every row per group would write
         each output line once per group, the lines evicted in between on a large layer)."""
         panels = (n + 15) // 16
-        if table.shape[0] == 256:
-            block = TABLE_ROWS
-        elif panels > 4:
+        if panels > 4:
             block = max(TABLE_ROWS, BLOCK_BYTES // max(pstride // 16, 1) // TABLE_ROWS * TABLE_ROWS)
         else:
             block = max(r1 - r0, 1)
+        if table.shape[0] == 256:
+            block = max(TABLE_ROWS, min(block, TABLE_BYTES // max(n, 1) // TABLE_ROWS * TABLE_ROWS))
         sums = amx.aligned_empty(amx.BLOCK_ROWS * 2 * PANEL * ((panels + 1) // 2) if chunks else 0, np.int32)
         for b0 in range(r0, r1, block):
             b1 = min(r1, b0 + block)
