@@ -59,9 +59,12 @@ class InOrder:
 
 def chain(runners: list[Callable[[], object]]) -> list[Callable[[], object]]:
     """``runners`` (bound steps' runners, in order) as equivalent runners: each run of calls that
-    can be made natively (two or more) as one ``NativeRun``, the others as they were."""
-    calls = [c for r in runners for c in (r.calls if isinstance(r, InOrder) else (r,))]
-    natives = [_native(c) for c in calls]
+    can be made natively (two or more) as one ``NativeRun``, the others as they were. The
+    trampolines the calls need and the process lacks are compiled together, in one module."""
+    calls = list(_in_order(runners))
+    resolved = [_resolve(c) for c in calls]
+    _make_trampolines([r[0] for r in resolved if r is not None])
+    natives = [None if r is None else _slots(*r) for r in resolved]
     out: list[Callable[[], object]] = []
     k = 0
     while k < len(calls):
@@ -77,6 +80,15 @@ def chain(runners: list[Callable[[], object]]) -> list[Callable[[], object]]:
     return out
 
 
+def _in_order(runners):
+    """The calls ``runners`` make, in order (an ``InOrder``'s own, at any depth)."""
+    for r in runners:
+        if isinstance(r, InOrder):
+            yield from _in_order(r.calls)
+        else:
+            yield r
+
+
 class NativeRun:
     """Calls made by one native loop over their trampolines and argument slots."""
 
@@ -90,7 +102,7 @@ class NativeRun:
         base = self._slots.ctypes.data
         # row 0 the trampolines, row 1 their slots' addresses
         self._table = np.array([[addr for addr, _ in natives], list(base + starts)], dtype=np.int64)
-        run = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)(_runner())
+        run = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)(_run_address)
         self._run = functools.partial(run, len(calls), self._table[0].ctypes.data, self._table[1].ctypes.data)
 
     def __call__(self) -> None:
@@ -99,21 +111,25 @@ class NativeRun:
             raise RuntimeError(f"native call {failed - 1} of {len(self.calls)} failed")
 
 
-def _native(call) -> tuple[int, bytes] | None:
-    """(the trampoline's address, the argument slots) of a call made natively, or None."""
+def _resolve(call) -> tuple[object, list] | None:
+    """(the compiled overload, its flattened argument values) of a call made natively, or None."""
     if not isinstance(call, functools.partial) or not isinstance(call.func, Dispatcher) or call.keywords:
         return None
     cres = _overload(call.func, call.args)
     if cres is None or cres.signature.return_type != types.none:
         return None
-    params = cres.signature.args
     values: list = []
-    for value, param in zip(call.args, params):
+    for value, param in zip(call.args, cres.signature.args):
         flat = _flatten(param, value)
         if flat is None:
             return None
         values.extend(flat)
-    address, slot_types = _trampoline(cres)
+    return cres, values
+
+
+def _slots(cres, values: list) -> tuple[int, bytes] | None:
+    """(the trampoline's address, the argument slots) of a resolved call."""
+    _, address, slot_types = _trampolines[id(cres)]
     if len(values) != len(slot_types):
         return None
     return address, b"".join(_slot(t, v) for t, v in zip(slot_types, values))
@@ -171,72 +187,76 @@ def _slot(llvm_type, value) -> bytes:
     return struct.pack("<Q", int(value) & 0xFFFF_FFFF_FFFF_FFFF)  # an integer's low bytes first, a pointer
 
 
-def _trampoline(cres) -> tuple[int, tuple]:
-    """``i32 trampoline(i8* slots)`` for one compiled overload: loads its flattened arguments from
-    8-byte slots and calls it; (its address, the slots' LLVM types). Made once per overload."""
-    with _lock:
-        known = _trampolines.get(id(cres))
-        if known is not None:
-            return known[1], known[2]
-        context = cpu_target.target_context
-        params = cres.signature.args
-        slot_types = tuple(context.call_conv._get_arg_packer(params).argument_types)  # noqa: SLF001
-        fnty = context.call_conv.get_function_type(cres.signature.return_type, params)
-        target = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
-        name = f"nnhal_trampoline_{len(_trampolines)}"
-        module = ir.Module(name)
-        fn = ir.Function(module, ir.FunctionType(_I32, [_I8.as_pointer()]), name)
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        slots = b.bitcast(fn.args[0], _I64.as_pointer())
-        args = [b.load(b.bitcast(b.gep(slots, [ir.Constant(_I64, j)]), t.as_pointer()), align=8)
-                for j, t in enumerate(slot_types)]
-        ret = b.alloca(fnty.args[0].pointee)
-        exc = b.alloca(fnty.args[1].pointee)
-        b.store(ir.Constant(fnty.args[1].pointee, None), exc)
-        callee = b.inttoptr(ir.Constant(_I64, target), fnty.as_pointer())
-        b.ret(b.call(callee, [ret, exc, *args]))
-        address = _compile(module, name)
-        _trampolines[id(cres)] = (cres, address, slot_types)
-        return address, slot_types
-
-
-def _runner() -> int:
-    """``i32 run(i64 n, i64* trampolines, i64* slots)``: calls trampoline k with slots k in order;
-    0, or 1 + the first call whose return code is an error (the calls after it not made)."""
+def _make_trampolines(overloads: list) -> None:
+    """``i32 trampoline(i8* slots)`` for each compiled overload without one: loads its flattened
+    arguments from 8-byte slots and calls it. Made once per overload per process, those of one
+    chain in one module (one compilation)."""
     global _run_address
     with _lock:
-        if _run_address is not None:
-            return _run_address
-        module = ir.Module(_RUN_NAME)
-        fn = ir.Function(module, ir.FunctionType(_I32, [_I64, _I64.as_pointer(), _I64.as_pointer()]), _RUN_NAME)
-        n, fns, slots = fn.args
-        entry, loop, body, fail, done = (fn.append_basic_block(s) for s in ("entry", "loop", "body", "fail", "done"))
-        b = ir.IRBuilder(entry)
-        b.branch(loop)
-        b.position_at_end(loop)
-        k = b.phi(_I64)
-        k.add_incoming(ir.Constant(_I64, 0), entry)
-        b.cbranch(b.icmp_signed("<", k, n), body, done)
-        b.position_at_end(body)
-        tramp_type = ir.FunctionType(_I32, [_I8.as_pointer()])
-        callee = b.inttoptr(b.load(b.gep(fns, [k])), tramp_type.as_pointer())
-        code = b.call(callee, [b.inttoptr(b.load(b.gep(slots, [k])), _I8.as_pointer())])
-        ok = b.or_(*(b.icmp_signed("==", code, ir.Constant(_I32, c)) for c in _RETURNED))
-        k_next = b.add(k, ir.Constant(_I64, 1))
-        k.add_incoming(k_next, body)
-        b.cbranch(ok, loop, fail)
-        b.position_at_end(fail)
-        b.ret(b.trunc(k_next, _I32))
-        b.position_at_end(done)
-        b.ret(ir.Constant(_I32, 0))
-        _run_address = _compile(module, _RUN_NAME)
-        return _run_address
+        missing = list({id(c): c for c in overloads if id(c) not in _trampolines}.values())
+        if not missing and _run_address is not None:
+            return
+        context = cpu_target.target_context
+        module = ir.Module(f"nnhal_trampolines_{len(_libraries)}")
+        if _run_address is None:
+            _define_runner(module)
+        made = []
+        for cres in missing:
+            params = cres.signature.args
+            slot_types = tuple(context.call_conv._get_arg_packer(params).argument_types)  # noqa: SLF001
+            fnty = context.call_conv.get_function_type(cres.signature.return_type, params)
+            target = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+            name = f"nnhal_trampoline_{len(_trampolines) + len(made)}"
+            fn = ir.Function(module, ir.FunctionType(_I32, [_I8.as_pointer()]), name)
+            b = ir.IRBuilder(fn.append_basic_block("entry"))
+            slots = b.bitcast(fn.args[0], _I64.as_pointer())
+            args = [b.load(b.bitcast(b.gep(slots, [ir.Constant(_I64, j)]), t.as_pointer()), align=8)
+                    for j, t in enumerate(slot_types)]
+            ret = b.alloca(fnty.args[0].pointee)
+            exc = b.alloca(fnty.args[1].pointee)
+            b.store(ir.Constant(fnty.args[1].pointee, None), exc)
+            callee = b.inttoptr(ir.Constant(_I64, target), fnty.as_pointer())
+            b.ret(b.call(callee, [ret, exc, *args]))
+            made.append((cres, name, slot_types))
+        library = _compile(module)
+        for cres, name, slot_types in made:
+            _trampolines[id(cres)] = (cres, library.get_pointer_to_function(name), slot_types)
+        if _run_address is None:
+            _run_address = library.get_pointer_to_function(_RUN_NAME)
 
 
-def _compile(module: ir.Module, name: str) -> int:
+def _define_runner(module: ir.Module) -> None:
+    """Add ``i32 run(i64 n, i64* trampolines, i64* slots)`` to ``module``: calls trampoline k with
+    slots k in order; 0, or 1 + the first call whose return code is an error (the calls after it
+    not made). One per process (``_run_address``), compiled with the first trampolines."""
+    fn = ir.Function(module, ir.FunctionType(_I32, [_I64, _I64.as_pointer(), _I64.as_pointer()]), _RUN_NAME)
+    n, fns, slots = fn.args
+    entry, loop, body, fail, done = (fn.append_basic_block(s) for s in ("entry", "loop", "body", "fail", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    k = b.phi(_I64)
+    k.add_incoming(ir.Constant(_I64, 0), entry)
+    b.cbranch(b.icmp_signed("<", k, n), body, done)
+    b.position_at_end(body)
+    tramp_type = ir.FunctionType(_I32, [_I8.as_pointer()])
+    callee = b.inttoptr(b.load(b.gep(fns, [k])), tramp_type.as_pointer())
+    code = b.call(callee, [b.inttoptr(b.load(b.gep(slots, [k])), _I8.as_pointer())])
+    ok = b.or_(*(b.icmp_signed("==", code, ir.Constant(_I32, c)) for c in _RETURNED))
+    k_next = b.add(k, ir.Constant(_I64, 1))
+    k.add_incoming(k_next, body)
+    b.cbranch(ok, loop, fail)
+    b.position_at_end(fail)
+    b.ret(b.trunc(k_next, _I32))
+    b.position_at_end(done)
+    b.ret(ir.Constant(_I32, 0))
+
+
+def _compile(module: ir.Module):
+    """``module`` compiled (kept for the process's lifetime: its functions' addresses are in use)."""
     with global_compiler_lock:
-        library = cpu_target.target_context.codegen().create_library(name)
+        library = cpu_target.target_context.codegen().create_library(module.name)
         library.add_ir_module(module)
         library.finalize()
     _libraries.append(library)
-    return library.get_pointer_to_function(name)
+    return library
