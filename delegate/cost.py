@@ -87,14 +87,14 @@ is what issues 66677, 43541 and 28283 report as slower than no delegation). "cos
 the rule to a whole graph too; "largest" is TFLite's rule. ``nnhal report`` prints every
 candidate's estimate and the decision in every mode.
 
-On this machine the service's stated figures (float32 1.19, int8 0.9, uint8 0.42 with the default
+On this machine the service's stated figures (float32 1.19, int8 0.8, uint8 0.4 with the default
 backends, relative to LiteRT) make the rule keep float partitions of a partly supported graph on
 LiteRT's CPU (the service is slower there, and pays the invoke) and delegate 8-bit ones that are
-large enough: an int8 partition once 0.1 C > 26 us (46 when partitions take turns) + 3 us per
-node + transfer, its CPU estimate C above about 260 (460) us + 30 us per node; uint8 once 0.58 C
-does, C above about 45 (80) us + 5 us per node. Under tflite-runtime 2.14 the same figures
-delegate an 8-bit partition far sooner: for convolution work the service's time is 0.9 x C x
-4,900 / 77,000 = 0.057 C (uint8: 0.027 C), so C > about 28 (49) us + 3.2 us per node; float
+large enough: an int8 partition once 0.2 C > 26 us (46 when partitions take turns) + 3 us per
+node + transfer, its CPU estimate C above about 130 (230) us + 15 us per node; uint8 once 0.6 C
+does, C above about 43 (77) us + 5 us per node. Under tflite-runtime 2.14 the same figures
+delegate an 8-bit partition far sooner: for convolution work the service's time is 0.8 x C x
+4,900 / 77,000 = 0.051 C (uint8: 0.026 C), so C > about 27 (48) us + 3.2 us per node; float
 partitions stay on its CPU too.
 """
 from __future__ import annotations
