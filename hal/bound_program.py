@@ -46,7 +46,7 @@ class BoundProgram:
     backend chained them; where it fails, the per-step form runs the program again, so that the
     error names its step."""
 
-    __slots__ = ("calls", "steps", "record", "_fields", "_run", "_run_late", "_run_timed", "_chained")
+    __slots__ = ("calls", "steps", "record", "chained", "_fields", "_run", "_run_late", "_run_timed")
 
     #: The generated functions' lines per step: a failure's line number names its step.
     _LINES = {"run": 1, "run_late": 2, "run_timed": 3}
@@ -59,7 +59,8 @@ class BoundProgram:
         scope.update(clock=time.monotonic_ns, late=self._late)
         call = [f"c{k}()" if c is not _nothing else "pass" for k, c in enumerate(calls)]
         chained = _chained(calls, steps)
-        self._chained = chained is not None
+        #: Whether the plain form calls a backend's chained runners (faster than the timed form).
+        self.chained = chained is not None
         if chained is None:
             self._run = _compile("run", "", call, scope)
         else:
@@ -85,7 +86,7 @@ class BoundProgram:
                 try:
                     self._run()
                 except Exception:
-                    if not self._chained:
+                    if not self.chained:
                         raise
                     self._run_late(_NEVER)  # the steps one by one: the failure names its step
             else:
@@ -94,11 +95,6 @@ class BoundProgram:
             raise
         except Exception as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self._failed(e)}: execution failed: {e!r}") from e
-
-    @property
-    def chained(self) -> bool:
-        """Whether the plain form calls a backend's chained runners (it is faster than the timed form)."""
-        return self._chained
 
     def _late(self, k: int) -> None:
         raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before {self.steps[k].ctx.name}")
@@ -125,7 +121,7 @@ def _chained(calls: list[Callable[[], object]], steps: list[Step]) -> list[Calla
     no backend chains anything."""
     kept = [(c, s.kernel.backend) for c, s in zip(calls, steps) if c is not _nothing]
     out: list[Callable[[], object]] = []
-    changed = len(kept) != len(calls)
+    changed = False
     k = 0
     while k < len(kept):
         name = kept[k][1]

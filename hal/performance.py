@@ -46,14 +46,14 @@ from hal.types import OperandType
 #:   interleaved with LiteRT, on an Intel Xeon with AVX-512 VNNI and AMX; the same code measured
 #:   0.91 / 0.96 and 0.41 / 0.48 in an earlier, slower phase of this machine (its AMX throughput
 #:   varies): stated 0.9 and 0.42, between the two. Before the tiles, int8 1.00 / 1.19 and uint8
-#:   0.47 / 0.59. After the bound program's numba steps were chained natively (native_chain;
-#:   2026-11-28, three `make bench` runs, all in slower phases of LiteRT's own time): int8
-#:   MobileNetV2 0.80 / 0.78 / 0.81, EfficientNet-B0 0.90 / 0.81 / 0.79 -> medians 0.80, 0.81 ->
-#:   stated 0.8; uint8 0.36 / 0.35 / 0.37 and 0.47 / 0.45 / 0.44 -> 0.36, 0.45 -> stated 0.4.
-#:   2026-11-27, after issue 29's filter-column depthwise, cheaper RELU-clamped
+#:   0.47 / 0.59; 2026-11-27, after issue 29's filter-column depthwise, cheaper RELU-clamped
 #:   requantization and 32-bit ADD scaling: 1.34 / 1.44 and 0.68 / 0.80; before them 1.85 / 2.23
 #:   and 0.87 / 1.32; without VNNI its GEMMs fall back to float32 BLAS, not re-measured: before the
-#:   VNNI kernels that path measured 6.2 / 2.9).
+#:   VNNI kernels that path measured 6.2 / 2.9). Now, after the bound program's numba steps were
+#:   chained natively (native_chain; 2026-11-28, three `make bench` runs, all in slower phases of
+#:   LiteRT's own time): int8 MobileNetV2 0.80 / 0.78 / 0.81, EfficientNet-B0 0.90 / 0.81 / 0.79
+#:   -> medians 0.80, 0.81 -> stated 0.8; uint8 0.36 / 0.35 / 0.37 and 0.47 / 0.45 / 0.44 -> 0.36,
+#:   0.45 -> stated 0.4.
 #: - reference: float32 5.77, 5.23, 8.17 -> 6.3; int8 48.1, 48.9 -> 48; uint8 25.4, 26.2 -> 26.
 #: Against tflite-runtime 2.14 in the same runs numba was 0.06-0.07 (int8) and 0.03-0.04 (uint8):
 #: LiteRT's 8-bit path (XNNPACK) ran these models 11-16x as fast as tflite-runtime's; float32 (both

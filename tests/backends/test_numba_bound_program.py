@@ -58,7 +58,7 @@ def test_the_bound_program_matches_execute_and_the_reference(build, dtype):
                 if c is not _nothing and getattr(c, "__qualname__", "").startswith("_executed")
                 and s.backend == "numba" and s.ctx.op_type in BINDING]
     assert not executed, f"no bound form: {executed}"
-    assert runner._chained  # the plain form makes the numba steps' calls natively (native_chain)
+    assert runner.chained  # the plain form makes the numba steps' calls natively (native_chain)
     rng = np.random.default_rng(3)
     for form in ("plain", "timed", "deadline"):
         for x in ins:  # the bound arrays' contents change between executions

@@ -125,7 +125,7 @@ def test_a_bound_program_whose_chained_form_fails_names_the_step_by_running_it_s
     assert {s.kernel.backend for s in steps} == {"numba"}
     program = BoundProgram([functools.partial(_add_one, buf), _nothing, functools.partial(_fails, buf),
                             functools.partial(_add_one, buf)], steps, OperationTiming)
-    assert program._chained
+    assert program.chained
     with pytest.raises(HalError) as e:
         program()
     assert e.value.status == ErrorStatus.GENERAL_FAILURE

@@ -132,8 +132,7 @@ def run(d: IntBatchMatmul, x: np.ndarray, y: np.ndarray | None, out: np.ndarray)
         t = d.template
         ys = np.ascontiguousarray(y, dtype=np.int8).reshape(d.slices, *y.shape[-2:])
         packed, bias, x_term = t.packed.copy(), np.empty_like(t.bias), -128 - d.lhs_zp  # zeros: the padding stays
-        one_thread = (backends.compute_threads() or 1) == 1 or d.rows * d.depth * d.cols < gemm.PARALLEL_MACS
-        if in_place and one_thread:  # the common case in one native call
+        if in_place and gemm.threads_for(d.rows, d.depth, d.cols) == 1:  # the common case in one native call
             a_xor, _, kq, _, _, row_coef, mult, left, rq, out_zp, *_ = t.kernel_args
             _computed_slices(flat, d.depth, ys, d.adj_y, kq, x_term, packed, t.bias, bias, d.rows, d.cols, row_coef,
                              mult, left, rq, out_zp, a_xor, ob, t.flags)

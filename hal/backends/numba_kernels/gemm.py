@@ -291,10 +291,10 @@ if vnni.AVAILABLE:
                 r0, r1, table, general, corr, pstride, ind, zeros, amx_w, chunks, gbuf):
         """Rows [r0, r1) in blocks of whole TABLE_ROWS of at most TABLE_BYTES of output where a table
         follows (looked up while in cache); where the columns take more than one group of tiles,
-        in blocks of about BLOCK_BYTES of
-        ``a``: each group of 4 panels sweeps the block while its rows are in cache, and the block's
-        output rows are written whole before the next (a sweep of every row per group would write
-        each output line once per group, the lines evicted in between on a large layer)."""
+        in blocks of about BLOCK_BYTES of ``a``: each group of 4 panels sweeps the block while its
+        rows are in cache, and the block's output rows are written whole before the next (a sweep
+        of every row per group would write each output line once per group, the lines evicted in
+        between on a large layer)."""
         panels = (n + 15) // 16
         if panels > 4:
             block = max(TABLE_ROWS, BLOCK_BYTES // max(pstride // 16, 1) // TABLE_ROWS * TABLE_ROWS)
@@ -525,7 +525,7 @@ def run_repacked(p: GemmPlan, packed: np.ndarray, bias: np.ndarray, a: np.ndarra
 def _bound_split(kernel, args: tuple, p: GemmPlan, rows: int, table: np.ndarray):
     """``_split`` as a zero-argument runner: the kernel itself where the GEMM is too small to split
     or one thread computes (the compute threads as at binding)."""
-    if rows * p.k * p.n < PARALLEL_MACS or (backends.compute_threads() or 1) == 1:
+    if threads_for(rows, p.k, p.n) == 1:
         return functools.partial(kernel, *args, 0, rows, table, p.flags)
     return functools.partial(_split, kernel, args, p, rows, table)
 
@@ -545,9 +545,14 @@ def in_order(*calls):
     return calls[0] if len(calls) == 1 else InOrder(calls)
 
 
+def threads_for(rows: int, k: int, n: int) -> int:
+    """The threads a rows × k × n GEMM is split over: the compute threads, or 1 below PARALLEL_MACS."""
+    return (backends.compute_threads() or 1) if rows * k * n >= PARALLEL_MACS else 1
+
+
 def _split(kernel, args: tuple, p: GemmPlan, rows: int, table: np.ndarray) -> None:
     """``kernel(*args, r0, r1, table, flags)`` over the rows, split over the compute threads."""
-    threads = (backends.compute_threads() or 1) if rows * p.k * p.n >= PARALLEL_MACS else 1
+    threads = threads_for(rows, p.k, p.n)
     if threads == 1:
         kernel(*args, 0, rows, table, p.flags)
         return
