@@ -68,10 +68,13 @@ model's estimate beside each runtime's measured time, so drift shows.
   delegate, 1 to 4 one-run-of-ADDs partitions split by COS (1, 3, 6, 10 ADDs) cost 16-31, 96-108,
   143-170, 183-195 us per invoke (same day, same cores): 55 us for each partition after the
   first, of which 9 us dispatch its 3 more ADDs and 26 us the invoke.
-- ``DISPATCH_US_PER_NODE = 3``: hal in-process on chains of 1, 11 and 41 tiny operations
-  ([2,3] tensors; best of 15 x 200): each operation costs 2.96-3.23 us on the numba and
-  reference backends (4.7 us for int8 on reference); onnxruntime runs a chain of float32
-  operations in one session call at 0.43 us each, so 3 us errs towards the CPU for float.
+- ``DISPATCH_US_PER_NODE = 0.3``: hal in-process, the bound path the service runs, on chains of
+  1, 11 and 41 ADDs of [2, 3] tensors (best of 15 x 200, 2026-11-28): each further operation
+  costs 0.25 us in an onnxruntime partition (float32: one session call) and 0.02 us on the numba
+  backend (int8 and uint8: its steps run through one native loop, native_chain.py); 1.4 us where
+  steps stay Python calls (float32 on numba, the reference backend), whose stated exec_time is
+  so high that their dispatch hardly moves a decision. The figure was 3 us before the bound
+  path and the native loop.
 - ``LOCAL_BURST_US_PER_BYTE = 4.7e-5``: bench/results.md, the same burst on a 224x224x3 float32
   ADD-of-a-constant (602,112 bytes in, 602,112 out): overhead 105.0 us, 56.4 us above the 1-op
   figure, over 1,204,224 bytes. A numpy copy of 1 MiB here: 41-55 us, 3.9e-5..5.3e-5 us/byte.
@@ -140,7 +143,7 @@ def runtime_rates() -> CpuRates:
 
 LOCAL_BURST_INVOKE_US = 26.0
 TURN_US = 20.0
-DISPATCH_US_PER_NODE = 3.0
+DISPATCH_US_PER_NODE = 0.3
 LOCAL_BURST_US_PER_BYTE = 4.7e-5
 GRPC_INVOKE_US = 1284.0
 GRPC_US_PER_BYTE = 9.1e-4
