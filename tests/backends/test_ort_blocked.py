@@ -185,3 +185,45 @@ def test_mobilenet_v3_squeeze_excite_pools_in_the_blocked_layout():
     want = execute(compile_model(model, backend_order=["reference"]), [x])
     for g, w in zip(got, want, strict=True):
         assert np.abs(g - w).max() <= 1e-4 * np.abs(w).max()
+
+
+def _input_shortcut_chain():
+    """Two residual PReLU blocks whose first shortcut is the partition's NHWC input itself (a
+    partition that starts inside a network), 24 channels (not whole blocks), a 4-D output.
+    Special values in the input's first row of pixels."""
+    m = _Chain((1, 6, 8, 24), seed=11)
+    x = m.inputs[0]
+    a = m.prelu(m.binary(Op.ADD, m.conv(m.depthwise(x), 24, k=1), x), m.rng.uniform(0.05, 0.9, (1, 1, 24)))
+    b = m.prelu(m.binary(Op.ADD, m.conv(m.depthwise(a), 24, k=1), a), m.rng.uniform(0.05, 0.9, (1, 1, 24)))
+    data = np.random.default_rng(12).normal(0, 4, (1, 6, 8, 24)).astype(np.float32)
+    data[0, 0, :, :len(SPECIAL)] = SPECIAL
+    return m.finish([b]), [data]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the reference's inf - inf
+def test_a_partition_input_a_residual_block_reads_stays_blocked_and_edges_reorder_once():
+    """The shortcut that is the input is read through the ReorderInput blocking it for the
+    depthwise convolution: both ADDs become convolutions' Sums, the PReLUs run blocked, and the
+    NHWC edges are one reorder each way (channels_last), no Transpose."""
+    model, inputs = _input_shortcut_chain()
+    graph = _artifact_graph(model)
+    ops = [n.op_type for n in graph.node]
+    assert "Add" not in ops and "Transpose" not in ops, ops
+    reorders = [(n.op_type, any(a.name == "channels_last" and a.i for a in n.attribute))
+                for n in graph.node if n.op_type.startswith("Reorder")]
+    assert reorders == [("ReorderInput", True), ("ReorderOutput", True)], reorders
+    _assert_matches_reference(model, inputs)
+
+
+def test_an_nhwc_prelu_reads_its_slopes_tiled_over_a_row():
+    """A PRELU on the NHWC input (no convolution to block it): its per-channel slopes are a [1, 1,
+    W, C] constant (one broadcast span per row of pixels), the result the reference's."""
+    m = _Chain((1, 6, 8, 24), seed=13)
+    y = m.prelu(m.inputs[0], m.rng.uniform(0.05, 0.9, (1, 1, 24)))
+    model = m.finish([y])
+    graph = _artifact_graph(model)
+    shapes = [tuple(t.dims) for t in graph.initializer]
+    assert (1, 1, 8, 24) in shapes, shapes
+    data = np.random.default_rng(14).normal(0, 4, (1, 6, 8, 24)).astype(np.float32)
+    data[0, 0, :, :len(SPECIAL)] = SPECIAL
+    _assert_matches_reference(model, [data])

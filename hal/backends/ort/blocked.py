@@ -39,6 +39,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
+from hal.backends.ort.blocked_edges import fuse_edge_transposes
 from hal.backends.ort.blocked_moves import _POOLS, NCHWC, BlockedMoves, _attr, _swap
 
 #: Element-wise operators computed on the blocked view: every input is a value of the output's
@@ -110,6 +111,8 @@ class _Rewrite(BlockedMoves):
         self._count = 0
         self._const_cache: dict[tuple, str] = {}
         self._four: dict[str, str] = {}
+        #: NCHW values viewed through the ReorderInput that reads them (``twin_view``)
+        self.twins: set[str] = set()
 
     def fresh(self, hint: str) -> str:
         self._count += 1
@@ -193,11 +196,25 @@ class _Rewrite(BlockedMoves):
             return self.view[name]
         node = self.producer.get(name)
         if node is None or node.op_type != "ReorderOutput" or node.domain != NCHWC or _attr(node, "channels_last", 0):
-            return None
+            return self.twin_view(name)
         s = self.viewable(name)
         if s is None or _attr(node, "channels") != s[1] or (s[1] % self.b and not self.zero_lanes(node.input[0])):
             return None
         self.view[name] = self.add("Reshape", [node.input[0], self.shape_const(self.view_dims(s))])
+        return self.view[name]
+
+    def twin_view(self, name: str) -> str | None:
+        """The view of NCHW value ``name`` that no NCHWc operator made (a partition input, the
+        shortcut of the residual block it starts) read from the ReorderInput that blocks it for a
+        convolution: the same values, padding channels zero (made on first use). The value and
+        that ReorderInput stay as they are (``twins``)."""
+        s = self.viewable(name)
+        twin = next((r for r in self.readers.get(name, []) if r.op_type == "ReorderInput" and r.domain == NCHWC
+                     and not _attr(r, "channels_last", 0)), None)
+        if s is None or twin is None:
+            return None
+        self.view[name] = self.add("Reshape", [twin.output[0], self.shape_const(self.view_dims(s))])
+        self.twins.add(name)
         return self.view[name]
 
     def zero_lanes(self, name: str) -> bool:
@@ -374,6 +391,8 @@ class _Rewrite(BlockedMoves):
         dropped_outputs = {n.output[0] for n in converted}
         converted = {id(n) for n in converted}
         for name, view in list(self.view.items()):
+            if name in self.twins:
+                continue  # the value and its ReorderInput are kept: the view reads that
             s = self.shapes[name]
             readers = [r for r in self.readers.get(name, []) if id(r) not in converted]
             for r in readers:
@@ -452,15 +471,18 @@ def _topological(nodes: list) -> list:
 
 
 def keep_blocked(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], value) -> int:
-    """Rewrite ``model`` (the optimised graph, NCHWc nodes in it) in place; ``shapes``: the NCHW
-    shapes of the lowered graph's values by name; ``value(initializer)``: the value of one stored
-    outside the model. Returns the operations moved to the blocked layout."""
+    """Rewrite ``model`` (the optimised graph, NCHWc nodes in it) in place, its NHWC edges too
+    (blocked_edges.py); ``shapes``: the NCHW shapes of the lowered graph's values by name;
+    ``value(initializer)``: the value of one stored outside the model. Returns the operations
+    moved to the blocked layout."""
     block = block_size()
     if block is None or block < 2:
         return 0
     if any(a.HasField("g") or len(a.graphs) for n in model.graph.node for a in n.attribute):
         return 0  # a Loop / If body reads outer values by name: not rewritten under it
-    return _Rewrite(model, shapes, block, value).run()
+    moved = _Rewrite(model, shapes, block, value).run()
+    fuse_edge_transposes(model.graph)
+    return moved
 
 
 def value_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
