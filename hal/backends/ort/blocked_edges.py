@@ -24,7 +24,7 @@ def fuse_edge_transposes(graph) -> int:
     reads any more are dropped. Returns how many reorders were rewritten."""
     producer = {o: n for n in graph.node for o in n.output}
     fused = 0
-    for k, node in enumerate(graph.node):
+    for node in graph.node:
         src = producer.get(node.input[0]) if node.input else None
         if src is None or node.domain not in (NCHWC, "", "ai.onnx"):
             continue
@@ -35,12 +35,11 @@ def fuse_edge_transposes(graph) -> int:
             fused += 1
         elif node.op_type == "Transpose" and node.domain in ("", "ai.onnx") and _is_transpose(node, _TO_NHWC) \
                 and src.op_type == "ReorderOutput" and src.domain == NCHWC and not _attr(src, "channels_last", 0):
-            reorder = graph.node[k]
-            reorder.op_type, reorder.domain = "ReorderOutput", NCHWC
-            reorder.input[0] = src.input[0]
-            del reorder.attribute[:]
-            reorder.attribute.extend(a for a in src.attribute if a.name != "channels_last")
-            _set(reorder, "channels_last", 1)
+            node.op_type, node.domain = "ReorderOutput", NCHWC  # the Transpose, rewritten in place
+            node.input[0] = src.input[0]
+            del node.attribute[:]
+            node.attribute.extend(a for a in src.attribute if a.name != "channels_last")
+            _set(node, "channels_last", 1)
             fused += 1
     if fused:
         _drop_unread(graph)
