@@ -14,6 +14,7 @@ activations, for the binding's lifetime.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Callable
 
@@ -122,21 +123,12 @@ def _chained(calls: list[Callable[[], object]], steps: list[Step]) -> list[Calla
     kept = [(c, s.kernel.backend) for c, s in zip(calls, steps) if c is not _nothing]
     out: list[Callable[[], object]] = []
     changed = False
-    k = 0
-    while k < len(kept):
-        name = kept[k][1]
-        j = k + 1
-        while j < len(kept) and kept[j][1] == name:
-            j += 1
-        group = [c for c, _ in kept[k:j]]
+    for name, run in itertools.groupby(kept, key=lambda kept_call: kept_call[1]):
+        group = [c for c, _ in run]
         backend = backend_named(name)
-        if backend is not None and backend.chain is not None:
-            chained = backend.chain(group)
-            changed = changed or len(chained) != len(group)
-            out.extend(chained)
-        else:
-            out.extend(group)
-        k = j
+        chained = backend.chain(group) if backend is not None and backend.chain is not None else group
+        changed = changed or len(chained) != len(group)
+        out.extend(chained)
     return out if changed else None
 
 
