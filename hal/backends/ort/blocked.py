@@ -39,7 +39,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from hal.backends.ort.blocked_edges import fuse_edge_transposes
+from hal.backends.ort.blocked_edges import fuse_edge_transposes, live_nodes
 from hal.backends.ort.blocked_moves import _POOLS, NCHWC, BlockedMoves, _attr, _swap
 
 #: Element-wise operators computed on the blocked view: every input is a value of the output's
@@ -425,14 +425,7 @@ class _Rewrite(BlockedMoves):
         nothing reads any more (a ReorderOutput replaced by a view) dropped."""
         nodes = [n for k, n in enumerate(self.nodes) if k not in self.dropped] + self.added
         needed = {o.name for o in self.graph.output}
-        live = []
-        for n in reversed(_topological(nodes)):
-            if any(o in needed for o in n.output):
-                copy = onnx.NodeProto()
-                copy.CopyFrom(n)
-                live.append(copy)
-                needed.update(i for i in n.input if i)
-        live.reverse()
+        live = live_nodes(_topological(nodes), needed)
         keep = []
         for t in self.graph.initializer:
             if t.name in needed:

@@ -9,6 +9,7 @@ and out around nothing): 32x32x64 47.9 -> 19.3 us, 96x96x16 107.6 -> 48.8 us, 11
 """
 from __future__ import annotations
 
+import onnx
 from onnx import helper
 
 from hal.backends.ort.blocked_moves import NCHWC, _attr
@@ -59,12 +60,22 @@ def _set(node, name: str, value: int) -> None:
 
 
 def _drop_unread(graph) -> None:
-    """Remove the nodes none of whose outputs is read or a graph output, until none is left."""
-    outputs = {o.name for o in graph.output}
-    while True:
-        read = {i for n in graph.node for i in n.input if i} | outputs
-        keep = [n for n in graph.node if any(o in read for o in n.output)]
-        if len(keep) == len(graph.node):
-            return
+    """Remove the nodes that nothing reads, directly or through others, and that are no graph output."""
+    kept = live_nodes(list(graph.node), {o.name for o in graph.output})
+    if len(kept) != len(graph.node):
         del graph.node[:]
-        graph.node.extend(keep)
+        graph.node.extend(kept)
+
+
+def live_nodes(nodes: list, needed: set[str]) -> list:
+    """Copies of the nodes of ``nodes`` (each after its inputs' producers) whose outputs a name of
+    ``needed`` or a kept node reads, in their order; ``needed`` gains every name they read."""
+    kept = []
+    for n in reversed(nodes):
+        if any(o in needed for o in n.output):
+            copy = onnx.NodeProto()
+            copy.CopyFrom(n)
+            kept.append(copy)
+            needed.update(i for i in n.input if i)
+    kept.reverse()
+    return kept
