@@ -7,7 +7,7 @@ import pathlib
 import sys
 from typing import Callable, Iterable
 
-from hal.backends.kernel import Bind, Execute, Kernel, Plan, Supports
+from hal.backends.kernel import Bind, Execute, Kernel, Plan, Supports, by_input_type
 from hal.extension_registry import extension, extension_identity, extension_modules, file_digest
 from hal.types import OperationType
 
@@ -49,14 +49,19 @@ class Backend:
                  prepacked_inputs: Iterable[int] = (), native_float16: bool = False,
                  bind: Bind | None = None) -> None:
         """``native_float16``: the kernel computes float16 operands itself (else float16
-        operations reach it widened to float32: see ``via_float32``). ``bind``: see ``Kernel.bind``."""
+        operations reach it widened to float32: see ``via_float32``). ``bind``: see ``Kernel.bind``.
+        An operation may be registered again for other input types (a module of float kernels
+        beside one of quantized kernels): see ``by_input_type``."""
         if isinstance(op_types, int):
             op_types = [op_types]
         for t in op_types:
+            kernel = Kernel(self.name, plan, execute, None if types is None else tuple(types), supports,
+                            tuple(prepacked_inputs), native_float16, bind)
             if int(t) in self.kernels:
-                raise RuntimeError(f"backend {self.name}: operation {t} registered twice")
-            self.kernels[int(t)] = Kernel(self.name, plan, execute, None if types is None else tuple(types),
-                                          supports, tuple(prepacked_inputs), native_float16, bind)
+                kernel = by_input_type(self.kernels[int(t)], kernel)
+                if kernel is None:
+                    raise RuntimeError(f"backend {self.name}: operation {t} registered twice")
+            self.kernels[int(t)] = kernel
         self._identity = None
 
     def register_fusion(self, pattern: str, *, plan: Plan, execute: Execute, bind: Bind | None = None) -> None:

@@ -97,3 +97,28 @@ def via_float32(kernel: Kernel) -> Kernel:
     supports = None if kernel.supports is None else (lambda ctx: kernel.supports(float32_view(ctx)))
     return dataclasses.replace(kernel, plan=plan, execute=execute, supports=supports, native_float16=True,
                                bind=None)  # the float32 kernel's bind would skip the widening
+
+
+def by_input_type(first: Kernel, second: Kernel) -> Kernel | None:
+    """One kernel running each operation on whichever of two kernels runs its input-0 type (one
+    backend's kernels for the same operation code in two modules, for disjoint types: its
+    quantized and its float kernels), or None where they cannot be told apart by that type (a
+    kernel for every type, overlapping types, different prepacked inputs or float16 handling)."""
+    if first.types is None or second.types is None or set(first.types) & set(second.types) \
+            or first.prepacked_inputs != second.prepacked_inputs or first.native_float16 != second.native_float16:
+        return None
+
+    def of(ctx: OperationContext) -> Kernel:
+        info = ctx.inputs[0] if ctx.inputs else None
+        return second if info is not None and second.runs_type(info.type) else first
+
+    def bind(ctx: OperationContext, inputs: list, outputs: list):
+        b = of(ctx).bind
+        return None if b is None else b(ctx, inputs, outputs)
+
+    def supports(ctx: OperationContext) -> str | None:
+        k = of(ctx)
+        return None if k.supports is None else k.supports(ctx)
+    return Kernel(first.backend, lambda ctx: of(ctx).plan(ctx), lambda ctx, inputs: of(ctx).execute(ctx, inputs),
+                  first.types + second.types, supports, first.prepacked_inputs, first.native_float16,
+                  bind if first.bind is not None or second.bind is not None else None)

@@ -422,3 +422,30 @@ def test_serve_refuses_negative_threads(tmp_path):
     out = subprocess.run([sys.executable, "-m", "nnhal.cli", "serve", "--socket", str(tmp_path / "s.sock"),
                           "--no-cache", "--threads", "-1"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--threads must be >= 0" in out.stderr
+
+
+def test_an_operation_registered_again_for_other_types_runs_on_the_kernel_of_its_input_type():
+    """A backend's quantized and float kernels of one operation live in two modules: the second
+    registration for disjoint types makes one kernel that picks by input-0 type; overlapping types
+    are still a double registration."""
+    from hal.backends import Backend
+    from hal.registry import OperandInfo, OperationContext
+    from hal.types import OperandType
+    b = Backend("typed-twin", "1")
+    f32, u8 = OperandType.TENSOR_FLOAT32, OperandType.TENSOR_QUANT8_ASYMM
+    b.register(OperationType.ADD, plan=lambda ctx: "q-plan", execute=lambda ctx, xs: ["q"], types=(u8,),
+               supports=lambda ctx: "q declines")
+    b.register(OperationType.ADD, plan=lambda ctx: "f-plan", execute=lambda ctx, xs: ["f"], types=(f32,),
+               bind=lambda ctx, i, o: "f-runner")
+    k = b.kernel(OperationType.ADD)
+
+    def ctx_of(t):
+        info = OperandInfo(type=t, shape=(2,), scale=0.5 if t == u8 else 0.0, zero_point=0)
+        return OperationContext(0, OperationType.ADD, [info, info], [info])
+    assert k.types == (u8, f32)
+    assert (k.plan(ctx_of(u8)), k.execute(ctx_of(u8), []), k.unsupported(ctx_of(u8))) == ("q-plan", ["q"], "q declines")
+    assert (k.plan(ctx_of(f32)), k.execute(ctx_of(f32), []), k.unsupported(ctx_of(f32))) == ("f-plan", ["f"], None)
+    assert k.bind(ctx_of(f32), [], []) == "f-runner" and k.bind(ctx_of(u8), [], []) is None
+    assert "not implemented" in k.unsupported(ctx_of(OperandType.TENSOR_INT32))
+    with pytest.raises(RuntimeError, match="registered twice"):
+        b.register(OperationType.ADD, plan=lambda ctx: None, execute=lambda ctx, xs: [], types=(f32,))
