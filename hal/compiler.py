@@ -337,6 +337,12 @@ def _partition(model: Model, steps: list[Step], infos: list[OperandInfo], order:
             program.append(fused)
             k = end
             continue
+        whole = _whole_run_instead(model, steps, k, end, infos, order, backend, subgraphs)
+        if whole is not None:
+            steps[k:end] = whole
+            program.extend(whole)
+            k = end
+            continue
         if not part.outputs:  # nothing reads what the run computes (valid NNAPI): a graph needs outputs
             fallback = [b for b in order if not isinstance(b, GraphBackend)]
             for m in range(k, end):
@@ -381,6 +387,34 @@ def _fc_chain_instead(model: Model, steps: list[Step], start: int, end: int, par
         return None
     fused = chain(planned)  # its plan packs the weights: made once, here
     return None if fused is None else (planned, fused)
+
+
+def _whole_run_instead(model: Model, steps: list[Step], start: int, end: int, infos: list[OperandInfo],
+                       order: list[Backend], graph: Backend, subgraphs) -> list[Step] | None:
+    """A graph backend's run planned on the first per-operation backend after it, when that
+    backend plans every operation of the run and takes that graph backend's runs of their type
+    (``Backend.takes_runs``: the numba backend's float32 CNN kernels, onnxruntime's runs; never an
+    accelerator's): the members so planned
+    (``fuse`` then fuses their patterns), else None. Why: chained natively, with a convolution's
+    residual ADD and PRELU applied in its epilogue, they run such a network faster than
+    onnxruntime's session (bench/results.md); a run they cover only in part stays whole on the
+    graph backend, since splitting it would add layout changes and a second engine's calls."""
+    if backends.compute_threads() > 1:  # the graph backend's run uses the threads; the kernels one
+        return None
+    after = [b for b in order[order.index(graph) + 1:] if not isinstance(b, GraphBackend)]
+    types = after[0].takes_runs.get(graph.name) if after else None
+    if not types:
+        return None
+    members, per_op = steps[start:end], after[0]
+    for s in members:
+        t = s.ctx.inputs[0].type if s.ctx.inputs and s.ctx.inputs[0] is not None else -1
+        if t not in types or not per_op.takes(s.ctx.op_type, t):
+            return None
+    try:
+        planned = [prepare_operation(s.index, model, infos, order=[per_op], subgraphs=subgraphs) for s in members]
+    except HalError:  # an operation it declines
+        return None
+    return planned
 
 
 def per_operation(order: list[Backend]) -> list[Backend]:

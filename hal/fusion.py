@@ -21,6 +21,12 @@ Patterns:
   Inputs the producer's kernel packed at plan time (filters, biases) are not read again: the
   fused step lists them as omitted.
 
+* ``conv_epilogue``: a CONV_2D, then an ADD of its output and another tensor (a residual
+  block's shortcut), then a PRELU of that sum, as consecutive operations (either of the two may
+  be missing): the convolution applies them to each block of output rows while it is in cache
+  (the numba backend's float convolution: numba_kernels/f32_conv.py). Its inputs are the
+  convolution's, then the ADD's other operand; a PRELU's alpha is read at plan time.
+
 * ``fc_chain``: consecutive FULLY_CONNECTED operations, each reading the one before as its input
   (a multi-layer perceptron): one step runs every layer (the numba backend's float layers of a
   small batch: numba_kernels/fc_float.py). Its inputs are the first layer's input only (the
@@ -45,7 +51,8 @@ _log = logging.getLogger(__name__)
 SWISH = "swish"
 TABLE_AFTER = "table_after"
 FC_CHAIN = "fc_chain"
-PATTERNS = (SWISH, TABLE_AFTER, FC_CHAIN)
+CONV_EPILOGUE = "conv_epilogue"
+PATTERNS = (SWISH, TABLE_AFTER, CONV_EPILOGUE, FC_CHAIN)
 #: Element-wise operations of one input that a ``table_after`` step may apply.
 UNARY = frozenset(int(t) for t in (OperationType.LOGISTIC, OperationType.TANH, OperationType.HARD_SWISH,
                                     OperationType.RELU, OperationType.RELU1, OperationType.RELU6))
@@ -87,7 +94,47 @@ def fuse(program: list[Step], keep: frozenset[int]) -> list[Step]:
                 fused.append(program[k])
                 k += 1
         program = fused
-    return _fc_chains(program, keep)
+    return _fc_chains(_epilogues(program, keep), keep)
+
+
+def _epilogues(program: list[Step], keep: frozenset[int]) -> list[Step]:
+    """``program`` with each CONV_2D, ADD, PRELU run (``conv_epilogue``) its backend fuses as one
+    step: a fused step is offered the next operation again, so a block's three become one."""
+    readers = _readers(program)
+    out: list[Step] = []
+    for step in program:
+        fused = _epilogue(out[-1], step, readers, keep) if out else None
+        if fused is not None:
+            out[-1] = fused
+        else:
+            out.append(step)
+    return out
+
+
+def _epilogue(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]) -> Step | None:
+    if b.spec is None or a.backend != b.backend or len(a.outputs) != 1 or b.index != a.operations[-1] + 1:
+        return None
+    if a.spec is not None:
+        if a.ctx.op_type != OperationType.CONV_2D:
+            return None
+        members, done = (a,), ()
+        packed = a.kernel.prepacked_inputs
+        inputs = tuple(-1 if k in packed else i for k, i in enumerate(a.inputs))
+    elif isinstance(a.ctx, FusedContext) and a.ctx.pattern == CONV_EPILOGUE:
+        members, inputs = a.ctx.members, a.inputs
+        done = tuple(m.ctx.op_type for m in members[1:])
+    else:
+        return None
+    y = a.outputs[0]
+    if y in keep or readers.get(y) != 1:
+        return None
+    if b.ctx.op_type == OperationType.ADD and not done and len(b.inputs) >= 2 and y in b.inputs[:2] \
+            and b.inputs[0] != b.inputs[1]:
+        other = b.inputs[1] if b.inputs[0] == y else b.inputs[0]
+        return _fused(CONV_EPILOGUE, (*members, b), (*inputs, other), b.outputs)
+    if b.ctx.op_type == OperationType.PRELU and OperationType.PRELU not in done and b.inputs[0] == y:
+        return _fused(CONV_EPILOGUE, (*members, b), inputs, b.outputs)
+    return None
 
 
 def _fc_chains(program: list[Step], keep: frozenset[int]) -> list[Step]:

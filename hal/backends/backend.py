@@ -42,6 +42,10 @@ class Backend:
         #: backend (``Kernel.bind``'s) as equivalent runners, fewer where the backend can make
         #: several calls as one (``hal.bound_program``); None: each runner is called.
         self.chain: Callable[[list[Callable[[], object]]], list[Callable[[], object]]] | None = None
+        #: Graph backend name -> operand types for which this per-operation backend takes that
+        #: graph backend's whole run of operations when it plans every one of them (hal.compiler's
+        #: ``_whole_run_instead``): where it was measured faster on them than that engine.
+        self.takes_runs: dict[str, frozenset[int]] = {}
         self._identity: str | None = None
 
     def register(self, op_types: OperationType | int | Iterable[OperationType | int], *, plan: Plan,

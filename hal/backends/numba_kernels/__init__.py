@@ -97,6 +97,7 @@ os.environ["NUMBA_CACHE_DIR"] = str(CACHE)
 numba.config.CACHE_DIR = str(CACHE)  # numba is imported: its config reads the variable no more
 
 from hal.backends import Backend, register_backend  # noqa: E402
+from hal.types import OperandType  # noqa: E402
 from hal.backends.numba_kernels import amx as _amx  # noqa: E402 - CPU features and the OS's AMX grant
 from hal.backends.numba_kernels import vnni as _vnni  # noqa: E402 - CPU features only, compiles nothing
 
@@ -112,6 +113,8 @@ VERSION = ("2-vnni-amx" if _amx.AVAILABLE else "2-vnni") if _vnni.AVAILABLE else
 BACKEND = Backend("numba", VERSION, modules=("hal.backends.numba_kernels", "hal.backends.reference"), priority=10,
                   description=f"numba {numba.__version__}: quantized kernels (AVX-512 VNNI and AMX-INT8 tiles "
                               "where the CPU has them), bit-exact with reference; float sequence LSTMs")
+#: onnxruntime's float32 runs that the float kernels cover wholly are theirs (f32_conv.py).
+BACKEND.takes_runs = {"onnxruntime": frozenset({OperandType.TENSOR_FLOAT32})}
 
 
 def _load() -> None:

@@ -1,0 +1,346 @@
+"""Float32 CONV_2D (NHWC) on fc_float's register tiles, and the ``conv_epilogue`` fusion: a
+convolution's residual ADD and its PRELU applied to each block of output rows while it is in cache.
+
+Why: a float CNN's 1x1 convolutions are matrix products of the NHWC activations (rows: pixels;
+columns: channels) by the filter, which fc_float's tiles compute at the core's fused multiply-add
+rate (8 rows × 32 output channels of sums in registers, each weight vector loaded once for the 8
+rows). Run here rather than in onnxruntime, the layer's output never changes layout, and what
+follows it in a landmark network (the residual ADD, then a per-channel PRELU) is applied to the
+rows just computed instead of as two more passes over memory.
+
+How the rows are found (``Geometry.mode``):
+- ``IN_PLACE``: a 1x1, stride-1, unpadded convolution: the input is already the rows, K = C.
+- ``WHOLE_ROWS``: a convolution as wide as its input, unpadded, one output column (a landmark
+  head: a kernel the size of the feature map): each output row reads kh whole input rows, which
+  are contiguous in NHWC: the row is read in place, K = kh·W·C.
+- ``GATHERED``: any other geometry (a stem's 3x3 stride 2, dilation): one output row at a time,
+  its pixels' windows are gathered into a scratch row each (zeros outside the image: NNAPI pads
+  with zeros), K = kh·kw·C, then multiplied.
+The filter [out, kh, kw, C] is that K-major matrix; it is packed at plan time as fc_float packs
+a FULLY_CONNECTED layer's. Column tiles are taken in groups whose weights fit the L1 cache
+(``GROUP_BYTES``), every block of rows passing a group before the next group starts, so a
+layer with megabytes of weights streams them once per 64 rows (``CHUNK``), not once per 8.
+
+Sums are float32 in K order (TFLite's float kernels and onnxruntime's accumulate in float32 too);
+the reference backend sums in float64: within NNAPI's float32 tolerance
+(tests/backends/test_numba_f32_conv.py compares).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from hal import quant
+from hal.backends.numba_kernels import BACKEND, fc_float
+from hal.backends.numba_kernels.fc_float import LANES, TILE, _narrow, _tile
+from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.simd import copy_bytes, fill_copy
+from hal.operations.conv import BIAS, FILTER, INPUT, ConvParams
+from hal.registry import OperationContext
+from hal.types import OperandType, OperationType
+
+CONV = OperationType.CONV_2D
+F32 = OperandType.TENSOR_FLOAT32
+IN_PLACE, WHOLE_ROWS, GATHERED = 0, 1, 2
+#: Weights of one group of column tiles: at most this many bytes (an L1 cache's share).
+GROUP_BYTES = 32 * 1024
+#: Output rows computed before the epilogue passes over them (still in L1/L2).
+CHUNK = 64
+#: ``Geometry`` as the kernels read it: int64 fields in this order.
+FIELDS = ("batch", "h", "w", "c", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "oh", "ow", "out_c", "mode",
+          "group")
+#: Epilogue flags.
+RESIDUAL, ALPHA = 1, 2
+
+
+_I64 = numba.int64
+_F32 = numba.float32
+_RO, _RW, _GEOMETRY = ro(np.float32, 1), rw(np.float32, 1), ro(np.int64, 1)
+_GEMM_SIG = [numba.void(_RO, _I64, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _I64)]
+_BLOCK_SIG = [numba.void(_RO, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _I64, _I64)]
+
+
+def _block_of(rows: int):
+    """Column tiles t0..t1 of ``rows`` rows (a constant of the compiled code, as fc_float's chains)."""
+
+    @numba.njit(_BLOCK_SIG, cache=True, nogil=True)
+    def block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1):
+        for t in range(t0, t1):
+            count = min(TILE, n - t * TILE)
+            if count <= LANES:  # the last tile, packed LANES wide
+                _narrow(rows, w, t * k * TILE, a, a_off, k, bias, t * TILE, lo, hi, out, o_off + t * TILE, n, count, 0)
+            else:
+                _tile(rows, w, t * k * TILE, a, a_off, k, bias, t * TILE, lo, hi, out, o_off + t * TILE, n, count, 0)
+    return block
+
+
+_B8, _B4, _B2, _B1 = (_block_of(r) for r in (8, 4, 2, 1))
+#: fc_float's one-row layer (its whole tiles as several weight streams).
+_FC_ROW = fc_float.CHAINS[0]
+
+
+@numba.njit(_GEMM_SIG, cache=True, nogil=True)
+def _gemm(a, a_off, rows, k, w, bias, n, lo, hi, out, o_off, group):
+    """out[o_off + r·n:][:n] = clamp(a[a_off + r·k:][:k] @ W + bias, lo, hi) for r < rows."""
+    tiles = (n + TILE - 1) // TILE
+    for t0 in range(0, tiles, group):
+        t1 = min(tiles, t0 + group)
+        r = 0
+        while r + 8 <= rows:
+            _B8(a, a_off + r * k, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1)
+            r += 8
+        if rows - r >= 4:
+            _B4(a, a_off + r * k, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1)
+            r += 4
+        if rows - r >= 2:
+            _B2(a, a_off + r * k, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1)
+            r += 2
+        if rows - r >= 1:
+            _B1(a, a_off + r * k, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1)
+
+
+@numba.njit([numba.void(_RW, _I64, _I64, _I64, _RO, _F32, _F32, _RO, _I64)], cache=True, nogil=True)
+def _epilogue(out, o_off, pixels, n, res, lo, hi, alpha, flags):
+    """The fused ADD (of ``res``, the same positions), its clamp, then PRELU (``alpha`` per
+    channel), on ``pixels`` rows of ``n`` channels from ``o_off``. NaN stays NaN (the comparisons
+    are false), as the reference's where/clip keep it."""
+    for p in range(pixels):
+        base = o_off + p * n
+        if flags & RESIDUAL:
+            for c in range(n):
+                v = out[base + c] + res[base + c]
+                v = lo if v < lo else v
+                out[base + c] = hi if v > hi else v
+        if flags & ALPHA:
+            for c in range(n):
+                v = out[base + c]
+                out[base + c] = v if v >= 0 else v * alpha[c]
+
+
+@numba.njit([numba.void(_RO, _GEOMETRY, _I64, _I64, _RW)], cache=True, nogil=True)
+def _gather_row(x, g, b, oy, scratch):
+    """Output row ``oy`` of batch ``b``: each pixel's window as one scratch row (zeros outside).
+    A window row wholly inside the image (no dilation) is one contiguous run of kw·C floats,
+    moved as bytes in 64-byte masked moves (simd.copy_bytes: numba's own element loops guard
+    every index against negative wrap-around, which costs more than the move)."""
+    h, w, c, kh, kw = g[1], g[2], g[3], g[4], g[5]
+    sh, sw, dh, dw, pt, pl, ow = g[6], g[7], g[8], g[9], g[10], g[11], g[13]
+    k = kh * kw * c
+    run = kw * c
+    for ox in range(ow):
+        ix0 = ox * sw - pl
+        inside = dw == 1 and ix0 >= 0 and ix0 + kw <= w
+        for i in range(kh):
+            iy = oy * sh - pt + i * dh
+            d = ox * k + i * run
+            if iy < 0 or iy >= h:
+                fill_copy(scratch, 4 * d, x, 0, 0, 4 * run, 0)
+            elif inside:
+                copy_bytes(scratch, 4 * d, x, 4 * (((b * h + iy) * w + ix0) * c), 4 * run)
+            else:
+                for j in range(kw):
+                    ix = ix0 + j * dw
+                    if 0 <= ix < w:
+                        copy_bytes(scratch, 4 * (d + j * c), x, 4 * (((b * h + iy) * w + ix) * c), 4 * c)
+                    else:
+                        fill_copy(scratch, 4 * (d + j * c), x, 0, 0, 4 * c, 0)
+
+
+@numba.njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _RO, _RO, _RO, _I64, _RW)], cache=True, nogil=True)
+def conv_rows(x, w, bias, g, clamps, res, alpha, flags, out):
+    """The convolution of ``x`` (NHWC, flat) into ``out``: geometry ``g`` (``FIELDS``), packed
+    weights ``w``, padded ``bias``, clamps = (conv lo, hi, epilogue lo, hi); then the epilogue
+    (``flags``: RESIDUAL reads ``res``, ALPHA applies ``alpha``)."""
+    batch, h, w_in, c, kh = g[0], g[1], g[2], g[3], g[4]
+    oh, ow, n, mode, group = g[12], g[13], g[14], g[15], g[16]
+    lo, hi, lo2, hi2 = clamps[0], clamps[1], clamps[2], clamps[3]
+    if mode == IN_PLACE:
+        rows, k = batch * h * w_in, c
+        for r0 in range(0, rows, CHUNK):
+            m = min(CHUNK, rows - r0)
+            _gemm(x, r0 * k, m, k, w, bias, n, lo, hi, out, r0 * n, group)
+            if flags:
+                _epilogue(out, r0 * n, m, n, res, lo2, hi2, alpha, flags)
+        return
+    if mode == WHOLE_ROWS:
+        k, sh = kh * w_in * c, g[6]
+        layer = np.zeros((1, 4), np.int64)
+        layer[0, 0], layer[0, 1] = k, n
+        bounds = np.empty((1, 2), np.float32)
+        bounds[0, 0], bounds[0, 1] = lo, hi
+        for b in range(batch):
+            for oy in range(oh):
+                o_off = (b * oh + oy) * n
+                start = ((b * h + oy * sh) * w_in) * c
+                # one row: the weights' stream is the bound; fc_float's layer reads it as 2-4 streams
+                _FC_ROW(x[start:start + k], w, bias, layer, bounds, 0, out[o_off:o_off + n])
+                if flags:
+                    _epilogue(out, o_off, 1, n, res, lo2, hi2, alpha, flags)
+        return
+    k = kh * g[5] * c
+    scratch = np.empty(ow * k, np.float32)
+    for b in range(batch):
+        for oy in range(oh):
+            _gather_row(x, g, b, oy, scratch)
+            o_off = (b * oh + oy) * ow * n
+            _gemm(scratch, 0, ow, k, w, bias, n, lo, hi, out, o_off, group)
+            if flags:
+                _epilogue(out, o_off, ow, n, res, lo2, hi2, alpha, flags)
+
+
+@dataclass
+class FloatConv:
+    """A float32 convolution ready to run: packed weights, padded bias, geometry (``FIELDS``) and
+    the convolution's clamp bounds."""
+
+    weights: np.ndarray  # float32, flat (fc_float.pack of [out_c, K])
+    bias: np.ndarray  # float32, padded to whole tiles
+    geometry: np.ndarray  # int64 [len(FIELDS)]
+    lo: float
+    hi: float
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        g = self.geometry
+        return int(g[0]), int(g[12]), int(g[13]), int(g[14])
+
+
+_NO_ARRAY = np.zeros(1, np.float32)
+
+
+def supports(ctx: OperationContext) -> str | None:
+    p: ConvParams = ctx.params
+    if p.nchw:
+        return "NCHW layout (the float kernel computes NHWC)"
+    if p.depthwise or p.groups != 1:
+        return "not a plain convolution"
+    if not (ctx.input(FILTER).is_constant and ctx.input(BIAS).is_constant):
+        return "filter or bias is not a constant"
+    if ctx.inputs[INPUT].type != F32:
+        return "not float32"
+    return None
+
+
+def _mode(p: ConvParams, h: int, w: int) -> int:
+    r, c = p.rows, p.cols
+    unpadded = r.pad_head == 0 and c.pad_head == 0 and r.reach == 0 and c.reach == 0
+    if r.filter == c.filter == 1 and r.stride == c.stride == 1 and unpadded:
+        return IN_PLACE
+    if c.filter == w and c.out == 1 and c.dilation == 1 and r.dilation == 1 and unpadded:
+        return WHOLE_ROWS
+    return GATHERED
+
+
+def plan(ctx: OperationContext) -> FloatConv:
+    p: ConvParams = ctx.params
+    batch, h, w, c = ctx.inputs[INPUT].shape
+    filt = np.asarray(ctx.input(FILTER).value, np.float32)
+    k = filt[0].size
+    packed = fc_float.pack(filt.reshape(p.out_c, k))
+    tiles = -(-p.out_c // TILE)
+    bias = np.zeros(tiles * TILE, np.float32)
+    bias[:p.out_c] = ctx.input(BIAS).value
+    group = max(1, GROUP_BYTES // (k * TILE * 4))
+    g = (batch, h, w, c, p.rows.filter, p.cols.filter, p.rows.stride, p.cols.stride, p.rows.dilation,
+         p.cols.dilation, p.rows.pad_head, p.cols.pad_head, p.rows.out, p.cols.out, p.out_c, _mode(p, h, w), group)
+    lo, hi = quant.activation_range_float(p.act)
+    return FloatConv(fc_float._on_a_line([packed]), bias, np.array(g, np.int64), lo, hi)
+
+
+def _clamps(d: FloatConv, lo2: float = -np.inf, hi2: float = np.inf) -> np.ndarray:
+    return np.array([d.lo, d.hi, lo2, hi2], np.float32)
+
+
+def execute(ctx: OperationContext, inputs: list) -> list:
+    d: FloatConv = ctx.data
+    x = np.ascontiguousarray(inputs[INPUT], np.float32).reshape(-1)
+    out = np.empty(d.out_shape, np.float32)
+    conv_rows(x, d.weights, d.bias, d.geometry, _clamps(d), _NO_ARRAY, _NO_ARRAY, 0, out.reshape(-1))
+    return [out]
+
+
+def bind(ctx: OperationContext, inputs: list, outputs: list):
+    d: FloatConv = ctx.data
+    x, out = inputs[INPUT], outputs[0]
+    if x is None or not x.flags.c_contiguous or not out.flags.c_contiguous:
+        return None
+    return functools.partial(conv_rows, x.reshape(-1), d.weights, d.bias, d.geometry, _clamps(d), _NO_ARRAY,
+                             _NO_ARRAY, 0, out.reshape(-1))
+
+
+@dataclass
+class ConvEpilogue:
+    """A ``conv_epilogue`` step: the convolution, then (``flags``) the residual ADD's clamp bounds
+    and the PRELU's per-channel slopes."""
+
+    conv: FloatConv
+    flags: int
+    lo: float
+    hi: float
+    alpha: np.ndarray  # float32 [out_c]; one unused element without a PRELU
+
+
+def _per_channel(value: np.ndarray | None, channels: int) -> np.ndarray | None:
+    """A PRELU's alpha as one slope per output channel, or None (a value varying over pixels)."""
+    if value is None or value.size != channels or (value.ndim > 1 and value.shape[-1] != channels):
+        return None
+    return np.ascontiguousarray(value, np.float32).reshape(-1)
+
+
+def plan_epilogue(ctx) -> ConvEpilogue | None:
+    """Reads the members' plans and constant operands only (a plan from the compilation cache has
+    no parameters): the ADD's activation (its input 2) and the PRELU's alpha."""
+    conv, *rest = ctx.members
+    d = conv.ctx.data
+    if not isinstance(d, FloatConv):
+        return None
+    shape = d.out_shape
+    flags, lo, hi, alpha = 0, -np.inf, np.inf, _NO_ARRAY
+    for m in rest:
+        if any(i is None or i.type != F32 or tuple(i.shape) != shape for i in (*m.ctx.inputs[:1], *m.ctx.outputs)):
+            return None
+        if m.ctx.op_type == OperationType.ADD:
+            act = m.ctx.inputs[2] if len(m.ctx.inputs) > 2 else None
+            if act is None or act.value is None or any(tuple(i.shape) != shape for i in m.ctx.inputs[:2]):
+                return None
+            flags |= RESIDUAL
+            lo, hi = quant.activation_range_float(int(np.asarray(act.value).reshape(-1)[0]))
+        else:
+            alpha = _per_channel(m.ctx.inputs[1].value, shape[3])
+            if alpha is None:
+                return None
+            flags |= ALPHA
+    return ConvEpilogue(d, flags, lo, hi, alpha)
+
+
+def _epilogue_arrays(ctx, inputs: list):
+    e: ConvEpilogue = ctx.data
+    res = inputs[len(ctx.members[0].inputs)] if e.flags & RESIDUAL else _NO_ARRAY
+    return e, inputs[INPUT], res, _clamps(e.conv, e.lo, e.hi)
+
+
+def execute_epilogue(ctx, inputs: list) -> list:
+    e, x, res, clamps = _epilogue_arrays(ctx, inputs)
+    out = np.empty(e.conv.out_shape, np.float32)
+    d = e.conv
+    conv_rows(np.ascontiguousarray(x, np.float32).reshape(-1), d.weights, d.bias, d.geometry, clamps,
+              np.ascontiguousarray(res, np.float32).reshape(-1), e.alpha, e.flags, out.reshape(-1))
+    return [out]
+
+
+def bind_epilogue(ctx, inputs: list, outputs: list):
+    e, x, res, clamps = _epilogue_arrays(ctx, inputs)
+    out = outputs[0]
+    if x is None or res is None or not (x.flags.c_contiguous and res.flags.c_contiguous and out.flags.c_contiguous):
+        return None
+    d = e.conv
+    return functools.partial(conv_rows, x.reshape(-1), d.weights, d.bias, d.geometry, clamps, res.reshape(-1),
+                             e.alpha, e.flags, out.reshape(-1))
+
+
+BACKEND.register_fusion("conv_epilogue", plan=plan_epilogue, execute=execute_epilogue, bind=bind_epilogue)
+BACKEND.register(CONV, plan=plan, execute=execute, types=(F32,), supports=supports, prepacked_inputs=(FILTER, BIAS),
+                 bind=bind)

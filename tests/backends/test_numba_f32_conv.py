@@ -1,0 +1,146 @@
+"""The numba backend's float32 CONV_2D (numba_kernels/f32_conv.py) against the reference backend,
+with NNAPI CTS's float criteria: every CTS case of float CONV_2D it takes, and geometries covering
+its three ways of finding the rows (1x1 in place, whole input rows for a landmark head, gathered
+windows: strides, explicit and implicit padding, dilation), channel counts off its tiles, batches,
+activations, NaN and infinity; the bound form; and the forms it declines."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hal.backends.numba_kernels")
+
+from hal.backends.numba_kernels import f32_conv  # noqa: E402
+from hal.compiler import compile_model  # noqa: E402
+from hal.executor import OperationTiming, execute  # noqa: E402
+from hal.executor import bind as hal_bind  # noqa: E402
+from hal.model import ModelBuilder  # noqa: E402
+from hal.types import OperandType, OperationType  # noqa: E402
+from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases  # noqa: E402
+from nnhal.cts.judge import judge  # noqa: E402
+from tests.backends.differential import compare  # noqa: E402
+
+F32 = OperandType.TENSOR_FLOAT32
+CONV = OperationType.CONV_2D
+ORDER = ["numba", "reference"]
+
+
+def conv_model(shape, out_c, k, *, stride=(1, 1), pads=None, scheme=1, dilation=(1, 1), act=0, nchw=False,
+               filter_input=False, rng=None, kw=None):
+    """A one-CONV_2D model: input ``shape`` (NHWC), ``out_c`` filters of k x kw; explicit ``pads``
+    (left, right, top, bottom) or an implicit ``scheme`` (1 SAME, 2 VALID)."""
+    rng = rng or np.random.default_rng(0)
+    kw = kw or k
+    n, h, w, c = shape
+    mb = ModelBuilder()
+    x = mb.add_operand(F32, (n, c, h, w) if nchw else shape)
+    filt = (rng.standard_normal((out_c, k, kw, c)) / np.sqrt(k * kw * c)).astype(np.float32)
+    f = mb.add_operand(F32, filt.shape) if filter_input else mb.add_constant(F32, filt)
+    b = mb.add_constant(F32, rng.uniform(-0.5, 0.5, out_c).astype(np.float32))
+    geometry = [mb.add_int32(p) for p in pads] if pads is not None else [mb.add_int32(scheme)]
+    args = [x, f, b, *geometry, mb.add_int32(stride[1]), mb.add_int32(stride[0]), mb.add_int32(act)]
+    if nchw or dilation != (1, 1):
+        args += [mb.add_bool(nchw), mb.add_int32(dilation[1]), mb.add_int32(dilation[0])]
+    compiled_shape = compile_model_shape(shape, out_c, k, kw, stride, pads, scheme, dilation)
+    y = mb.add_operand(F32, (n, out_c, *compiled_shape) if nchw else (n, *compiled_shape, out_c))
+    mb.add_operation(CONV, args, [y])
+    mb.identify_inputs_and_outputs([x, f] if filter_input else [x], [y])
+    return mb.finish()
+
+
+def compile_model_shape(shape, out_c, k, kw, stride, pads, scheme, dilation):
+    _, h, w, _ = shape
+    eff_h, eff_w = (k - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1
+    if pads is not None:
+        left, right, top, bottom = pads
+        return (h + top + bottom - eff_h) // stride[0] + 1, (w + left + right - eff_w) // stride[1] + 1
+    if scheme == 1:
+        return -(-h // stride[0]), -(-w // stride[1])
+    return (h - eff_h) // stride[0] + 1, (w - eff_w) // stride[1] + 1
+
+
+def _inputs(model, rng):
+    sg = model.main
+    return [rng.uniform(-2, 2, sg.operands[i].dimensions).astype(np.float32) for i in sg.input_indexes]
+
+
+def _check(model, args, *, on_numba=True):
+    compiled = compile_model(model, backend_order=ORDER)
+    timings: list[OperationTiming] = []
+    got = execute(compiled, args, timings)
+    assert (timings[0].backend == "numba") == on_numba, timings
+    want = execute(compile_model(model, backend_order=["reference"]), args)
+    for g, w in zip(got, want, strict=True):
+        why = compare(g, w)
+        assert why is None, why
+    plan = compiled.static_plan
+    outs = [np.empty(plan.infos[i].shape, plan.infos[i].dtype) for i in compiled.output_indexes]
+    runner = hal_bind(compiled, [a.copy() for a in args], outs)
+    if runner is not None:  # the bound form writes the same bytes as execute
+        runner(None, None, None)
+        assert all(np.array_equal(o, g, equal_nan=True) for o, g in zip(outs, got))
+    return compiled, got
+
+
+def test_cts_float_cases_it_takes_meet_the_cts_and_the_reference():
+    ran = 0
+    for case in (c for c in load_cases(operations=["CONV_2D"]) if not c.expect_failure):
+        try:
+            model = build_model(case)
+        except CorpusError:
+            continue
+        if model.main.operands[model.main.operations[0].inputs[0]].type != F32:
+            continue
+        compiled = compile_model(model, backend_order=ORDER)
+        want_model = compile_model(model, backend_order=["reference"])
+        for n, ex in enumerate(examples(case)):
+            if any(x is None for x in ex.inputs):
+                continue
+            timings: list[OperationTiming] = []
+            got = execute(compiled, list(ex.inputs), timings)
+            ran += any(t.backend == "numba" and t.type == CONV for t in timings)
+            for k, (g, w) in enumerate(zip(got, execute(want_model, list(ex.inputs)), strict=True)):
+                why = compare(g, w, model.relax_computation_float32_to_float16)
+                assert why is None, f"{case.name} example {n} output {k} vs the reference backend: {why}"
+            why = judge(case, ex, got)
+            assert why is None, f"{case.name} example {n} vs the CTS: {why}"
+    assert ran >= 10, f"only {ran} float CTS examples ran on the numba kernel"
+
+
+@pytest.mark.parametrize("shape,out_c,k,kw_,stride,pads,scheme,dilation,act,mode", [
+    ((1, 9, 7, 16), 32, 1, 1, (1, 1), None, 1, (1, 1), 0, f32_conv.IN_PLACE),
+    ((2, 5, 6, 40), 70, 1, 1, (1, 1), (0, 0, 0, 0), 1, (1, 1), 3, f32_conv.IN_PLACE),  # narrow last tile, RELU6
+    ((1, 11, 13, 3), 64, 3, 3, (2, 2), None, 1, (1, 1), 1, f32_conv.GATHERED),  # a stem
+    ((1, 10, 10, 17), 33, 3, 3, (1, 1), (2, 0, 1, 2), 1, (1, 1), 2, f32_conv.GATHERED),  # asymmetric pads, RELU1
+    ((2, 12, 12, 8), 20, 3, 3, (1, 2), None, 2, (2, 2), 0, f32_conv.GATHERED),  # dilation, VALID, strides
+    ((1, 8, 8, 5), 16, 5, 3, (2, 1), None, 1, (1, 1), 0, f32_conv.GATHERED),  # rectangular kernel
+    ((1, 9, 9, 12), 24, 1, 1, (2, 2), None, 1, (1, 1), 0, f32_conv.GATHERED),  # strided 1x1
+    ((1, 4, 4, 64), 213, 4, 4, (1, 1), None, 2, (1, 1), 0, f32_conv.WHOLE_ROWS),  # a landmark head
+    ((3, 6, 5, 7), 15, 2, 5, (2, 1), None, 2, (1, 1), 1, f32_conv.WHOLE_ROWS),  # as wide as the map, 3 rows out
+])
+def test_geometries_match_the_reference(shape, out_c, k, kw_, stride, pads, scheme, dilation, act, mode):
+    rng = np.random.default_rng(out_c)
+    model = conv_model(shape, out_c, k, kw=kw_, stride=stride, pads=pads, scheme=scheme, dilation=dilation,
+                       act=act, rng=rng)
+    compiled, _ = _check(model, _inputs(model, rng))
+    assert int(compiled.static_plan.steps[0].ctx.data.geometry[15]) == mode
+
+
+def test_nan_and_infinity_propagate_as_in_the_reference():
+    rng = np.random.default_rng(5)
+    for k in (1, 3):
+        model = conv_model((1, 6, 6, 8), 20, k, rng=rng)
+        x = _inputs(model, rng)
+        x[0][0, 2, 3, 1] = np.nan
+        x[0][0, 4, 1, 5] = np.inf
+        _, got = _check(model, x)
+        assert np.isnan(got[0]).any()
+
+
+@pytest.mark.parametrize("kind,why", [("nchw", "NCHW"), ("filter_input", "not a constant")])
+def test_forms_it_declines_run_on_the_reference_backend(kind, why, caplog):
+    rng = np.random.default_rng(2)
+    model = conv_model((1, 6, 6, 8), 8, 3, rng=rng, **{kind: True})
+    with caplog.at_level("INFO", logger="hal.compiler"):
+        _check(model, _inputs(model, rng), on_numba=False)
+    assert why in caplog.text
