@@ -18,7 +18,6 @@ from hal.executor import OperationTiming, execute  # noqa: E402
 from hal.executor import bind as hal_bind  # noqa: E402
 from hal.fusion import FC_CHAIN, FusedContext  # noqa: E402
 from hal.model import ModelBuilder  # noqa: E402
-from hal.plan import PartitionContext  # noqa: E402
 from hal.serialize import dump_compiled, load_compiled  # noqa: E402
 from hal.types import ExecutionPreference, OperandType, OperationType, Priority  # noqa: E402
 from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases  # noqa: E402

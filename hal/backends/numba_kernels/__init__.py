@@ -97,9 +97,9 @@ os.environ["NUMBA_CACHE_DIR"] = str(CACHE)
 numba.config.CACHE_DIR = str(CACHE)  # numba is imported: its config reads the variable no more
 
 from hal.backends import Backend, register_backend  # noqa: E402
-from hal.types import OperandType  # noqa: E402
 from hal.backends.numba_kernels import amx as _amx  # noqa: E402 - CPU features and the OS's AMX grant
 from hal.backends.numba_kernels import vnni as _vnni  # noqa: E402 - CPU features only, compiles nothing
+from hal.types import OperandType  # noqa: E402
 
 #: Bump when a kernel's results or plan data change meaning; the identity also hashes the sources.
 #: Plans packed for VNNI only run where it exists: the CPU's kind is part of the version, so a
