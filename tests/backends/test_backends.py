@@ -39,18 +39,18 @@ F32 = OperandType.TENSOR_FLOAT32
 
 @pytest.fixture
 def twin_add():
-    """A backend with the reference ADD kernel only, preferred over the reference backend."""
-    backends.register_backend(fake_backends.twin("twin", ops=[OperationType.ADD]))
+    """A backend with the reference ADD and SUB kernels only, preferred over the reference backend."""
+    backends.register_backend(fake_backends.twin("twin", ops=[OperationType.ADD, OperationType.SUB]))
     yield
     backends.unregister_backend("twin")
 
 
-def _add_then_softmax():
+def _add_then_softmax(op=OperationType.ADD):
     b = ModelBuilder()
     x = b.add_operand(F32, (2, 3))
     s = b.add_operand(F32, (2, 3))
     y = b.add_operand(F32, (2, 3))
-    b.add_operation(OperationType.ADD, [x, x, b.add_int32(0)], [s])
+    b.add_operation(op, [x, x, b.add_int32(0)], [s])
     b.add_operation(OperationType.SOFTMAX, [s, b.add_float32(1.0)], [y])
     b.identify_inputs_and_outputs([x], [y])
     return b.finish()
@@ -74,10 +74,12 @@ def test_preferred_backend_gets_what_it_runs_the_rest_falls_back(twin_add):
     assert [t.backend for t in timings] == ["twin", "reference"]
     np.testing.assert_array_equal(out, execute(compile_model(model, backend_order=["reference"]), [x])[0])
     # with no preference set, every available backend by priority (the twin's 5 beats reference's 0;
-    # numba, when installed, takes only quantized operations)
+    # numba, when installed, takes float ADD and SOFTMAX but not float SUB)
     assert backends.preference()[-2:] == ("twin", "reference")
     per_op = [n for n in backends.preference() if not isinstance(backends.get(n), GraphBackend)]
-    assert [s.backend for s in compile_model(model, backend_order=per_op).static_plan.steps] == ["twin", "reference"]
+    sub = _add_then_softmax(OperationType.SUB)
+    softmax_on = "numba" if "numba" in per_op else "reference"
+    assert [s.backend for s in compile_model(sub, backend_order=per_op).static_plan.steps] == ["twin", softmax_on]
     assert {s.backend for s in compile_model(model, backend_order=["reference"]).static_plan.steps} == {"reference"}
 
 

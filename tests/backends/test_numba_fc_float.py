@@ -18,6 +18,7 @@ from hal.executor import OperationTiming, execute  # noqa: E402
 from hal.executor import bind as hal_bind  # noqa: E402
 from hal.fusion import FC_CHAIN, FusedContext  # noqa: E402
 from hal.model import ModelBuilder  # noqa: E402
+from hal.plan import PartitionContext  # noqa: E402
 from hal.serialize import dump_compiled, load_compiled  # noqa: E402
 from hal.types import ExecutionPreference, OperandType, OperationType, Priority  # noqa: E402
 from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases  # noqa: E402
@@ -114,8 +115,8 @@ def test_a_perceptron_is_one_numba_step_that_matches_the_reference(sizes, acts, 
     model = _mlp(sizes, acts, batch, rng)
     compiled = compile_model(model, backend_order=ORDER)
     program = compiled.static_plan.program
-    if len(acts) == 1:  # a single layer is not a chain: numba takes the graph backend's run as a plain step
-        assert [(s.backend, s.ctx.op_type) for s in program] == [("numba", FC)]
+    if len(acts) == 1:  # a single layer is not a chain: the graph backend keeps it
+        assert [type(s.ctx) for s in program] == [PartitionContext]
         return
     assert len(program) == 1 and isinstance(program[0].ctx, FusedContext), program
     assert program[0].ctx.pattern == FC_CHAIN and program[0].backend == "numba"
@@ -136,29 +137,12 @@ def test_nan_and_infinity_propagate_as_in_the_reference():
     _assert_matches_reference(model, compiled, x)
 
 
-def test_a_chain_whose_middle_is_an_output_runs_its_layers_one_by_one_on_numba():
-    """Not a chain (the first layer's output is read outside it): the whole-run rule
-    (hal.compiler._whole_run_instead) still hands the graph backend's run to numba's float layers."""
-    rng = np.random.default_rng(11)
-    model = _mlp((32, 48, 8), (1, 0), 1, rng, middle_out=True)
-    compiled = compile_model(model, backend_order=ORDER)
-    assert [(s.backend, s.ctx.op_type) for s in compiled.static_plan.program] == [("numba", FC), ("numba", FC)]
-    _assert_matches_reference(model, compiled, _inputs(model, rng))
-
-
-def test_a_chain_then_softmax_is_the_chain_then_numbas_softmax():
-    rng = np.random.default_rng(12)
-    model = _mlp((32, 48, 8), (1, 0), 1, rng, tail=OperationType.SOFTMAX)
-    compiled = compile_model(model, backend_order=ORDER)
-    program = compiled.static_plan.program
-    assert [(s.backend, getattr(s.ctx, "pattern", None)) for s in program] == [("numba", FC_CHAIN), ("numba", None)]
-    _assert_matches_reference(model, compiled, _inputs(model, rng))
-
-
-@pytest.mark.parametrize("kind", ["batch", "weight_input"])
+@pytest.mark.parametrize("kind", ["batch", "tail", "middle_out", "weight_input"])
 def test_runs_that_are_not_a_small_batch_chain_stay_with_the_graph_backend(kind):
     rng = np.random.default_rng(11)
     model = {"batch": lambda: _mlp((32, 48, 8), (1, 0), fc_float.MAX_BATCH + 1, rng),
+             "tail": lambda: _mlp((32, 48, 8), (1, 0), 1, rng, tail=OperationType.SOFTMAX),
+             "middle_out": lambda: _mlp((32, 48, 8), (1, 0), 1, rng, middle_out=True),
              "weight_input": lambda: _mlp((32, 48, 8), (1, 0), 1, rng, weight_input=True)}[kind]()
     compiled = compile_model(model, backend_order=ORDER)
     assert not any(isinstance(s.ctx, FusedContext) for s in compiled.static_plan.program)

@@ -274,9 +274,6 @@ def test_low_power_models_get_one_intra_op_thread(monkeypatch):
     from hal.types import ExecutionPreference, Priority
     from service.driver import Driver
     monkeypatch.setattr(backends.policy, "_compute_threads", 2)
-    # onnxruntime's partitions (at one thread numba's float kernels would take these runs)
-    if backends.get("numba") is not None:
-        monkeypatch.setattr(backends.get("numba"), "takes_runs", {})
     driver = Driver()
 
     def threads(pref):

@@ -32,6 +32,15 @@ loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
 - Float FULLY_CONNECTED of a batch of 1-4 rows (fc_float.py): weights packed in column tiles,
   every row's sums in registers; chained layers (a perceptron) as one step (hal.fusion's
   ``fc_chain``), which the compiler also takes from a graph backend's run of only such layers.
+- Float32 CNNs (f32_conv.py, f32_depthwise.py, f32_elementwise.py, f32_layout.py, f32_softmax.py):
+  CONV_2D on the same tiles (1x1 layers read their NHWC input in place; a residual ADD and a
+  PRELU after it applied in its epilogue, hal.fusion's ``conv_epilogue``), DEPTHWISE_CONV_2D in
+  16-channel vector IR, ADD, MUL, PRELU, NHWC MAX_POOL_2D, AVERAGE_POOL_2D, PAD / PAD_V2,
+  CONCATENATION, RESHAPE (on f32_simd.py's 16-lane float IR) and SOFTMAX, one pass each with the
+  reference's arithmetic (sums in float32). They run float operations when an order puts numba
+  before onnxruntime; with $NNHAL_NUMBA_FLOAT_RUNS=1 (at one compute thread) the compiler also
+  hands onnxruntime's float32 runs they cover wholly to them (hal.compiler's ``_whole_run_instead``),
+  chained natively: not the default, which stays onnxruntime's (see ``FLOAT_RUNS_VARIABLE``).
 Operations or forms it does not take (other float operations, NCHW, non-constant filters, ...) fall back to the
 next backend of the preference order, ultimately the reference backend.
 
@@ -112,9 +121,16 @@ VERSION = ("2-vnni-amx" if _amx.AVAILABLE else "2-vnni") if _vnni.AVAILABLE else
 #: the reference kernels (lut.py), so an edit there changes this backend's identity too.
 BACKEND = Backend("numba", VERSION, modules=("hal.backends.numba_kernels", "hal.backends.reference"), priority=10,
                   description=f"numba {numba.__version__}: quantized kernels (AVX-512 VNNI and AMX-INT8 tiles "
-                              "where the CPU has them), bit-exact with reference; float sequence LSTMs")
-#: onnxruntime's float32 runs that the float kernels cover wholly are theirs (f32_conv.py).
-BACKEND.takes_runs = {"onnxruntime": frozenset({OperandType.TENSOR_FLOAT32})}
+                              "where the CPU has them), bit-exact with reference; float32 CNN kernels, "
+                              "small-batch FULLY_CONNECTED and sequence LSTMs")
+#: Set to 1: onnxruntime's float32 runs that the float kernels cover wholly are theirs (hal.compiler's
+#: ``_whole_run_instead``). Off by default: measured in process against onnxruntime's run (1 thread),
+#: they win on a PReLU landmark network (iris-style 0.66 -> 0.62 ms) but lose on others (face-style
+#: 1.05 -> 1.14 ms, BlazeFace-style 0.93 -> 1.11, MobileNetV2 5.26 -> 5.87: a 3-channel stem's
+#: gathered windows, 16-channel layers, 1x1 layers whose weights outgrow the L1 cache).
+FLOAT_RUNS_VARIABLE = "NNHAL_NUMBA_FLOAT_RUNS"
+if os.environ.get(FLOAT_RUNS_VARIABLE) == "1":
+    BACKEND.takes_runs = {"onnxruntime": frozenset({OperandType.TENSOR_FLOAT32})}
 
 
 def _load() -> None:

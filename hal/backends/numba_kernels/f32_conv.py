@@ -28,6 +28,7 @@ the reference backend sums in float64: within NNAPI's float32 tolerance
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numba
@@ -35,6 +36,7 @@ import numpy as np
 
 from hal import quant
 from hal.backends.numba_kernels import BACKEND, fc_float
+from hal.backends.numba_kernels.f32_elementwise import F32Binary
 from hal.backends.numba_kernels.fc_float import LANES, TILE, _narrow, _tile
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import copy_bytes, fill_copy
@@ -106,18 +108,23 @@ def _gemm(a, a_off, rows, k, w, bias, n, lo, hi, out, o_off, group):
 def _epilogue(out, o_off, pixels, n, res, lo, hi, alpha, flags):
     """The fused ADD (of ``res``, the same positions), its clamp, then PRELU (``alpha`` per
     channel), on ``pixels`` rows of ``n`` channels from ``o_off``. NaN stays NaN (the comparisons
-    are false), as the reference's where/clip keep it."""
-    for p in range(pixels):
-        base = o_off + p * n
-        if flags & RESIDUAL:
+    are false), as the reference's where/clip keep it. Rows are indexed by loop counters only (an
+    index numba cannot prove non-negative gets a wrap-around check, which stops vectorisation),
+    and both sides of each choice are computed: selects, not branches the signs would mispredict."""
+    o = out[o_off:o_off + pixels * n].reshape(pixels, n)
+    if flags & RESIDUAL:
+        r = res[o_off:o_off + pixels * n].reshape(pixels, n)
+        for p in range(pixels):
             for c in range(n):
-                v = out[base + c] + res[base + c]
+                v = o[p, c] + r[p, c]
                 v = lo if v < lo else v
-                out[base + c] = hi if v > hi else v
-        if flags & ALPHA:
+                o[p, c] = hi if v > hi else v
+    if flags & ALPHA:
+        for p in range(pixels):
             for c in range(n):
-                v = out[base + c]
-                out[base + c] = v if v >= 0 else v * alpha[c]
+                v = o[p, c]
+                scaled = v * alpha[c]
+                o[p, c] = v if v >= 0 else scaled
 
 
 @numba.njit([numba.void(_RO, _GEOMETRY, _I64, _I64, _RW)], cache=True, nogil=True)
@@ -273,72 +280,69 @@ def bind(ctx: OperationContext, inputs: list, outputs: list):
 
 @dataclass
 class ConvEpilogue:
-    """A ``conv_epilogue`` step: the convolution, then (``flags``) the residual ADD's clamp bounds
-    and the PRELU's per-channel slopes."""
+    """A ``conv_epilogue`` step: the convolution, then (``flags``) the residual ADD's clamp bounds;
+    a PRELU's slopes (one per channel) are its last input."""
 
     conv: FloatConv
     flags: int
     lo: float
     hi: float
-    alpha: np.ndarray  # float32 [out_c]; one unused element without a PRELU
-
-
-def _per_channel(value: np.ndarray | None, channels: int) -> np.ndarray | None:
-    """A PRELU's alpha as one slope per output channel, or None (a value varying over pixels)."""
-    if value is None or value.size != channels or (value.ndim > 1 and value.shape[-1] != channels):
-        return None
-    return np.ascontiguousarray(value, np.float32).reshape(-1)
 
 
 def plan_epilogue(ctx) -> ConvEpilogue | None:
-    """Reads the members' plans and constant operands only (a plan from the compilation cache has
-    no parameters): the ADD's activation (its input 2) and the PRELU's alpha."""
+    """Reads the members' plans and operand shapes only (a plan from the compilation cache has no
+    parameters): the ADD's clamp (f32_elementwise's plan); the PRELU's alpha is an input."""
     conv, *rest = ctx.members
     d = conv.ctx.data
     if not isinstance(d, FloatConv):
         return None
     shape = d.out_shape
-    flags, lo, hi, alpha = 0, -np.inf, np.inf, _NO_ARRAY
+    flags, lo, hi = 0, -np.inf, np.inf
     for m in rest:
         if any(i is None or i.type != F32 or tuple(i.shape) != shape for i in (*m.ctx.inputs[:1], *m.ctx.outputs)):
             return None
         if m.ctx.op_type == OperationType.ADD:
-            act = m.ctx.inputs[2] if len(m.ctx.inputs) > 2 else None
-            if act is None or act.value is None or any(tuple(i.shape) != shape for i in m.ctx.inputs[:2]):
+            add = m.ctx.data
+            if not isinstance(add, F32Binary) or any(tuple(i.shape) != shape for i in m.ctx.inputs[:2]):
                 return None
             flags |= RESIDUAL
-            lo, hi = quant.activation_range_float(int(np.asarray(act.value).reshape(-1)[0]))
+            lo, hi = add.lo, add.hi
         else:
-            alpha = _per_channel(m.ctx.inputs[1].value, shape[3])
-            if alpha is None:
-                return None
+            alpha = m.ctx.inputs[1]
+            if alpha is None or alpha.type != F32 or math.prod(alpha.shape) != shape[3] \
+                    or (len(alpha.shape) > 1 and alpha.shape[-1] != shape[3]):
+                return None  # not one slope per channel
             flags |= ALPHA
-    return ConvEpilogue(d, flags, lo, hi, alpha)
+    return ConvEpilogue(d, flags, lo, hi)
 
 
 def _epilogue_arrays(ctx, inputs: list):
+    """The fused step's input, residual and slopes (its inputs: the convolution's, then the ADD's
+    other operand, then the PRELU's alpha) and clamps."""
     e: ConvEpilogue = ctx.data
-    res = inputs[len(ctx.members[0].inputs)] if e.flags & RESIDUAL else _NO_ARRAY
-    return e, inputs[INPUT], res, _clamps(e.conv, e.lo, e.hi)
+    at = len(ctx.members[0].inputs)
+    res = inputs[at] if e.flags & RESIDUAL else _NO_ARRAY
+    alpha = inputs[at + bool(e.flags & RESIDUAL)] if e.flags & ALPHA else _NO_ARRAY
+    return e, inputs[INPUT], res, alpha, _clamps(e.conv, e.lo, e.hi)
 
 
 def execute_epilogue(ctx, inputs: list) -> list:
-    e, x, res, clamps = _epilogue_arrays(ctx, inputs)
+    e, x, res, alpha, clamps = _epilogue_arrays(ctx, inputs)
     out = np.empty(e.conv.out_shape, np.float32)
     d = e.conv
-    conv_rows(np.ascontiguousarray(x, np.float32).reshape(-1), d.weights, d.bias, d.geometry, clamps,
-              np.ascontiguousarray(res, np.float32).reshape(-1), e.alpha, e.flags, out.reshape(-1))
+    flat = [np.ascontiguousarray(a, np.float32).reshape(-1) for a in (x, res, alpha)]
+    conv_rows(flat[0], d.weights, d.bias, d.geometry, clamps, flat[1], flat[2], e.flags, out.reshape(-1))
     return [out]
 
 
 def bind_epilogue(ctx, inputs: list, outputs: list):
-    e, x, res, clamps = _epilogue_arrays(ctx, inputs)
-    out = outputs[0]
-    if x is None or res is None or not (x.flags.c_contiguous and res.flags.c_contiguous and out.flags.c_contiguous):
+    e, x, res, alpha, clamps = _epilogue_arrays(ctx, inputs)
+    arrays = (x, res, alpha, outputs[0])
+    if any(a is None or not a.flags.c_contiguous for a in arrays):
         return None
     d = e.conv
     return functools.partial(conv_rows, x.reshape(-1), d.weights, d.bias, d.geometry, clamps, res.reshape(-1),
-                             e.alpha, e.flags, out.reshape(-1))
+                             alpha.reshape(-1), e.flags, outputs[0].reshape(-1))
 
 
 BACKEND.register_fusion("conv_epilogue", plan=plan_epilogue, execute=execute_epilogue, bind=bind_epilogue)

@@ -1,0 +1,86 @@
+"""Whole float32 CNNs on the numba backend's float kernels, as the default preference order plans
+them at one compute thread with $NNHAL_NUMBA_FLOAT_RUNS=1 (hal.compiler's ``_whole_run_instead``
+hands onnxruntime's run to numba when its kernels cover every operation): every step on numba, the residual blocks fused
+(``conv_epilogue``), and the outputs within 1e-4 of their scale of TFLite's reference kernels,
+also bound to fixed arrays (the service's path, natively chained) and after the compilation cache."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hal.backends.numba_kernels")
+pytest.importorskip("hal.backends.ort")
+
+from delegate.mapping import convert_partition  # noqa: E402
+from delegate.tfl import read_model  # noqa: E402
+from hal import backends  # noqa: E402
+from hal.compiler import compile_model  # noqa: E402
+from hal.executor import bind as hal_bind  # noqa: E402
+from hal.executor import execute  # noqa: E402
+from hal.fusion import CONV_EPILOGUE, FusedContext  # noqa: E402
+from hal.serialize import dump_compiled, load_compiled  # noqa: E402
+from nnhal.examples import blazeface_like, face_landmark_like, iris_landmark_like, mobilenet_v2  # noqa: E402
+from tests.harness import tflite_run  # noqa: E402
+
+ORDER = ["onnxruntime", "numba", "reference"]
+MODELS = {
+    "iris": lambda: iris_landmark_like(),
+    "face": lambda: face_landmark_like(input_size=96),
+    "blazeface": lambda: blazeface_like(np.float32, input_size=64),
+    "mobilenet_v2": lambda: mobilenet_v2(np.float32, input_size=64, classes=50),
+}
+
+
+@pytest.fixture
+def float_runs(monkeypatch):
+    """numba takes onnxruntime's float32 runs (what NNHAL_NUMBA_FLOAT_RUNS=1 sets at import)."""
+    from hal.types import OperandType
+    monkeypatch.setattr(backends.get("numba"), "takes_runs", {"onnxruntime": frozenset({OperandType.TENSOR_FLOAT32})})
+
+
+def test_by_default_onnxruntime_keeps_its_float_runs():
+    compiled = compile_model(convert_partition(read_model(MODELS["iris"]())).model, backend_order=ORDER)
+    assert {s.backend for s in compiled.static_plan.program} == {"onnxruntime"}
+
+
+def test_pose_keeps_onnxruntime_since_numba_has_no_float_resize(float_runs):
+    from nnhal.examples import pose_landmark_like
+    model = convert_partition(read_model(pose_landmark_like(input_size=128))).model
+    assert {s.backend for s in compile_model(model, backend_order=ORDER).static_plan.program} == {"onnxruntime"}
+
+
+def test_at_two_compute_threads_onnxruntime_keeps_its_runs(float_runs, monkeypatch):
+    monkeypatch.setattr(backends.policy, "_compute_threads", 2)
+    compiled = compile_model(convert_partition(read_model(MODELS["iris"]())).model, backend_order=ORDER)
+    assert {s.backend for s in compiled.static_plan.program} == {"onnxruntime"}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_float_cnn_runs_wholly_on_numba_within_1e_4_of_tflite(name, float_runs):
+    data = MODELS[name]()
+    graph = read_model(data)
+    part = convert_partition(graph)
+    assert backends.compute_threads() <= 1
+    compiled = compile_model(part.model, backend_order=ORDER)
+    program = compiled.static_plan.program
+    assert {s.backend for s in program} == {"numba"}, [(s.backend, s.ctx.name) for s in program]
+    fused = [s for s in program if isinstance(s.ctx, FusedContext) and s.ctx.pattern == CONV_EPILOGUE]
+    if name in ("iris", "face", "blazeface"):
+        assert fused, "the residual blocks' ADD and PRELU are the convolutions' epilogues"
+    rng = np.random.default_rng(1)
+    by_tensor = {t: rng.uniform(-1, 1, graph.tensors[t].shape).astype(np.float32) for t in graph.inputs}
+    args = [by_tensor[t] for t in part.input_tensors]
+    want = dict(zip(graph.outputs, tflite_run(data, [by_tensor[t] for t in graph.inputs])))
+    got = dict(zip(part.output_tensors, execute(compiled, args)))
+    plan = compiled.static_plan
+    outs = [np.empty(plan.infos[i].shape, plan.infos[i].dtype) for i in compiled.output_indexes]
+    hal_bind(compiled, [a.copy() for a in args], outs)(None, None, None)
+    loaded = load_compiled(*dump_compiled(compiled), backend_order=ORDER)
+    assert [getattr(s.ctx, "pattern", None) for s in loaded.static_plan.program] == \
+        [getattr(s.ctx, "pattern", None) for s in program]
+    cached = dict(zip(part.output_tensors, execute(loaded, args)))
+    for k, t in enumerate(part.output_tensors):
+        w = want[t].reshape(got[t].shape)
+        scale = max(float(np.abs(w).max()), 1e-6)
+        assert np.abs(got[t] - w).max() <= 1e-4 * scale, (name, t)
+        assert np.array_equal(outs[k], got[t]) and np.array_equal(cached[t], got[t])
