@@ -25,7 +25,7 @@ Patterns:
   block's shortcut), then a PRELU of that sum, as consecutive operations (either of the two may
   be missing): the convolution applies them to each block of output rows while it is in cache
   (the numba backend's float convolution: numba_kernels/f32_conv.py). Its inputs are the
-  convolution's, then the ADD's other operand, then the PRELU's alpha.
+  convolution's, then the ADD's other operand and its activation, then the PRELU's alpha.
 
 * ``fc_chain``: consecutive FULLY_CONNECTED operations, each reading the one before as its input
   (a multi-layer perceptron): one step runs every layer (the numba backend's float layers of a
@@ -131,7 +131,7 @@ def _epilogue(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]) -
     if b.ctx.op_type == OperationType.ADD and not done and len(b.inputs) >= 2 and y in b.inputs[:2] \
             and b.inputs[0] != b.inputs[1]:
         other = b.inputs[1] if b.inputs[0] == y else b.inputs[0]
-        return _fused(CONV_EPILOGUE, (*members, b), (*inputs, other), b.outputs)
+        return _fused(CONV_EPILOGUE, (*members, b), (*inputs, other, *b.inputs[2:]), b.outputs)
     if b.ctx.op_type == OperationType.PRELU and OperationType.PRELU not in done and b.inputs[0] == y \
             and len(b.inputs) >= 2:
         return _fused(CONV_EPILOGUE, (*members, b), (*inputs, b.inputs[1]), b.outputs)

@@ -318,11 +318,10 @@ def plan_epilogue(ctx) -> ConvEpilogue | None:
 
 def _epilogue_arrays(ctx, inputs: list):
     """The fused step's input, residual and slopes (its inputs: the convolution's, then the ADD's
-    other operand, then the PRELU's alpha) and clamps."""
+    other operand and activation, then the PRELU's alpha) and clamps."""
     e: ConvEpilogue = ctx.data
-    at = len(ctx.members[0].inputs)
-    res = inputs[at] if e.flags & RESIDUAL else _NO_ARRAY
-    alpha = inputs[at + bool(e.flags & RESIDUAL)] if e.flags & ALPHA else _NO_ARRAY
+    res = inputs[len(ctx.members[0].inputs)] if e.flags & RESIDUAL else _NO_ARRAY
+    alpha = inputs[-1] if e.flags & ALPHA else _NO_ARRAY
     return e, inputs[INPUT], res, alpha, _clamps(e.conv, e.lo, e.hi)
 
 
