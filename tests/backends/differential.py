@@ -170,3 +170,36 @@ def check_against_reference(model: Model, inputs: list[np.ndarray]) -> None:
     backend = os.environ.get(ENV_VAR, "").strip()
     if backend and backend != "reference":
         assert_matches_reference(model, inputs, backend, require_assigned=False)
+
+
+def float_cts_examples_on(backend: str, operation: str, op_type: int, order: list[str]) -> int:
+    """Every float32 CTS case of ``operation`` (NNAPI name) compiled with ``order``: each example
+    against the reference backend (CTS's float criteria) and against the CTS; returns how many
+    examples ran ``op_type`` on ``backend`` (a test asserts a minimum: cases it declines do not count)."""
+    from hal.executor import OperationTiming
+    from hal.types import OperandType
+    from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases
+    from nnhal.cts.judge import judge
+    ran = 0
+    for case in (c for c in load_cases(operations=[operation]) if not c.expect_failure):
+        try:
+            model = build_model(case)
+        except CorpusError:
+            continue
+        sg = model.main
+        if sg.operands[sg.operations[-1].inputs[0]].type != OperandType.TENSOR_FLOAT32:
+            continue
+        compiled = compile_model(model, backend_order=order)
+        want_model = compile_model(model, backend_order=["reference"])
+        for n, ex in enumerate(examples(case)):
+            if any(x is None for x in ex.inputs):
+                continue
+            timings: list[OperationTiming] = []
+            got = execute(compiled, list(ex.inputs), timings)
+            ran += any(t.backend == backend and t.type == op_type for t in timings)
+            for k, (g, w) in enumerate(zip(got, execute(want_model, list(ex.inputs)), strict=True)):
+                why = compare(g, w, model.relax_computation_float32_to_float16)
+                assert why is None, f"{case.name} example {n} output {k} vs the reference backend: {why}"
+            why = judge(case, ex, got)
+            assert why is None, f"{case.name} example {n} vs the CTS: {why}"
+    return ran

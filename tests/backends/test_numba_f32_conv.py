@@ -16,9 +16,7 @@ from hal.executor import OperationTiming, execute  # noqa: E402
 from hal.executor import bind as hal_bind  # noqa: E402
 from hal.model import ModelBuilder  # noqa: E402
 from hal.types import OperandType, OperationType  # noqa: E402
-from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases  # noqa: E402
-from nnhal.cts.judge import judge  # noqa: E402
-from tests.backends.differential import compare  # noqa: E402
+from tests.backends.differential import compare, float_cts_examples_on  # noqa: E402
 
 F32 = OperandType.TENSOR_FLOAT32
 CONV = OperationType.CONV_2D
@@ -83,27 +81,7 @@ def _check(model, args, *, on_numba=True):
 
 
 def test_cts_float_cases_it_takes_meet_the_cts_and_the_reference():
-    ran = 0
-    for case in (c for c in load_cases(operations=["CONV_2D"]) if not c.expect_failure):
-        try:
-            model = build_model(case)
-        except CorpusError:
-            continue
-        if model.main.operands[model.main.operations[0].inputs[0]].type != F32:
-            continue
-        compiled = compile_model(model, backend_order=ORDER)
-        want_model = compile_model(model, backend_order=["reference"])
-        for n, ex in enumerate(examples(case)):
-            if any(x is None for x in ex.inputs):
-                continue
-            timings: list[OperationTiming] = []
-            got = execute(compiled, list(ex.inputs), timings)
-            ran += any(t.backend == "numba" and t.type == CONV for t in timings)
-            for k, (g, w) in enumerate(zip(got, execute(want_model, list(ex.inputs)), strict=True)):
-                why = compare(g, w, model.relax_computation_float32_to_float16)
-                assert why is None, f"{case.name} example {n} output {k} vs the reference backend: {why}"
-            why = judge(case, ex, got)
-            assert why is None, f"{case.name} example {n} vs the CTS: {why}"
+    ran = float_cts_examples_on("numba", "CONV_2D", CONV, ORDER)
     assert ran >= 10, f"only {ran} float CTS examples ran on the numba kernel"
 
 

@@ -10,15 +10,10 @@ import pytest
 
 pytest.importorskip("hal.backends.numba_kernels")
 
-from hal.compiler import compile_model  # noqa: E402
-from hal.executor import OperationTiming, execute  # noqa: E402
-from hal.executor import bind as hal_bind  # noqa: E402
 from hal.model import ModelBuilder  # noqa: E402
 from hal.types import OperandType, OperationType  # noqa: E402
-from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases  # noqa: E402
-from nnhal.cts.judge import judge  # noqa: E402
-from tests.backends.differential import compare  # noqa: E402
-from tests.backends.test_numba_f32_conv import compile_model_shape  # noqa: E402
+from tests.backends.differential import float_cts_examples_on  # noqa: E402
+from tests.backends.test_numba_f32_conv import _check, _inputs, compile_model_shape  # noqa: E402
 
 F32 = OperandType.TENSOR_FLOAT32
 DW = OperationType.DEPTHWISE_CONV_2D
@@ -47,50 +42,8 @@ def dw_model(shape, k, *, stride=(1, 1), pads=None, scheme=1, act=0, multiplier=
     return mb.finish()
 
 
-def _check(model, args, on_numba=True):
-    compiled = compile_model(model, backend_order=ORDER)
-    timings: list[OperationTiming] = []
-    got = execute(compiled, args, timings)
-    assert (timings[0].backend == "numba") == on_numba, timings
-    want = execute(compile_model(model, backend_order=["reference"]), args)
-    for g, w in zip(got, want, strict=True):
-        why = compare(g, w)
-        assert why is None, why
-    plan = compiled.static_plan
-    outs = [np.empty(plan.infos[i].shape, plan.infos[i].dtype) for i in compiled.output_indexes]
-    runner = hal_bind(compiled, [a.copy() for a in args], outs)
-    if runner is not None:
-        runner(None, None, None)
-        assert all(np.array_equal(o, g, equal_nan=True) for o, g in zip(outs, got))
-    return got
-
-
-def _inputs(model, rng):
-    sg = model.main
-    return [rng.uniform(-2, 2, sg.operands[i].dimensions).astype(np.float32) for i in sg.input_indexes]
-
-
 def test_cts_float_cases_it_takes_meet_the_cts_and_the_reference():
-    ran = 0
-    for case in (c for c in load_cases(operations=["DEPTHWISE_CONV_2D"]) if not c.expect_failure):
-        try:
-            model = build_model(case)
-        except CorpusError:
-            continue
-        if model.main.operands[model.main.operations[0].inputs[0]].type != F32:
-            continue
-        compiled = compile_model(model, backend_order=ORDER)
-        want_model = compile_model(model, backend_order=["reference"])
-        for n, ex in enumerate(examples(case)):
-            if any(x is None for x in ex.inputs):
-                continue
-            timings: list[OperationTiming] = []
-            got = execute(compiled, list(ex.inputs), timings)
-            ran += any(t.backend == "numba" and t.type == DW for t in timings)
-            for g, w in zip(got, execute(want_model, list(ex.inputs)), strict=True):
-                why = compare(g, w, model.relax_computation_float32_to_float16)
-                assert why is None, f"{case.name} example {n} vs the reference backend: {why}"
-            assert judge(case, ex, got) is None, f"{case.name} example {n} vs the CTS"
+    ran = float_cts_examples_on("numba", "DEPTHWISE_CONV_2D", DW, ORDER)
     assert ran >= 4, f"only {ran} float CTS examples ran on the numba kernel"
 
 
@@ -114,7 +67,7 @@ def test_nan_and_infinity_propagate_as_in_the_reference():
     model = dw_model((1, 8, 8, 20), 3, rng=rng)
     x = _inputs(model, rng)
     x[0][0, 3, 3, 2], x[0][0, 0, 7, 19] = np.nan, np.inf
-    got = _check(model, x)
+    _, got = _check(model, x)
     assert np.isnan(got[0]).any() and np.isinf(got[0]).any()
 
 

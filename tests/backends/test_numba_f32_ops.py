@@ -21,9 +21,7 @@ from hal.executor import bind as hal_bind  # noqa: E402
 from hal.model import ModelBuilder  # noqa: E402
 from hal.serialize import dump_compiled, load_compiled  # noqa: E402
 from hal.types import OperandType, OperationType  # noqa: E402
-from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases  # noqa: E402
-from nnhal.cts.judge import judge  # noqa: E402
-from tests.backends.differential import assert_matches_reference, compare  # noqa: E402
+from tests.backends.differential import assert_matches_reference, float_cts_examples_on  # noqa: E402
 
 F32, I32 = OperandType.TENSOR_FLOAT32, OperandType.TENSOR_INT32
 Op = OperationType
@@ -36,29 +34,7 @@ ORDER = ["numba", "reference"]
                                           ("AVERAGE_POOL_2D", 40), ("PAD", 28), ("PAD_V2", 20),
                                           ("CONCATENATION", 14), ("RESHAPE", 16)])
 def test_cts_float32_cases_meet_the_cts_and_the_reference(name, minimum):
-    op = Op[name]
-    ran = 0
-    for case in (c for c in load_cases(operations=[name]) if not c.expect_failure):
-        try:
-            model = build_model(case)
-        except CorpusError:
-            continue
-        sg = model.main
-        if sg.operands[sg.operations[-1].inputs[0]].type != F32:
-            continue
-        compiled = compile_model(model, backend_order=ORDER)
-        want_model = compile_model(model, backend_order=["reference"])
-        for n, ex in enumerate(examples(case)):
-            if any(x is None for x in ex.inputs):
-                continue
-            timings: list[OperationTiming] = []
-            got = execute(compiled, list(ex.inputs), timings)
-            ran += any(t.backend == "numba" and t.type == op for t in timings)
-            for k, (g, w) in enumerate(zip(got, execute(want_model, list(ex.inputs)), strict=True)):
-                why = compare(g, w, model.relax_computation_float32_to_float16)
-                assert why is None, f"{case.name} example {n} output {k} vs the reference backend: {why}"
-            why = judge(case, ex, got)
-            assert why is None, f"{case.name} example {n} vs the CTS: {why}"
+    ran = float_cts_examples_on("numba", name, Op[name], ORDER)
     assert ran >= minimum, f"only {ran} float32 CTS examples of {name} ran on the numba kernels"
 
 

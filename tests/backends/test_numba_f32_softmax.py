@@ -8,36 +8,17 @@ import pytest
 pytest.importorskip("hal.backends.numba_kernels")
 
 from hal.compiler import compile_model  # noqa: E402
-from hal.executor import OperationTiming, execute  # noqa: E402
 from hal.executor import bind as hal_bind  # noqa: E402
+from hal.executor import execute  # noqa: E402
 from hal.model import ModelBuilder  # noqa: E402
 from hal.types import OperandType, OperationType  # noqa: E402
-from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases  # noqa: E402
-from nnhal.cts.judge import judge  # noqa: E402
-from tests.backends.differential import compare  # noqa: E402
+from tests.backends.differential import compare, float_cts_examples_on  # noqa: E402
 
 F32 = OperandType.TENSOR_FLOAT32
 
 
 def test_cts_float_cases_meet_the_cts_and_the_reference():
-    ran = 0
-    for case in (c for c in load_cases(operations=["SOFTMAX"]) if not c.expect_failure):
-        try:
-            model = build_model(case)
-        except CorpusError:
-            continue
-        if model.main.operands[model.main.operations[0].inputs[0]].type != F32:
-            continue
-        compiled = compile_model(model, backend_order=["numba", "reference"])
-        want_model = compile_model(model, backend_order=["reference"])
-        for n, ex in enumerate(examples(case)):
-            timings: list[OperationTiming] = []
-            got = execute(compiled, list(ex.inputs), timings)
-            ran += timings[0].backend == "numba"
-            for g, w in zip(got, execute(want_model, list(ex.inputs)), strict=True):
-                why = compare(g, w, model.relax_computation_float32_to_float16)
-                assert why is None, f"{case.name} example {n} vs the reference backend: {why}"
-            assert judge(case, ex, got) is None, f"{case.name} example {n} vs the CTS"
+    ran = float_cts_examples_on("numba", "SOFTMAX", OperationType.SOFTMAX, ["numba", "reference"])
     assert ran >= 10, f"only {ran} float CTS examples ran on the numba kernel"
 
 

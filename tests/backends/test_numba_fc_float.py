@@ -14,45 +14,22 @@ pytest.importorskip("hal.backends.ort")
 from hal.backends.numba_kernels import fc_float  # noqa: E402
 from hal.backends.numba_kernels.conv import FC  # noqa: E402
 from hal.compiler import compile_model  # noqa: E402
-from hal.executor import OperationTiming, execute  # noqa: E402
 from hal.executor import bind as hal_bind  # noqa: E402
+from hal.executor import execute  # noqa: E402
 from hal.fusion import FC_CHAIN, FusedContext  # noqa: E402
 from hal.model import ModelBuilder  # noqa: E402
 from hal.plan import PartitionContext  # noqa: E402
 from hal.serialize import dump_compiled, load_compiled  # noqa: E402
 from hal.types import ExecutionPreference, OperandType, OperationType, Priority  # noqa: E402
-from nnhal.cts.corpus import CorpusError, build_model, examples, load_cases  # noqa: E402
-from nnhal.cts.judge import judge  # noqa: E402
 from service.execution import PreparedModel  # noqa: E402
-from tests.backends.differential import compare  # noqa: E402
+from tests.backends.differential import compare, float_cts_examples_on  # noqa: E402
 
 F32 = OperandType.TENSOR_FLOAT32
 ORDER = ["onnxruntime", "numba", "reference"]
 
 
 def test_cts_float_cases_it_takes_meet_the_cts_and_the_reference():
-    cases = [c for c in load_cases(operations=["FULLY_CONNECTED"]) if not c.expect_failure]
-    ran = 0
-    for case in cases:
-        try:
-            model = build_model(case)
-        except CorpusError:
-            continue
-        if model.main.operands[model.main.operations[0].inputs[0]].type != F32:
-            continue
-        compiled = compile_model(model, backend_order=["numba", "reference"])
-        want_model = compile_model(model, backend_order=["reference"])
-        for n, ex in enumerate(examples(case)):
-            if any(x is None for x in ex.inputs):
-                continue
-            timings: list[OperationTiming] = []
-            got = execute(compiled, list(ex.inputs), timings)
-            ran += any(t.backend == "numba" and t.type == FC for t in timings)
-            for k, (g, w) in enumerate(zip(got, execute(want_model, list(ex.inputs)), strict=True)):
-                why = compare(g, w, model.relax_computation_float32_to_float16)
-                assert why is None, f"{case.name} example {n} output {k} vs the reference backend: {why}"
-            why = judge(case, ex, got)
-            assert why is None, f"{case.name} example {n} vs the CTS: {why}"
+    ran = float_cts_examples_on("numba", "FULLY_CONNECTED", FC, ["numba", "reference"])
     assert ran >= 5, f"only {ran} float CTS examples ran on the numba kernel"
 
 
