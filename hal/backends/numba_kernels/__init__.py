@@ -124,10 +124,11 @@ BACKEND = Backend("numba", VERSION, modules=("hal.backends.numba_kernels", "hal.
                               "where the CPU has them), bit-exact with reference; float32 CNN kernels, "
                               "small-batch FULLY_CONNECTED and sequence LSTMs")
 #: Set to 1: onnxruntime's float32 runs that the float kernels cover wholly are theirs (hal.compiler's
-#: ``_whole_run_instead``). Off by default: measured in process against onnxruntime's run (1 thread),
-#: they win on a PReLU landmark network (iris-style 0.66 -> 0.62 ms) but lose on others (face-style
-#: 1.05 -> 1.14 ms, BlazeFace-style 0.93 -> 1.11, MobileNetV2 5.26 -> 5.87: a 3-channel stem's
-#: gathered windows, 16-channel layers, 1x1 layers whose weights outgrow the L1 cache).
+#: ``_whole_run_instead``). Off by default: measured in process against onnxruntime's run (1 thread,
+#: same process), they win on a PReLU landmark network (iris-style 0.74 -> 0.61 ms; LiteRT 0.62),
+#: tie on face-style (1.04 -> 1.06 ms) and BlazeFace-style (0.98 -> 0.96 ms), and lose on
+#: MobileNetV2 (5.77 -> 6.32 ms: its 1x1 layers, whose weights come from memory, run slower on these
+#: tiles than in onnxruntime's MLAS), which would come near issue 30's 1.25x ceiling.
 FLOAT_RUNS_VARIABLE = "NNHAL_NUMBA_FLOAT_RUNS"
 if os.environ.get(FLOAT_RUNS_VARIABLE) == "1":
     BACKEND.takes_runs = {"onnxruntime": frozenset({OperandType.TENSOR_FLOAT32})}

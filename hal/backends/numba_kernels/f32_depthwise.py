@@ -1,18 +1,30 @@
-"""Float32 DEPTHWISE_CONV_2D (NHWC, depth multiplier 1) on numba: the depthwise layers of the float
-CNNs whose operations the numba backend runs wholly (f32_conv.py says why).
+"""Float32 DEPTHWISE_CONV_2D (NHWC, depth multiplier 1, dilation 1, constant filter and bias).
 
-The kernel (``dwg``) is LLVM vector IR: numba's own loops over a few dozen channels neither keep a
-pixel's sums in registers nor vectorise without checks. Pixels are taken in groups of ``GROUP``
-along an output row; for each block of 16 channels the group's kh·kw weight vectors are loaded
-once, and each pixel's sum is a chain of kh·kw fused multiply-adds (the group's chains independent,
-so the core overlaps them); the block's 16 channels of every tap are one 64-byte load. A group
-reads its input window once per block, in channel order, which stays in the L1 cache across the
-blocks. Interior pixels (every tap in the image) run unmasked; an output row's edge pixels, and
-the rows whose window leaves the image, read only their in-image taps through masked loads (NNAPI
-pads with zeros: the others add nothing). Sums are float32 in tap order, the activation's clamp
-after (NaN passing through as in the reference's clip).
+A depthwise layer does few multiply-adds per byte it reads: its speed is how many of its loads the
+vector units share. Here one call runs an image's output rows; each row is cut into groups of U
+output pixels (8 for a 3x3 filter at stride 1, else 4) and each group runs every 16-channel block
+of those pixels: the block's taps of weights loaded into registers once, then the group's input
+columns loaded once each and used by every pixel of the group whose window holds them (a 3x3
+stride-1 group of 8 reads 3 × 10 vectors for its 72 fused multiply-adds), the sums starting at the
+bias, the activation's clamp, one store per pixel. Rows, then pixels, then channels: the input
+streams through the cache in memory order. A group whose windows lie inside the image, on a whole
+block, takes plain loads; one at an edge, or on a block of the last channels, takes masked loads
+whose out-of-image lanes read nothing and add 0·w (the reference's zero padding, NaN for an
+infinite weight included). 3x3 and 5x5 filters at strides 1 and 2 across are unrolled this way;
+other filters and strides take ``_any``: one pixel at a time, a runtime loop over its taps.
+
+A 64-byte vector that straddles two cache lines costs two accesses (numpy's buffers start 16 or 48
+bytes past one): where the layer has 128 channels or more, a multiple of 16, and its output does
+not start on a cache line, the blocks start at the first channel that does (``_head``; the channels
+before it are one masked block), and the bound form re-packs the weights to match. The output's
+lines, not the input's, where the two lie differently: split stores measured costlier. ``execute``
+allocates its output as its input lies.
+
+Sums are float32 fused multiply-adds in the filter's (row, column) order after the bias; the
+reference backend adds the bias last with separate roundings: results differ by float32 rounding,
+far inside NNAPI's float32 tolerance (tests/backends/test_numba_f32_depthwise.py compares, with
+CTS's criteria). NaN propagates through the clamp, as the reference's clip keeps it.
 """
-
 from __future__ import annotations
 
 import functools
@@ -29,259 +41,314 @@ from hal import quant
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import _data, counted_loop, splat
-from hal.operations.conv import BIAS, FILTER, INPUT, ConvParams
+from hal.operations.conv import BIAS, DW, FILTER, INPUT, ConvParams
 from hal.registry import OperationContext
-from hal.types import OperandType, OperationType
+from hal.types import OperandType
 
-DW = OperationType.DEPTHWISE_CONV_2D
-F32 = OperandType.TENSOR_FLOAT32
-#: Output pixels per group (their sums' chains in flight together).
-GROUP = 4
-#: Filter sizes compiled (kh, kw).
-SIZES = ((1, 1), (2, 2), (3, 3), (5, 5))
+LANES = 16
+#: Output pixels per group of the unrolled kernels, by (filter size, stride across).
+UNROLL = {(3, 1): 8, (3, 2): 4, (5, 1): 4, (5, 2): 4}
+#: Channels from which blocks start on the output's cache lines (``_head``); below, the extra
+#: masked block costs more than the split loads it saves (measured).
+ALIGN_FROM = 128
+#: geometry's fields (int64), in order
+N, H, W, C, OH, OW, SH, SW, PT, PL, HEAD, WSHIFT, KH, KW = range(14)
 
-L = 16
-f32, i32, i64, i1 = ir.FloatType(), ir.IntType(32), ir.IntType(64), ir.IntType(1)
-vf, vm = ir.VectorType(f32, L), ir.VectorType(i1, L)
-ONES = ir.Constant(vm, [1] * L)
-
-
-def _load(builder, ptr, keep):
-    """16 floats at ``ptr``: a plain load where ``keep`` is ONES, else lanes ``keep`` (others 0)."""
-    if keep is ONES:
-        return builder.load(builder.bitcast(ptr, vf.as_pointer()), align=4)
-    fn = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(vf, [vf.as_pointer(), i32, vm, vf]), "llvm.masked.load.v16f32.p0"
-    )
-    return builder.call(
-        fn, [builder.bitcast(ptr, vf.as_pointer()), ir.Constant(i32, 4), keep, ir.Constant(vf, [0.0] * L)]
-    )
+_F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+_VF, _VM = ir.VectorType(_F32, LANES), ir.VectorType(ir.IntType(1), LANES)
 
 
-def _store(builder, v, ptr, keep):
-    if keep is ONES:
-        builder.store(v, builder.bitcast(ptr, vf.as_pointer()), align=4)
-        return
-    fn = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, vm]), "llvm.masked.store.v16f32.p0"
-    )
-    builder.call(fn, [v, builder.bitcast(ptr, vf.as_pointer()), ir.Constant(i32, 4), keep])
+def _i(n: int):
+    return ir.Constant(_I64, n)
 
 
-def _c(n):
-    return ir.Constant(i64, n)
+class _Code:
+    """The LLVM building blocks both intrinsics share, for one codegen: the arrays' float
+    pointers, masked loads and stores, the clamp, and the layer's channel blocks."""
+
+    def __init__(self, context, builder, sig_args, args, names, lo, hi, c, head):
+        self.b = b = builder
+        self.ptr = {n: _data(context, b, t, a, _F32) for n, t, a in zip(names, sig_args, args)}
+        mod = b.module
+        self.fma = cgutils.get_or_insert_function(mod, ir.FunctionType(_VF, [_VF] * 3), "llvm.fma.v16f32")
+        self.mload = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(_VF, [_VF.as_pointer(), _I32, _VM, _VF]), "llvm.masked.load.v16f32.p0")
+        self.mstore = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(ir.VoidType(), [_VF, _VF.as_pointer(), _I32, _VM]), "llvm.masked.store.v16f32.p0")
+        self.none, self.all = ir.Constant(_VM, [0] * LANES), ir.Constant(_VM, [1] * LANES)
+        self.lo, self.hi = splat(b, lo, _VF), splat(b, hi, _VF)
+        # blocks: [0, head) (masked; head 0: none), then whole ones from head, then the rest (masked)
+        self.head = head
+        self.whole = b.sdiv(b.sub(c, head), _i(LANES))
+        self.tail_at = b.add(head, b.mul(self.whole, _i(LANES)))
+        self.tail = b.sub(c, self.tail_at)
+        self.head_keep, self.tail_keep = self.lanes_below(head), self.lanes_below(self.tail)
+
+    def lanes_below(self, n):
+        lanes = ir.Constant(ir.VectorType(_I32, LANES), list(range(LANES)))
+        return self.b.icmp_signed("<", lanes, splat(self.b, self.b.trunc(n, _I32), lanes.type))
+
+    def vec(self, name, at):
+        return self.b.bitcast(self.b.gep(self.ptr[name], [at]), _VF.as_pointer())
+
+    def load(self, name, at, keep=None):
+        if keep is None:
+            return self.b.load(self.vec(name, at), align=4)
+        zero = ir.Constant(_VF, [0.0] * LANES)
+        return self.b.call(self.mload, [self.vec(name, at), ir.Constant(_I32, 4), keep, zero])
+
+    def store(self, y, at, keep=None):
+        """Clamp ``y`` (ordered compares: NaN stays NaN) and store it (lanes ``keep``)."""
+        b = self.b
+        y = b.select(b.fcmp_ordered("<", y, self.lo), self.lo, y)
+        y = b.select(b.fcmp_ordered(">", y, self.hi), self.hi, y)
+        if keep is None:
+            b.store(y, self.vec("out", at), align=4)
+        else:
+            b.call(self.mstore, [y, self.vec("out", at), ir.Constant(_I32, 4), keep])
+
+    def inside(self, v, n):
+        return self.b.and_(self.b.icmp_signed(">=", v, _i(0)), self.b.icmp_signed("<", v, n))
+
+    def blocks(self, emit):
+        """``emit(c, keep)`` for every block of channels from c: ``keep`` its lanes, None for a
+        whole block."""
+        b = self.b
+        with b.if_then(b.icmp_signed(">", self.head, _i(0))):
+            emit(_i(0), self.head_keep)
+        k, _, close = counted_loop(b, "dw.blocks", self.whole)
+        emit(b.add(self.head, b.mul(k, _i(LANES))), None)
+        close()
+        with b.if_then(b.icmp_signed(">", self.tail, _i(0))):
+            emit(self.tail_at, self.tail_keep)
+
+
+def _literal(*ts):
+    for t in ts:
+        if not isinstance(t, types.IntegerLiteral):
+            raise errors.RequireLiteralValue(f"a compile-time constant, not {t}")
+    return [t.literal_value for t in ts]
 
 
 @intrinsic
-def dwg(typingctx, kh, kw, u, x, x_off, col_step, row_step, C, w, b, out, o_off, n, lo, hi, rmask, cmask):
-    """``n`` groups of ``u`` output pixels (``col_step`` apart in the input; their outputs C apart
-    from ``o_off``), every channel: 16-channel blocks, each block's kh·kw weights loaded once for
-    the group's pixels. Tap (i, j) is read iff bit i of ``rmask`` and bit j of ``cmask`` are set
-    (masked-off taps touch no memory: out-of-image taps of edge pixels); the last block masked."""
-    for t in (kh, kw, u):
-        if not isinstance(t, types.IntegerLiteral):
-            raise errors.RequireLiteralValue("the filter size and group size must be compile-time constants")
-    KH, KW, U = kh.literal_value, kw.literal_value, u.literal_value
-    sig = types.void(kh, kw, u, x, x_off, col_step, row_step, C, w, b, out, o_off, n, lo, hi, rmask, cmask)
+def _rows(typingctx, kh, kw, s, u, x, x_off, w, b, geom, out, o_off, lo, hi):
+    """Every output row of one image (input at ``x[x_off:]``, output at ``out[o_off:]``) of a
+    ``kh`` × ``kw`` filter at stride ``s`` across (all literals), groups of ``u`` pixels."""
+    fh, fw, stride, unroll = _literal(kh, kw, s, u)
+    sig = types.void(kh, kw, s, u, x, x_off, w, b, geom, out, o_off, lo, hi)
 
     def codegen(context, builder, signature, args):
-        (_, _, _, xa, x_off, col_step, row_step, C, wa, ba, oa, o_off, n, lo, hi, rmask, cmask) = args
-        sa = signature.args
-        xp, wp, bp, op = (_data(context, builder, sa[k], a, f32) for k, a in ((3, xa), (8, wa), (9, ba), (10, oa)))
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
-        lanes = ir.Constant(ir.VectorType(i32, L), list(range(L)))
-        los, his = splat(builder, lo, vf), splat(builder, hi, vf)
-        valid = []
-        for i in range(KH):
-            for j in range(KW):
-                valid.append(
-                    builder.and_(
-                        builder.icmp_unsigned("!=", builder.and_(rmask, _c(1 << i)), _c(0)),
-                        builder.icmp_unsigned("!=", builder.and_(cmask, _c(1 << j)), _c(0)),
-                    )
-                )
-        tap_off = [
-            builder.add(builder.mul(_c(i), row_step), builder.mul(_c(j), C)) for i in range(KH) for j in range(KW)
-        ]
-        full_blocks = builder.sdiv(C, _c(L))
-        tail = builder.sub(C, builder.mul(full_blocks, _c(L)))
-        g, _, close_g = counted_loop(builder, "grp", n)
-        p0 = builder.mul(g, _c(U))
-        bases = [builder.add(x_off, builder.mul(builder.add(p0, _c(q)), col_step)) for q in range(U)]
-        obases = [builder.add(o_off, builder.mul(builder.add(p0, _c(q)), C)) for q in range(U)]
+        bl = builder
+        xa, x_off_v, wa, ba, ga, oa, o_off_v, lo_v, hi_v = args[4:]
+        gp = bl.bitcast(context.make_array(signature.args[8])(context, bl, ga).data, _I64.as_pointer())
+        g = [bl.load(bl.gep(gp, [_i(k)])) for k in range(KW + 1)]
+        code = _Code(context, bl, [signature.args[k] for k in (4, 6, 7, 9)], [xa, wa, ba, oa], ("x", "w", "b", "out"),
+                     lo_v, hi_v, g[C], g[HEAD])
+        h, wd, ch, sh, sw, pt, pl, ow = g[H], g[W], g[C], g[SH], g[SW], g[PT], g[PL], g[OW]
+        wrow = bl.add(bl.mul(bl.sdiv(bl.add(ch, _i(LANES - 1)), _i(LANES)), _i(LANES)), _i(LANES))
+        row_c = bl.mul(wd, ch)
+        groups = bl.sdiv(ow, _i(unroll))
+        rest = bl.sub(ow, bl.mul(groups, _i(unroll)))
 
-        def block(c, keep, masked_taps):
-            ks = (
-                [builder.select(v, keep, ir.Constant(vm, [0] * L)) for v in valid]
-                if masked_taps
-                else [keep] * len(valid)
-            )
-            ws = [_load(builder, builder.gep(wp, [builder.add(builder.mul(_c(t), C), c)]), k) for t, k in enumerate(ks)]
-            bias = _load(builder, builder.gep(bp, [c]), keep)
-            accs = [bias] * U
-            for t, (k, off) in enumerate(zip(ks, tap_off)):
-                accs = [
-                    builder.call(
-                        fma,
-                        [
-                            _load(builder, builder.gep(xp, [builder.add(builder.add(bases[q], off), c)]), k),
-                            ws[t],
-                            accs[q],
-                        ],
-                    )
-                    for q in range(U)
-                ]
-            for q in range(U):
-                a = builder.select(builder.fcmp_ordered("<", accs[q], los), los, accs[q])
-                a = builder.select(builder.fcmp_ordered(">", a, his), his, a)
-                _store(builder, a, builder.gep(op, [builder.add(obases[q], c)]), keep)
+        oh, _, close_rows = counted_loop(bl, "dw.rows", g[OH])
+        ih0 = bl.sub(bl.mul(oh, sh), pt)
+        row_ok = [code.inside(bl.add(ih0, _i(r)), h) for r in range(fh)]
+        rows_in = functools.reduce(bl.and_, row_ok)
+        x_row = bl.add(x_off_v, bl.mul(ih0, row_c))
+        o_row = bl.add(o_off_v, bl.mul(bl.mul(oh, ow), ch))
 
-        all_in = builder.and_(
-            builder.icmp_unsigned("==", rmask, _c((1 << KH) - 1)), builder.icmp_unsigned("==", cmask, _c((1 << KW) - 1))
-        )
-        with builder.if_else(all_in) as (then, other):
-            with then:
-                cb, _, close_c = counted_loop(builder, "cb", full_blocks)
-                block(builder.mul(cb, _c(L)), ONES, False)
-                close_c()
-                with builder.if_then(builder.icmp_signed(">", tail, _c(0))):
-                    keep = builder.icmp_signed(
-                        "<", lanes, splat(builder, builder.trunc(tail, i32), ir.VectorType(i32, L))
-                    )
-                    block(builder.mul(full_blocks, _c(L)), keep, False)
-            with other:
-                cb, _, close_c = counted_loop(builder, "cbm", builder.sdiv(builder.add(C, _c(L - 1)), _c(L)))
-                c = builder.mul(cb, _c(L))
-                left = builder.sub(C, c)
-                keep = builder.icmp_signed("<", lanes, splat(builder, builder.trunc(left, i32), ir.VectorType(i32, L)))
-                block(c, keep, True)
-                close_c()
-        close_g()
+        def group(n, ow0, c, masks, keep):
+            """``n`` pixels from ``ow0``, channels ``c`` on; ``masks[r][k]``: tap row r, column k's
+            lanes (None: plain loads); ``keep``: the stores' lanes (None: all)."""
+            ws = [code.load("w", bl.add(bl.mul(_i(t), wrow), bl.add(c, g[WSHIFT]))) for t in range(fh * fw)]
+            acc = [code.load("b", bl.add(c, g[WSHIFT]))] * n
+            at = bl.add(bl.add(x_row, c), bl.mul(bl.sub(bl.mul(ow0, sw), pl), ch))
+            for r in range(fh):
+                # offsets as a chain of adds (LLVM keeps it so; taps' invariant offsets would spill)
+                tap = bl.add(at, bl.mul(_i(r), row_c))
+                for k in range((n - 1) * stride + fw):
+                    tap = tap if k == 0 else bl.add(tap, ch)
+                    users = [(q, k - q * stride) for q in range(n) if 0 <= k - q * stride < fw]
+                    if users:  # (a stride wider than the filter skips columns)
+                        v = code.load("x", tap, None if masks is None else masks[r][k])
+                        for q, j in users:
+                            acc[q] = bl.call(code.fma, [v, ws[r * fw + j], acc[q]])
+            for q in range(n):
+                code.store(acc[q], bl.add(bl.add(o_row, c), bl.mul(bl.add(ow0, _i(q)), ch)), keep)
+
+        def pixels(n, ow0):
+            iw0 = bl.sub(bl.mul(ow0, sw), pl)
+            cols = (n - 1) * stride + fw
+            cols_in = bl.and_(bl.icmp_signed(">=", iw0, _i(0)), bl.icmp_signed("<=", bl.add(iw0, _i(cols)), wd))
+            with bl.if_else(bl.and_(cols_in, rows_in)) as (inner, edge):
+                with inner:
+                    code.blocks(lambda c, keep: group(n, ow0, c, None if keep is None else [[keep] * cols] * fh, keep))
+                with edge:
+                    col_ok = [code.inside(bl.add(iw0, _i(k)), wd) for k in range(cols)]
+                    ok = [[bl.and_(ro_, co) for co in col_ok] for ro_ in row_ok]
+
+                    def masked(c, keep):
+                        lanes = code.all if keep is None else keep
+                        group(n, ow0, c, [[bl.select(o, lanes, code.none) for o in rr] for rr in ok], keep)
+                    code.blocks(masked)
+
+        k, _, close = counted_loop(bl, "dw.groups", groups)
+        pixels(unroll, bl.mul(k, _i(unroll)))
+        close()
+        at, size = bl.mul(groups, _i(unroll)), unroll // 2
+        while size:  # the row's last ow mod u pixels: groups of u/2, u/4, ..., 1
+            with bl.if_then(bl.icmp_unsigned("!=", bl.and_(rest, _i(size)), _i(0))):
+                pixels(size, at)
+            at, size = bl.add(at, bl.and_(rest, _i(size))), size // 2
+        close_rows()
         return context.get_dummy_value()
-
     return sig, codegen
 
 
-def _run_of(kh: int, kw: int):
-    """The layer for a kh x kw filter (constants of the compiled code, as fc_float's chains)."""
-    full_c = (1 << kw) - 1
+@intrinsic
+def _any(typingctx, x, x_off, w, b, geom, out, o_off, lo, hi):
+    """``_rows`` for any filter size and stride: one pixel at a time, its taps a runtime loop
+    (masked loads, the sum carried in registers)."""
+    sig = types.void(x, x_off, w, b, geom, out, o_off, lo, hi)
 
-    @numba.njit(
-        [
-            numba.void(
-                ro(np.float32, 1),
-                ro(np.int64, 1),
-                ro(np.float32, 1),
-                ro(np.float32, 1),
-                ro(np.float32, 1),
-                rw(np.float32, 1),
-            )
-        ],
-        cache=True,
-        nogil=True,
-    )
-    def run(x, g, w, b, clamps, out):
-        """``g`` = batch, h, w, c, oh, ow, sh, sw, pt, pl (``GEOMETRY``)."""
-        batch, h, wi, c, oh, ow, sh, sw, pt, pl = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9]
-        lo, hi = clamps[0], clamps[1]
-        # interior columns: every tap inside the image
-        ow_lo = min(max((pl + sw - 1) // sw, 0), ow)
-        ow_hi = min(max((wi - kw + pl) // sw + 1, ow_lo), ow)
-        groups = (ow_hi - ow_lo) // GROUP
-        for bb in range(batch):
-            x0, o0 = bb * h * wi * c, bb * oh * ow * c
-            for oy in range(oh):
-                iy0 = oy * sh - pt
-                rm = 0
-                for i in range(kh):
-                    if 0 <= iy0 + i < h:
-                        rm |= 1 << i
-                o_row = o0 + oy * ow * c
-                for ox in range(ow):
-                    if ow_lo <= ox < ow_hi and (ox - ow_lo) < groups * GROUP:
-                        continue  # the groups below
-                    ix0 = ox * sw - pl
-                    cm = 0
-                    for j in range(kw):
-                        if 0 <= ix0 + j < wi:
-                            cm |= 1 << j
-                    dwg(
-                        kh,
-                        kw,
-                        1,
-                        x,
-                        x0 + (iy0 * wi + ix0) * c,
-                        sw * c,
-                        wi * c,
-                        c,
-                        w,
-                        b,
-                        out,
-                        o_row + ox * c,
-                        1,
-                        lo,
-                        hi,
-                        rm,
-                        cm,
-                    )
-                if groups:
-                    ix0 = ow_lo * sw - pl
-                    dwg(
-                        kh,
-                        kw,
-                        GROUP,
-                        x,
-                        x0 + (iy0 * wi + ix0) * c,
-                        sw * c,
-                        wi * c,
-                        c,
-                        w,
-                        b,
-                        out,
-                        o_row + ow_lo * c,
-                        groups,
-                        lo,
-                        hi,
-                        rm,
-                        full_c,
-                    )
+    def codegen(context, builder, signature, args):
+        bl = builder
+        xa, x_off_v, wa, ba, ga, oa, o_off_v, lo_v, hi_v = args
+        gp = bl.bitcast(context.make_array(signature.args[4])(context, bl, ga).data, _I64.as_pointer())
+        g = [bl.load(bl.gep(gp, [_i(k)])) for k in range(KW + 1)]
+        code = _Code(context, bl, [signature.args[k] for k in (0, 2, 3, 5)], [xa, wa, ba, oa], ("x", "w", "b", "out"),
+                     lo_v, hi_v, g[C], g[HEAD])
+        ch, wd = g[C], g[W]
+        wrow = bl.add(bl.mul(bl.sdiv(bl.add(ch, _i(LANES - 1)), _i(LANES)), _i(LANES)), _i(LANES))
+        oh, _, close_rows = counted_loop(bl, "any.rows", g[OH])
+        ow, _, close_cols = counted_loop(bl, "any.cols", g[OW])
+        ih0, iw0 = bl.sub(bl.mul(oh, g[SH]), g[PT]), bl.sub(bl.mul(ow, g[SW]), g[PL])
+        at0 = bl.add(x_off_v, bl.mul(bl.add(bl.mul(ih0, wd), iw0), ch))
+        o_at = bl.add(o_off_v, bl.mul(bl.add(bl.mul(oh, g[OW]), ow), ch))
 
+        def pixel(c, keep):
+            lanes_in = code.all if keep is None else keep
+            wc = bl.add(c, g[WSHIFT])
+            r, (acc,), close_r = counted_loop(bl, "any.fy", g[KH], [code.load("b", wc)])
+            row_keep = bl.select(code.inside(bl.add(ih0, r), g[H]), lanes_in, code.none)
+            j, (acc_j,), close_j = counted_loop(bl, "any.fx", g[KW], [acc])
+            lanes = bl.select(code.inside(bl.add(iw0, j), wd), row_keep, code.none)
+            v = code.load("x", bl.add(bl.add(at0, c), bl.mul(bl.add(bl.mul(r, wd), j), ch)), lanes)
+            wv = code.load("w", bl.add(bl.mul(bl.add(bl.mul(r, g[KW]), j), wrow), wc))
+            summed = bl.call(code.fma, [v, wv, acc_j])
+            close_j([summed])
+            close_r([acc_j])
+            code.store(acc, bl.add(o_at, c), keep)
+        code.blocks(pixel)
+        close_cols()
+        close_rows()
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+_SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(np.int64, 1), ro(np.float32, 1),
+                   rw(np.float32, 1))]
+
+
+def _unrolled(size: int, stride: int):
+    """``run`` for a ``size`` × ``size`` filter at ``stride`` across (closure ints: literals to
+    ``_rows``; numba's cache keys a closure on its cells, which hold those ints only)."""
+    unroll = UNROLL[(size, stride)]
+
+    @numba.njit(_SIG, cache=True, nogil=True)
+    def run(x, w, b, geom, clamp, out):
+        """The layer on ``geom[N]`` images: x [N, H, W, C] and out [N, OH, OW, C], flat."""
+        per_x, per_o = geom[H] * geom[W] * geom[C], geom[OH] * geom[OW] * geom[C]
+        for n in range(geom[N]):
+            _rows(size, size, stride, unroll, x, n * per_x, w, b, geom, out, n * per_o, clamp[0], clamp[1])
     return run
 
 
-RUNS = {size: _run_of(*size) for size in SIZES}
-GEOMETRY = ("batch", "h", "w", "c", "oh", "ow", "sh", "sw", "pt", "pl")
+@numba.njit(_SIG, cache=True, nogil=True)
+def _run_any(x, w, b, geom, clamp, out):
+    """``run`` for other filters and strides."""
+    per_x, per_o = geom[H] * geom[W] * geom[C], geom[OH] * geom[OW] * geom[C]
+    for n in range(geom[N]):
+        _any(x, n * per_x, w, b, geom, out, n * per_o, clamp[0], clamp[1])
+
+
+#: The compiled forms, ``FloatDepthwise.kernel`` indexing them: unrolled ones per UNROLL, then _run_any.
+KERNELS = (*(_unrolled(size, stride) for size, stride in UNROLL), _run_any)
+
+
+def _head(out: np.ndarray, c: int) -> int:
+    """Channels before the first block that starts on one of ``out``'s cache lines (0: no shift)."""
+    if c < ALIGN_FROM or c % LANES or out.ctypes.data % 4:
+        return 0
+    return (-out.ctypes.data % 64) // 4
+
+
+def _aligned(n: int, like: int = 0) -> np.ndarray:
+    """A new float32 array of ``n`` whose address is ``like`` bytes past a cache line."""
+    raw = np.empty(n + 32, np.float32)
+    skip = ((like - raw.ctypes.data) % 64) // 4
+    return raw[skip:skip + n]
 
 
 @dataclass
 class FloatDepthwise:
-    """A float32 depthwise layer ready to run: weights [kh·kw, C], bias, geometry, clamp bounds."""
+    """A float32 depthwise layer ready to run: its filter as rows of taps, each tap's weights for
+    every channel then zeros (C rounded up to 16, plus 16: room to shift, ``_shifted``), the
+    bias padded alike, the geometry (``geometry[N]``, ``[HEAD]`` and ``[WSHIFT]`` set per run)
+    and the clamp bounds."""
 
-    weights: np.ndarray  # float32, flat
-    bias: np.ndarray  # float32 [C]
-    geometry: np.ndarray  # int64 [len(GEOMETRY)]
-    clamps: np.ndarray  # float32 [2]
-    kh: int
-    kw: int
+    weights: np.ndarray  # float32 [KH·KW·row]
+    bias: np.ndarray  # float32 [row]
+    geometry: np.ndarray  # int64, fields N .. KW
+    clamp: np.ndarray  # float32 [2]
+    kernel: int  # index into KERNELS
 
-    @property
-    def out_shape(self) -> tuple[int, int, int, int]:
+    def _geometry(self, x: np.ndarray, head: int, shift: int) -> np.ndarray:
+        g = self.geometry.copy()
+        g[N], g[HEAD], g[WSHIFT] = x.shape[0], head, shift
+        return g
+
+    def _shifted(self, head: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """Weights and bias in new arrays (on cache lines) whose block from channel ``head`` starts
+        on a line."""
+        shift = (LANES - head) % LANES
+        row = self.bias.size
+        w = _aligned(self.weights.size)
+        w[:] = 0
+        w.reshape(-1, row)[:, shift:] = self.weights.reshape(-1, row)[:, :row - shift]
+        b = _aligned(row)
+        b[:] = 0
+        b[shift:] = self.bias[:row - shift]
+        return w, b, shift
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """The layer on the contiguous NHWC ``x``, into a new array (lying on the cache lines as ``x``)."""
         g = self.geometry
-        return int(g[0]), int(g[4]), int(g[5]), int(g[3])
+        out = _aligned(x.shape[0] * int(g[OH] * g[OW] * g[C]), x.ctypes.data % 64)
+        KERNELS[self.kernel](x.reshape(-1), self.weights, self.bias, self._geometry(x, _head(out, int(g[C])), 0),
+                             self.clamp, out)
+        return out.reshape(x.shape[0], int(g[OH]), int(g[OW]), int(g[C]))
+
+    def bound(self, x: np.ndarray, out: np.ndarray):
+        """``run`` of the fixed contiguous ``x`` into the fixed ``out``: a partial of the compiled
+        kernel (native_chain calls it without Python), or None."""
+        if not all(a.dtype == np.float32 and a.flags.c_contiguous and a.flags.aligned for a in (x, out)):
+            return None
+        head = _head(out, int(self.geometry[C]))
+        aligned = self.weights.ctypes.data % 64 == self.bias.ctypes.data % 64 == 0  # (a cached plan's may not be)
+        w, b, shift = self._shifted(head) if head or not aligned else (self.weights, self.bias, 0)
+        return functools.partial(KERNELS[self.kernel], x.reshape(-1), w, b, self._geometry(x, head, shift),
+                                 self.clamp, out.reshape(-1))
 
 
 def supports(ctx: OperationContext) -> str | None:
     p: ConvParams = ctx.params
-    if ctx.inputs[INPUT].type != F32:
-        return "not float32"
     if p.nchw:
-        return "NCHW layout (the float kernel computes NHWC)"
+        return "NCHW layout (the float kernel takes NHWC)"
     if p.multiplier != 1:
         return f"depth multiplier {p.multiplier} (the float kernel takes 1)"
     if p.rows.dilation != 1 or p.cols.dilation != 1:
-        return "dilation (the float kernel takes 1)"
-    if (p.rows.filter, p.cols.filter) not in SIZES:
-        return f"a {p.rows.filter}x{p.cols.filter} filter (the float kernel takes {SIZES})"
+        return f"dilation {p.rows.dilation}x{p.cols.dilation} (the float kernel takes 1)"
     if not (ctx.input(FILTER).is_constant and ctx.input(BIAS).is_constant):
         return "filter or bias is not a constant"
     return None
@@ -289,42 +356,32 @@ def supports(ctx: OperationContext) -> str | None:
 
 def plan(ctx: OperationContext) -> FloatDepthwise:
     p: ConvParams = ctx.params
-    batch, h, w, c = ctx.inputs[INPUT].shape
-    kh, kw = p.rows.filter, p.cols.filter
-    weights = np.ascontiguousarray(np.asarray(ctx.input(FILTER).value, np.float32).reshape(kh * kw * c))
-    g = (batch, h, w, c, p.rows.out, p.cols.out, p.rows.stride, p.cols.stride, p.rows.pad_head, p.cols.pad_head)
-    return FloatDepthwise(
-        weights,
-        np.ascontiguousarray(ctx.input(BIAS).value, np.float32),
-        np.array(g, np.int64),
-        np.array(quant.activation_range_float(p.act), np.float32),
-        kh,
-        kw,
-    )
+    fh, fw, c = p.rows.filter, p.cols.filter, p.out_c
+    row = -(-c // LANES) * LANES + LANES
+    weights = _aligned(fh * fw * row)
+    weights[:] = 0
+    weights.reshape(fh * fw, row)[:, :c] = np.asarray(ctx.input(FILTER).value, np.float32).reshape(fh * fw, c)
+    bias = _aligned(row)
+    bias[:] = 0
+    if ctx.input(BIAS).value.size:
+        bias[:c] = ctx.input(BIAS).value
+    x_shape = ctx.input(INPUT).shape
+    geometry = np.array([0, x_shape[1], x_shape[2], c, p.rows.out, p.cols.out, p.rows.stride, p.cols.stride,
+                         p.rows.pad_head, p.cols.pad_head, 0, 0, fh, fw], np.int64)
+    unrolled = list(UNROLL)
+    kernel = unrolled.index((fh, p.cols.stride)) if fh == fw and (fh, p.cols.stride) in UNROLL else len(unrolled)
+    return FloatDepthwise(weights, bias, geometry, np.array(quant.activation_range_float(p.act), np.float32), kernel)
 
 
 def execute(ctx: OperationContext, inputs: list) -> list:
-    d: FloatDepthwise = ctx.data
-    out = np.empty(d.out_shape, np.float32)
-    RUNS[d.kh, d.kw](
-        np.ascontiguousarray(inputs[INPUT], np.float32).reshape(-1),
-        d.geometry,
-        d.weights,
-        d.bias,
-        d.clamps,
-        out.reshape(-1),
-    )
-    return [out]
+    x = inputs[INPUT]
+    return [ctx.data.run(x if x.flags.c_contiguous and x.flags.aligned else np.array(x, np.float32, order="C"))]
 
 
 def bind(ctx: OperationContext, inputs: list, outputs: list):
-    d: FloatDepthwise = ctx.data
-    x, out = inputs[INPUT], outputs[0]
-    if x is None or not x.flags.c_contiguous or not out.flags.c_contiguous:
-        return None
-    return functools.partial(RUNS[d.kh, d.kw], x.reshape(-1), d.geometry, d.weights, d.bias, d.clamps, out.reshape(-1))
+    x = inputs[INPUT]
+    return None if x is None else ctx.data.bound(x, outputs[0])
 
 
-BACKEND.register(
-    DW, plan=plan, execute=execute, types=(F32,), supports=supports, prepacked_inputs=(FILTER, BIAS), bind=bind
-)
+BACKEND.register(DW, plan=plan, execute=execute, types=(OperandType.TENSOR_FLOAT32,), supports=supports,
+                 prepacked_inputs=(FILTER, BIAS), bind=bind)
