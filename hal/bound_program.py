@@ -192,7 +192,13 @@ class _Arena:
         dtype = np.dtype(dtype)
         nbytes = max(int(np.prod(shape)) * dtype.itemsize, 1)
         k = next((k for k, b in enumerate(self.free) if b.size >= nbytes), None)
-        raw = self.free.pop(k) if k is not None else np.empty(-(-nbytes // 64) * 64, np.uint8)
+        if k is not None:
+            raw = self.free.pop(k)
+        else:  # starting on a cache line: a vector kernel's 64-byte loads then never straddle two
+            size = -(-nbytes // 64) * 64
+            block = np.empty(size + 64, np.uint8)
+            skip = -block.ctypes.data % 64
+            raw = block[skip:skip + size]
         self.owner[operand] = raw
         self.users[id(raw)] = 1
         return raw[:nbytes].view(dtype)[:int(np.prod(shape))].reshape(shape)
