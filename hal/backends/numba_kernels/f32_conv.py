@@ -8,7 +8,7 @@ rows). Run here rather than in onnxruntime, the layer's output never changes lay
 follows it in a landmark network (the residual ADD, then a per-channel PRELU) is applied to the
 rows just computed instead of as two more passes over memory.
 
-How the rows are found (``Geometry.mode``):
+How the rows are found (the geometry's ``mode``, ``FIELDS``):
 - ``IN_PLACE``: a 1x1, stride-1, unpadded convolution: the input is already the rows, K = C.
 - ``WHOLE_ROWS``: a convolution as wide as its input, unpadded, one output column (a landmark
   head: a kernel the size of the feature map): each output row reads kh whole input rows, which
