@@ -17,8 +17,8 @@ then a classifier: the trip count is the model's second input). Rows: LiteRT's
 default CPU path (XNNPACK) with 1 and 2 threads; tflite-runtime 2.14's (XNNPACK too) with 1
 thread; the delegate (in LiteRT) on a service whose backend preference is
 ``onnxruntime,numba,reference`` (``--threads 1``: one intra-op thread, as the CPU's 1-thread rows;
-numba runs only the sequence LSTM of these models) and
-on one restricted to ``reference``. Ratios are against
+at one thread the numba backend runs every onnxruntime run its float kernels cover wholly: the
+"planned on" column says which engine ran each model) and on one restricted to ``reference``. Ratios are against
 LiteRT 1 thread and tflite-runtime 1 thread, the faster one's in bold. Accuracy: the largest
 |difference| from LiteRT's reference kernels (BUILTIN_REF) over every output, divided by that
 output's largest magnitude (the "output scale"). Ready: milliseconds from ``Interpreter(...)`` to
@@ -112,6 +112,18 @@ def _ready_s(path: str, address: str | None, xs: list[np.ndarray], token: bytes 
     return time.perf_counter() - t
 
 
+def _planned_backends(model: bytes, order: str) -> str:
+    """The backends the service's compiler plans the delegated model on (this process's compiler,
+    the service's order, one compute thread as ``--threads 1``): which engine a row measured."""
+    from delegate.mapping import convert_partition
+    from delegate.tfl import read_model
+    from hal import backends
+    from hal.compiler import compile_model
+    with backends.thread_limit(1):
+        plan = compile_model(convert_partition(read_model(model)).model, backend_order=order.split(",")).static_plan
+    return "+".join(sorted({s.backend for s in plan.program})) if plan is not None else "planned per execution"
+
+
 def measure(rounds: int = 10, per_round: int = 3, progress=None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as d:
@@ -123,7 +135,9 @@ def measure(rounds: int = 10, per_round: int = 3, progress=None) -> list[dict]:
                 if progress:
                     progress(label)
                 path = str(Path(d) / "m.tflite")
-                Path(path).write_bytes(build())
+                model = build()
+                Path(path).write_bytes(model)
+                ran_on = {name: _planned_backends(model, order) for name, order in SERVERS}
                 x = _feed(spec, np.random.default_rng(0))
                 ref = Interpreter(model_path=path, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
                 ref.allocate_tensors()
@@ -149,8 +163,10 @@ def measure(rounds: int = 10, per_round: int = 3, progress=None) -> list[dict]:
                         continue
                     rep = delegates[k].report if k in delegates else None
                     error = None if k not in configs else _scaled_error(_fresh_outputs(configs[k], x), want)
+                    server = next((name for name in servers if k == f"nnhal ({name} backend)"), None)
                     rows.append({"model": label, "config": k, **figures[k], "error": error,
-                                 "delegated": "" if rep is None else f"{rep.delegated}/{len(rep.nodes)}"})
+                                 "delegated": "" if rep is None else f"{rep.delegated}/{len(rep.nodes)}",
+                                 "ran_on": ran_on.get(server, "")})
                 token = f"bench-{time.time_ns()}".encode()
                 litert = statistics.median(_ready_s(path, None, x) for _ in range(3))
                 cold = _ready_s(path, address["onnxruntime"], x, token)
@@ -165,7 +181,7 @@ def measure(rounds: int = 10, per_round: int = 3, progress=None) -> list[dict]:
 
 def to_markdown(rows: list[dict]) -> str:
     lines = [f"| model | configuration | p50 ms | × {anchor(1)} | × tflite-runtime 1 thread | delegated nodes | "
-             "max error / output scale |", "|---|---|---:|---:|---:|---|---:|"]
+             "planned on | max error / output scale |", "|---|---|---:|---:|---:|---|---|---:|"]
     ready = []
     for r in rows:
         if "ready_ms" in r:
@@ -173,7 +189,7 @@ def to_markdown(rows: list[dict]) -> str:
             continue
         error = "" if r.get("error") is None else f"{r['error']:.1e}"
         lines.append(f"| {r['model']} | {r['config']} | {p50_cell(r, 2)} | {ratio_cells(r)} | "
-                     f"{r.get('delegated', '')} | {error} |")
+                     f"{r.get('delegated', '')} | {r.get('ran_on', '')} | {error} |")
     lines += ["", "Interpreter ready (construct, allocate_tensors, first invoke), ms:", "",
               "| model | LiteRT alone | tflite-runtime alone | nnhal onnxruntime (in LiteRT), cold cache | warm cache "
               "| warm × LiteRT |", "|---|---:|---:|---:|---:|---:|"]

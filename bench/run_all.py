@@ -178,9 +178,10 @@ def main() -> int:
     sections.append("## Partly supported models: largest-first vs cost-aware partitioning\n\n"
                     + (partitioning.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n"
                     + partitioning.to_markdown(partitioning.measure()))
-    print("float models: onnxruntime vs reference backend vs the CPU runtimes...", file=sys.stderr, flush=True)
+    print("float models: default vs reference backend vs the CPU runtimes...", file=sys.stderr, flush=True)
     float_rows = float_models.measure()
-    sections.append("## Float models: onnxruntime and reference backends vs LiteRT and tflite-runtime (XNNPACK)\n\n"
+    sections.append("## Float models: the onnxruntime and numba backends, and the reference backend, vs LiteRT and "
+                    "tflite-runtime (XNNPACK)\n\n"
                     + (float_models.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n"
                     + float_models.to_markdown(float_rows))
     print("quantized models: numba vs reference backend vs the CPU runtimes...", file=sys.stderr, flush=True)

@@ -412,12 +412,14 @@ def test_extension_scalar_parameters_are_read_in_validate():
 
 def test_compute_threads_limit_the_blas_pool():
     threadpoolctl = pytest.importorskip("threadpoolctl")
+    before = backends.policy._compute_threads  # 0 (never set) in a test process: kept so
     try:
         assert backends.set_compute_threads(1) == 1
         blas = [p for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
         assert blas and all(p["num_threads"] == 1 for p in blas)
     finally:
-        backends.set_compute_threads(0)
+        backends.set_compute_threads(0)  # every core for BLAS again
+        backends.policy._compute_threads = before  # later tests plan as an unset process does
 
 
 def test_serve_refuses_negative_threads(tmp_path):

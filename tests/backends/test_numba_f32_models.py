@@ -1,8 +1,9 @@
 """Whole float32 CNNs on the numba backend's float kernels, as the default preference order plans
-them at one compute thread with $NNHAL_NUMBA_FLOAT_RUNS=1 (hal.compiler's ``_whole_run_instead``
-hands onnxruntime's run to numba when its kernels cover every operation): every step on numba, the residual blocks fused
-(``conv_epilogue``), and the outputs within 1e-4 of their scale of TFLite's reference kernels,
-also bound to fixed arrays (the service's path, natively chained) and after the compilation cache."""
+them at one compute thread (hal.compiler's ``_whole_run_instead`` hands onnxruntime's run to
+numba when its kernels cover every operation; $NNHAL_NUMBA_FLOAT_RUNS=0 keeps it on
+onnxruntime): every step on numba, the residual blocks fused (``conv_epilogue``), and the outputs
+within 1e-4 of their scale of TFLite's reference kernels, also bound to fixed arrays (the
+service's path, natively chained) and after the compilation cache."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,18 +34,36 @@ MODELS = {
 
 @pytest.fixture
 def float_runs(monkeypatch):
-    """numba takes onnxruntime's float32 runs (what NNHAL_NUMBA_FLOAT_RUNS=1 sets at import)."""
+    """numba takes onnxruntime's float32 runs (the default; a test process may run with it off)."""
     from hal.types import OperandType
     monkeypatch.setattr(backends.get("numba"), "takes_runs", {"onnxruntime": frozenset({OperandType.TENSOR_FLOAT32})})
     monkeypatch.setattr(backends.policy, "_compute_threads", 1)  # what another test set must not decide
 
 
-def test_by_default_onnxruntime_keeps_its_float_runs(monkeypatch):
-    if backends.get("numba").takes_runs:
-        pytest.skip("NNHAL_NUMBA_FLOAT_RUNS=1 is set")
-    monkeypatch.setattr(backends.policy, "_compute_threads", 1)
-    compiled = compile_model(convert_partition(read_model(MODELS["iris"]())).model, backend_order=ORDER)
-    assert {s.backend for s in compiled.static_plan.program} == {"onnxruntime"}
+_PLANNED_BACKENDS = """
+from delegate.mapping import convert_partition
+from delegate.tfl import read_model
+from hal.compiler import compile_model
+from nnhal.examples import iris_landmark_like
+model = convert_partition(read_model(iris_landmark_like())).model
+compiled = compile_model(model, backend_order=["onnxruntime", "numba", "reference"])
+print(sorted({s.backend for s in compiled.static_plan.program}))
+"""
+
+
+@pytest.mark.parametrize("setting,planned", [(None, "['numba']"), ("0", "['onnxruntime']"), ("1", "['numba']")])
+def test_the_variable_decides_at_import_whether_numba_takes_the_runs(setting, planned):
+    """A fresh process, as the service starts: numba's runs by default, onnxruntime's with 0."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "NNHAL_NUMBA_FLOAT_RUNS"}
+    if setting is not None:
+        env["NNHAL_NUMBA_FLOAT_RUNS"] = setting
+    r = subprocess.run([sys.executable, "-c", _PLANNED_BACKENDS], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == planned
 
 
 def test_pose_keeps_onnxruntime_since_numba_has_no_float_resize(float_runs):

@@ -19,6 +19,7 @@ from hal.executor import execute  # noqa: E402
 from hal.fusion import FC_CHAIN, FusedContext  # noqa: E402
 from hal.model import ModelBuilder  # noqa: E402
 from hal.plan import PartitionContext  # noqa: E402
+from hal.registry import OperationContext  # noqa: E402
 from hal.serialize import dump_compiled, load_compiled  # noqa: E402
 from hal.types import ExecutionPreference, OperandType, OperationType, Priority  # noqa: E402
 from service.execution import PreparedModel  # noqa: E402
@@ -92,8 +93,11 @@ def test_a_perceptron_is_one_numba_step_that_matches_the_reference(sizes, acts, 
     model = _mlp(sizes, acts, batch, rng)
     compiled = compile_model(model, backend_order=ORDER)
     program = compiled.static_plan.program
-    if len(acts) == 1:  # a single layer is not a chain: the graph backend keeps it
-        assert [type(s.ctx) for s in program] == [PartitionContext]
+    if len(acts) == 1:  # a single layer is not a chain: one numba step (hal.compiler's
+        # ``_whole_run_instead``, at one compute thread), else the graph backend's partition
+        assert [s.backend for s in program] == (["numba"] if _numba_takes_runs() else ["onnxruntime"])
+        assert type(program[0].ctx) is (OperationContext if _numba_takes_runs() else PartitionContext)
+        _assert_matches_reference(model, compiled, _inputs(model, rng))
         return
     assert len(program) == 1 and isinstance(program[0].ctx, FusedContext), program
     assert program[0].ctx.pattern == FC_CHAIN and program[0].backend == "numba"
@@ -114,17 +118,42 @@ def test_nan_and_infinity_propagate_as_in_the_reference():
     _assert_matches_reference(model, compiled, x)
 
 
-@pytest.mark.parametrize("kind", ["batch", "tail", "middle_out", "weight_input"])
-def test_runs_that_are_not_a_small_batch_chain_stay_with_the_graph_backend(kind):
+@pytest.mark.parametrize("kind", ["batch", "weight_input"])
+def test_runs_numba_does_not_take_whole_stay_with_the_graph_backend(kind):
     rng = np.random.default_rng(11)
     model = {"batch": lambda: _mlp((32, 48, 8), (1, 0), fc_float.MAX_BATCH + 1, rng),
-             "tail": lambda: _mlp((32, 48, 8), (1, 0), 1, rng, tail=OperationType.SOFTMAX),
-             "middle_out": lambda: _mlp((32, 48, 8), (1, 0), 1, rng, middle_out=True),
              "weight_input": lambda: _mlp((32, 48, 8), (1, 0), 1, rng, weight_input=True)}[kind]()
     compiled = compile_model(model, backend_order=ORDER)
     assert not any(isinstance(s.ctx, FusedContext) for s in compiled.static_plan.program)
     assert {s.backend for s in compiled.static_plan.steps} == {"onnxruntime"}
     _assert_matches_reference(model, compiled, _inputs(model, rng))
+
+
+@pytest.mark.parametrize("kind", ["tail", "middle_out"])
+def test_a_chain_with_a_softmax_tail_or_a_middle_output(kind):
+    """Every layer on numba (its float SOFTMAX too): a chain whose last layer feeds a SOFTMAX is
+    fused and the SOFTMAX follows; a middle layer that is also an output breaks the chain. With
+    $NNHAL_NUMBA_FLOAT_RUNS=0 onnxruntime keeps the run, unfused."""
+    rng = np.random.default_rng(11)
+    model = _mlp((32, 48, 8), (1, 0), 1, rng, **({"tail": OperationType.SOFTMAX} if kind == "tail"
+                                                 else {"middle_out": True}))
+    compiled = compile_model(model, backend_order=ORDER)
+    program = compiled.static_plan.program
+    if not _numba_takes_runs():
+        assert {s.backend for s in program} == {"onnxruntime"}
+    elif kind == "tail":
+        assert [getattr(s.ctx, "pattern", None) for s in program] == [FC_CHAIN, None]
+        assert {s.backend for s in program} == {"numba"}
+    else:
+        assert {s.backend for s in program} == {"numba"}
+        assert not any(isinstance(s.ctx, FusedContext) for s in program)
+    _assert_matches_reference(model, compiled, _inputs(model, rng))
+
+
+def _numba_takes_runs() -> bool:
+    """numba plans onnxruntime's float runs it covers (the default, at one compute thread)."""
+    from hal import backends
+    return bool(backends.get("numba").takes_runs) and backends.compute_threads() <= 1
 
 
 def test_without_the_graph_backend_the_layers_are_chained_on_numba():

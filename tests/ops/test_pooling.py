@@ -12,6 +12,7 @@ from hal.compiler import compile_model
 from hal.errors import HalError
 from hal.executor import execute
 from hal.types import OperandType, OperationType
+from tests.backends.differential import compare
 from tests.harness import OP_SETTINGS, assert_matches_tflite, nnapi_one_op, random_quant_params, random_tensor
 
 F32 = OperandType.TENSOR_FLOAT32
@@ -132,7 +133,9 @@ def test_explicit_padding_nchw_matches_nhwc():
         nhwc = execute(compile_model(_nnapi_pool(op, F32, [2, 7, 6, 3], explicit)), [x])[0]
         nchw_model = _nnapi_pool(op, F32, [2, 3, 7, 6], explicit + [(OperandType.BOOL, True)])
         nchw = execute(compile_model(nchw_model), [np.ascontiguousarray(x.transpose(0, 3, 1, 2))])[0]
-        np.testing.assert_array_equal(nchw, nhwc.transpose(0, 3, 1, 2))
+        # the two layouts may run on different kernels (numba's NHWC pools, onnxruntime's NCHW):
+        # equal within CTS's float criteria, as each is to the reference
+        assert compare(nchw, nhwc.transpose(0, 3, 1, 2)) is None
         assert nhwc.shape == (2, (7 + 1 - 2) // 1 + 1, (6 + 3 - 3) // 2 + 1, 3)
     # the average excludes padded cells: a corner window of a constant input stays constant
     ones = np.ones([1, 4, 4, 1], np.float32)

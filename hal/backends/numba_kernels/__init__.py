@@ -38,9 +38,9 @@ loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
   16-channel vector IR, ADD, MUL, PRELU, NHWC MAX_POOL_2D, AVERAGE_POOL_2D, PAD / PAD_V2,
   CONCATENATION, RESHAPE (on f32_simd.py's 16-lane float IR) and SOFTMAX, one pass each with the
   reference's arithmetic (sums in float32). They run float operations when an order puts numba
-  before onnxruntime; with $NNHAL_NUMBA_FLOAT_RUNS=1 (at one compute thread) the compiler also
-  hands onnxruntime's float32 runs they cover wholly to them (hal.compiler's ``_whole_run_instead``),
-  chained natively: not the default, which stays onnxruntime's (see ``FLOAT_RUNS_VARIABLE``).
+  before onnxruntime, and at one compute thread the compiler also hands onnxruntime's float32
+  runs they cover wholly to them (hal.compiler's ``_whole_run_instead``), chained natively;
+  $NNHAL_NUMBA_FLOAT_RUNS=0 keeps those runs on onnxruntime (see ``FLOAT_RUNS_VARIABLE``).
 Operations or forms it does not take (other float operations, NCHW, non-constant filters, ...) fall back to the
 next backend of the preference order, ultimately the reference backend.
 
@@ -123,14 +123,14 @@ BACKEND = Backend("numba", VERSION, modules=("hal.backends.numba_kernels", "hal.
                   description=f"numba {numba.__version__}: quantized kernels (AVX-512 VNNI and AMX-INT8 tiles "
                               "where the CPU has them), bit-exact with reference; float32 CNN kernels, "
                               "small-batch FULLY_CONNECTED and sequence LSTMs")
-#: Set to 1: onnxruntime's float32 runs that the float kernels cover wholly are theirs (hal.compiler's
-#: ``_whole_run_instead``). Off by default: measured in process against onnxruntime's run (1 thread,
-#: same process), they win on a PReLU landmark network (iris-style 0.74 -> 0.61 ms; LiteRT 0.62),
-#: tie on face-style (1.04 -> 1.06 ms) and BlazeFace-style (0.98 -> 0.96 ms), and lose on
-#: MobileNetV2 (5.77 -> 6.32 ms: its 1x1 layers, whose weights come from memory, run slower on these
-#: tiles than in onnxruntime's MLAS), which would come near issue 30's 1.25x ceiling.
+#: onnxruntime's float32 runs that the float kernels cover wholly are theirs (hal.compiler's
+#: ``_whole_run_instead``, at one compute thread) unless this is set to 0. Measured in process
+#: against onnxruntime's run (1 thread, same process, 64-byte-aligned arena buffers), they run an
+#: iris-style PReLU network 0.64 -> 0.51 ms (LiteRT 0.55), BlazeFace-style 0.89 -> 0.84, face-style
+#: 0.98 -> 0.95, and MobileNetV2 level (5.59 -> 5.61: its 1x1 layers, whose weights come from
+#: memory, run no faster on these tiles than in onnxruntime's MLAS).
 FLOAT_RUNS_VARIABLE = "NNHAL_NUMBA_FLOAT_RUNS"
-if os.environ.get(FLOAT_RUNS_VARIABLE) == "1":
+if os.environ.get(FLOAT_RUNS_VARIABLE, "1") != "0":
     BACKEND.takes_runs = {"onnxruntime": frozenset({OperandType.TENSOR_FLOAT32})}
 
 
