@@ -93,6 +93,12 @@ def test_cts_float_cases_it_takes_meet_the_cts_and_the_reference():
     ((2, 12, 12, 8), 20, 3, 3, (1, 2), None, 2, (2, 2), 0, f32_conv.GATHERED),  # dilation, VALID, strides
     ((1, 8, 8, 5), 16, 5, 3, (2, 1), None, 1, (1, 1), 0, f32_conv.GATHERED),  # rectangular kernel
     ((1, 9, 9, 12), 24, 1, 1, (2, 2), None, 1, (1, 1), 0, f32_conv.GATHERED),  # strided 1x1
+    # windows inside the image read in place (_windows_row), the edge pixels and rows gathered:
+    ((1, 24, 26, 3), 16, 3, 3, (2, 2), (1, 1, 1, 1), 1, (1, 1), 0, f32_conv.GATHERED),  # padded stem, narrow
+    ((2, 17, 19, 3), 24, 5, 5, (2, 2), None, 1, (1, 1), 0, f32_conv.GATHERED),  # 5x5 stem, partial tile
+    ((1, 7, 10, 6), 40, 3, 3, (1, 3), (0, 2, 1, 0), 1, (1, 1), 1, f32_conv.GATHERED),  # stride 3, right pad
+    ((1, 5, 3, 4), 8, 3, 5, (1, 1), (2, 2, 1, 1), 1, (1, 1), 0, f32_conv.GATHERED),  # wider than the image
+    ((1, 30, 21, 32), 72, 3, 3, (1, 1), None, 1, (1, 1), 0, f32_conv.GATHERED),  # two tiles and a narrow one
     ((1, 4, 4, 64), 213, 4, 4, (1, 1), None, 2, (1, 1), 0, f32_conv.WHOLE_ROWS),  # a landmark head
     ((3, 6, 5, 7), 15, 2, 5, (2, 1), None, 2, (1, 1), 1, f32_conv.WHOLE_ROWS),  # as wide as the map, 3 rows out
 ])

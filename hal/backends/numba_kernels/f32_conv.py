@@ -13,9 +13,12 @@ How the rows are found (the geometry's ``mode``, ``FIELDS``):
 - ``WHOLE_ROWS``: a convolution as wide as its input, unpadded, one output column (a landmark
   head: a kernel the size of the feature map): each output row reads kh whole input rows, which
   are contiguous in NHWC: the row is read in place, K = kh·W·C.
-- ``GATHERED``: any other geometry (a stem's 3x3 stride 2, dilation): one output row at a time,
-  its pixels' windows are gathered into a scratch row each (zeros outside the image: NNAPI pads
-  with zeros), K = kh·kw·C, then multiplied.
+- ``GATHERED``: any other geometry (a stem's 3x3 stride 2, dilation), K = kh·kw·C, one output
+  row at a time. Where the row's windows lie inside the image (dilation 1), each is read in
+  place as kh runs of kw·C floats (fc_float's window tiles); the others (an edge's padding,
+  dilation) are gathered into a scratch row each (zeros outside the image: NNAPI pads with
+  zeros), then multiplied. A 3-channel stem's window is three runs of 9 floats: gathering them
+  cost as much as the multiplication.
 The filter [out, kh, kw, C] is that K-major matrix; it is packed at plan time as fc_float packs
 a FULLY_CONNECTED layer's. Column tiles are taken in groups whose weights fit the L1 cache
 (``GROUP_BYTES``), every block of rows passing a group before the next group starts, so a
@@ -37,7 +40,7 @@ import numpy as np
 from hal import quant
 from hal.backends.numba_kernels import BACKEND, fc_float
 from hal.backends.numba_kernels.f32_elementwise import F32Binary
-from hal.backends.numba_kernels.fc_float import LANES, TILE, _narrow, _tile
+from hal.backends.numba_kernels.fc_float import LANES, TILE, _narrow, _tile, _window_narrow, _window_tile
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import copy_bytes, fill_copy
 from hal.operations.conv import BIAS, FILTER, INPUT, ConvParams
@@ -63,6 +66,9 @@ _F32 = numba.float32
 _RO, _RW, _GEOMETRY = ro(np.float32, 1), rw(np.float32, 1), ro(np.int64, 1)
 _GEMM_SIG = [numba.void(_RO, _I64, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _I64)]
 _BLOCK_SIG = [numba.void(_RO, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _I64, _I64)]
+_WINDOW_BLOCK_SIG = [numba.void(_RO, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _I64, _I64, _I64, _I64,
+                                _I64)]
+_WINDOWS_SIG = [numba.void(_RO, _I64, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _I64, _I64, _I64, _I64)]
 
 
 def _block_of(rows: int):
@@ -127,22 +133,23 @@ def _epilogue(out, o_off, pixels, n, res, lo, hi, alpha, flags):
                 o[p, c] = v if v >= 0 else scaled
 
 
-@numba.njit([numba.void(_RO, _GEOMETRY, _I64, _I64, _RW)], cache=True, nogil=True)
-def _gather_row(x, g, b, oy, scratch):
-    """Output row ``oy`` of batch ``b``: each pixel's window as one scratch row (zeros outside).
-    A window row wholly inside the image (no dilation) is one contiguous run of kw·C floats,
-    moved as bytes in 64-byte masked moves (simd.copy_bytes: numba's own element loops guard
-    every index against negative wrap-around, which costs more than the move)."""
+@numba.njit([numba.void(_RO, _GEOMETRY, _I64, _I64, _I64, _I64, _RW)], cache=True, nogil=True)
+def _gather(x, g, b, oy, ox0, ox1, scratch):
+    """Pixels ox0 .. ox1 - 1 of output row ``oy`` of batch ``b``: each pixel's window as one
+    scratch row (zeros outside). A window row wholly inside the image (no dilation) is one
+    contiguous run of kw·C floats, moved as bytes in 64-byte masked moves (simd.copy_bytes:
+    numba's own element loops guard every index against negative wrap-around, which costs more
+    than the move)."""
     h, w, c, kh, kw = g[1], g[2], g[3], g[4], g[5]
-    sh, sw, dh, dw, pt, pl, ow = g[6], g[7], g[8], g[9], g[10], g[11], g[13]
+    sh, sw, dh, dw, pt, pl = g[6], g[7], g[8], g[9], g[10], g[11]
     k = kh * kw * c
     run = kw * c
-    for ox in range(ow):
+    for ox in range(ox0, ox1):
         ix0 = ox * sw - pl
         inside = dw == 1 and ix0 >= 0 and ix0 + kw <= w
         for i in range(kh):
             iy = oy * sh - pt + i * dh
-            d = ox * k + i * run
+            d = (ox - ox0) * k + i * run
             if iy < 0 or iy >= h:
                 fill_copy(scratch, 4 * d, x, 0, 0, 4 * run, 0)
             elif inside:
@@ -154,6 +161,72 @@ def _gather_row(x, g, b, oy, scratch):
                         copy_bytes(scratch, 4 * (d + j * c), x, 4 * (((b * h + iy) * w + ix) * c), 4 * c)
                     else:
                         fill_copy(scratch, 4 * (d + j * c), x, 0, 0, 4 * c, 0)
+
+
+def _window_block_of(rows: int):
+    """``_block_of`` for rows that are windows read in place (fc_float's window tiles)."""
+
+    @numba.njit(_WINDOW_BLOCK_SIG, cache=True, nogil=True)
+    def block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap):
+        for t in range(t0, t1):
+            count = min(TILE, n - t * TILE)
+            if count <= LANES:
+                _window_narrow(rows, w, t * k * TILE, a, a_off, k, bias, t * TILE, lo, hi, out, o_off + t * TILE, n,
+                               count, 0, a_stride, run, gap)
+            else:
+                _window_tile(rows, w, t * k * TILE, a, a_off, k, bias, t * TILE, lo, hi, out, o_off + t * TILE, n,
+                             count, 0, a_stride, run, gap)
+    return block
+
+
+_W8, _W4, _W2, _W1 = (_window_block_of(r) for r in (8, 4, 2, 1))
+
+
+@numba.njit(_WINDOWS_SIG, cache=True, nogil=True)
+def _gemm_windows(x, x_off, rows, k, w, bias, n, lo, hi, out, o_off, group, x_stride, run, gap):
+    """``_gemm`` whose row r is the window at x[x_off + r·x_stride:], read in place: K floats in
+    runs of ``run``, each next run ``gap`` floats after the last one's end."""
+    tiles = (n + TILE - 1) // TILE
+    for t0 in range(0, tiles, group):
+        t1 = min(tiles, t0 + group)
+        r = 0
+        while r + 8 <= rows:
+            _W8(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap)
+            r += 8
+        if rows - r >= 4:
+            _W4(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap)
+            r += 4
+        if rows - r >= 2:
+            _W2(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap)
+            r += 2
+        if rows - r >= 1:
+            _W1(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap)
+
+
+@numba.njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _I64, _I64, _F32, _F32, _RW, _I64, _RW)], cache=True, nogil=True)
+def _windows_row(x, w, bias, g, b, oy, lo, hi, out, o_off, scratch):
+    """Output row ``oy`` of batch ``b`` (GATHERED): where its windows lie inside the image
+    (dilation 1), its pixels are read in place, the others gathered into ``scratch``."""
+    h, w_in, c, kh, kw = g[1], g[2], g[3], g[4], g[5]
+    sh, sw, dh, dw, pt, pl, ow, n, group = g[6], g[7], g[8], g[9], g[10], g[11], g[13], g[14], g[16]
+    k = kh * kw * c
+    iy0 = oy * sh - pt
+    x_lo, x_hi = 0, 0  # the pixels whose windows are inside: [x_lo, x_hi)
+    if dh == 1 and dw == 1 and iy0 >= 0 and iy0 + kh <= h and w_in - kw + pl >= 0:
+        x_lo = (pl + sw - 1) // sw
+        x_hi = max(x_lo, min(ow, (w_in - kw + pl) // sw + 1))
+    if x_hi == x_lo:
+        _gather(x, g, b, oy, 0, ow, scratch)
+        _gemm(scratch, 0, ow, k, w, bias, n, lo, hi, out, o_off, group)
+        return
+    if x_lo > 0:
+        _gather(x, g, b, oy, 0, x_lo, scratch)
+        _gemm(scratch, 0, x_lo, k, w, bias, n, lo, hi, out, o_off, group)
+    _gemm_windows(x, ((b * h + iy0) * w_in + x_lo * sw - pl) * c, x_hi - x_lo, k, w, bias, n, lo, hi, out,
+                  o_off + x_lo * n, group, sw * c, kw * c, (w_in - kw) * c)
+    if x_hi < ow:
+        _gather(x, g, b, oy, x_hi, ow, scratch)
+        _gemm(scratch, 0, ow - x_hi, k, w, bias, n, lo, hi, out, o_off + x_hi * n, group)
 
 
 @numba.njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _RO, _RO, _RO, _I64, _RW)], cache=True, nogil=True)
@@ -191,9 +264,8 @@ def conv_rows(x, w, bias, g, clamps, res, alpha, flags, out):
     scratch = np.empty(ow * k, np.float32)
     for b in range(batch):
         for oy in range(oh):
-            _gather_row(x, g, b, oy, scratch)
             o_off = (b * oh + oy) * ow * n
-            _gemm(scratch, 0, ow, k, w, bias, n, lo, hi, out, o_off, group)
+            _windows_row(x, w, bias, g, b, oy, lo, hi, out, o_off, scratch)
             if flags:
                 _epilogue(out, o_off, ow, n, res, lo2, hi2, alpha, flags)
 

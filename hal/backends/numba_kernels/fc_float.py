@@ -48,74 +48,111 @@ def _vector_ptr(builder, ptr, at, vec):
     return builder.bitcast(builder.gep(ptr, [at]), vec.as_pointer())
 
 
+def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool):
+    """The code of ``_tile_of``'s intrinsics: a row tile's K loop, clamp and masked stores. With
+    ``segmented``, row r's K values are not one run at x_off + r·K: they start at x_off +
+    r·x_stride and come in runs of ``seg_len`` floats, each next run ``seg_gap`` floats after
+    the last one's end (a convolution's window read in place: one run per filter row)."""
+    width = vectors * LANES
+
+    def codegen(context, builder, signature, args):
+        w_arr, w_off_v, x_arr, x_off_v, k_v, b_arr, b_off_v, lo_v, hi_v, o_arr, o_off_v, o_step, count_v, \
+            apart_v = args[1:15]
+        f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+        vf = ir.VectorType(f32, LANES)
+        sa = signature.args[1:]
+        wp, xp = _data(context, builder, sa[0], w_arr, f32), _data(context, builder, sa[2], x_arr, f32)
+        bp, op = _data(context, builder, sa[5], b_arr, f32), _data(context, builder, sa[9], o_arr, f32)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
+
+        def load(ptr, at):
+            return builder.load(_vector_ptr(builder, ptr, at, vf), align=4)
+
+        def const(n):
+            return ir.Constant(i64, n)
+        # stream s's tile is ``apart`` tiles after stream 0's: its weights, bias and outputs
+        step = builder.mul(apart_v, const(width))
+        w_base = [builder.add(w_off_v, builder.mul(const(s), builder.mul(step, k_v))) for s in range(streams)]
+        b_base = [builder.add(b_off_v, builder.mul(const(s), step)) for s in range(streams)]
+        o_base = [builder.add(o_off_v, builder.mul(const(s), step)) for s in range(streams)]
+        bias = [[load(bp, builder.add(b_base[s], const(v * LANES))) for v in range(vectors)]
+                for s in range(streams)]
+        if segmented:
+            x_stride, seg_len, seg_gap = args[15:18]
+            carried = [x_off_v, const(0)]  # the K step's x offset of row 0, its place in the run
+        else:
+            x_stride, carried = k_v, []
+        k, phis, close = counted_loop(builder, "fc", k_v,
+                                      carried + [b for _ in range(rows) for per in bias for b in per])
+        at = phis[0] if segmented else builder.add(x_off_v, k)
+        flat = phis[len(carried):]
+        per_row = streams * vectors  # sums[row][stream][vector]: phi (row·streams + stream)·vectors + vector
+        sums = [[flat[r * per_row + s * vectors:r * per_row + (s + 1) * vectors] for s in range(streams)]
+                for r in range(rows)]
+        kw = builder.mul(k, const(width))
+        weights = [[load(wp, builder.add(builder.add(w_base[s], kw), const(v * LANES))) for v in range(vectors)]
+                   for s in range(streams)]
+        new = []
+        for r in range(rows):  # each weight loaded once, used by every row
+            xi = builder.add(at, builder.mul(const(r), x_stride))
+            xk = splat(builder, builder.load(builder.gep(xp, [xi])), vf)
+            new.extend(builder.call(fma, [xk, weights[s][v], sums[r][s][v]])
+                       for s in range(streams) for v in range(vectors))
+        if segmented:  # the next float of the run, or the next run's first
+            j = builder.add(phis[1], const(1))
+            wrap = builder.icmp_signed("==", j, seg_len)
+            skip = builder.select(wrap, builder.add(seg_gap, const(1)), const(1))
+            new = [builder.add(phis[0], skip), builder.select(wrap, const(0), j)] + new
+        close(new)
+        lo_s, hi_s = splat(builder, lo_v, vf), splat(builder, hi_v, vf)
+        lanes = ir.Constant(ir.VectorType(i32, LANES), list(range(LANES)))
+        mask = ir.VectorType(ir.IntType(1), LANES)
+        store = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, mask]),
+            "llvm.masked.store.v16f32.p0")
+        for v in range(vectors):
+            left = builder.trunc(builder.sub(count_v, const(v * LANES)), i32)
+            keep = builder.icmp_signed("<", lanes, splat(builder, left, ir.VectorType(i32, LANES)))
+            for r in range(rows):
+                for s in range(streams):
+                    # NaN stays NaN (both comparisons false), as the reference's clip keeps it
+                    y = sums[r][s][v]
+                    y = builder.select(builder.fcmp_ordered("<", y, lo_s), lo_s, y)
+                    y = builder.select(builder.fcmp_ordered(">", y, hi_s), hi_s, y)
+                    o = builder.add(o_base[s], builder.add(builder.mul(const(r), o_step), const(v * LANES)))
+                    builder.call(store, [y, _vector_ptr(builder, op, o, vf), ir.Constant(i32, 4), keep])
+        return context.get_dummy_value()
+    return codegen
+
+
+def _rows_of(n_rows) -> int:
+    if not isinstance(n_rows, types.IntegerLiteral):
+        raise errors.RequireLiteralValue(f"the row count must be a compile-time constant, not {n_rows}")
+    return n_rows.literal_value
+
+
 def _tile_of(vectors: int = VECTORS, streams: int = 1):
     """The intrinsic for tiles of ``vectors`` × 16 units, ``streams`` tiles at once (see
     ``run_chain``); its first argument, the row count, must be a compile-time constant: the code
     is unrolled for it, one specialisation per count."""
-    width = vectors * LANES
 
     @intrinsic
     def tile(typingctx, n_rows, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart):
-        if not isinstance(n_rows, types.IntegerLiteral):
-            raise errors.RequireLiteralValue(f"the row count must be a compile-time constant, not {n_rows}")
-        rows = n_rows.literal_value
         sig = types.void(n_rows, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart)
+        return sig, _tile_codegen(_rows_of(n_rows), vectors, streams, False)
+    return tile
 
-        def codegen(context, builder, signature, args):
-            w_arr, w_off_v, x_arr, x_off_v, k_v, b_arr, b_off_v, lo_v, hi_v, o_arr, o_off_v, o_step, count_v, \
-                apart_v = args[1:]
-            f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
-            vf = ir.VectorType(f32, LANES)
-            sa = signature.args[1:]
-            wp, xp = _data(context, builder, sa[0], w_arr, f32), _data(context, builder, sa[2], x_arr, f32)
-            bp, op = _data(context, builder, sa[5], b_arr, f32), _data(context, builder, sa[9], o_arr, f32)
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
 
-            def load(ptr, at):
-                return builder.load(_vector_ptr(builder, ptr, at, vf), align=4)
+def _window_tile_of(vectors: int = VECTORS):
+    """``_tile_of``'s tile (one stream) whose rows read a convolution's windows in place: the
+    arguments after ``apart`` are x_stride, seg_len, seg_gap (``_tile_codegen``)."""
 
-            def const(n):
-                return ir.Constant(i64, n)
-            # stream s's tile is ``apart`` tiles after stream 0's: its weights, bias and outputs
-            step = builder.mul(apart_v, const(width))
-            w_base = [builder.add(w_off_v, builder.mul(const(s), builder.mul(step, k_v))) for s in range(streams)]
-            b_base = [builder.add(b_off_v, builder.mul(const(s), step)) for s in range(streams)]
-            o_base = [builder.add(o_off_v, builder.mul(const(s), step)) for s in range(streams)]
-            bias = [[load(bp, builder.add(b_base[s], const(v * LANES))) for v in range(vectors)]
-                    for s in range(streams)]
-            k, flat, close = counted_loop(builder, "fc", k_v, [b for _ in range(rows) for per in bias for b in per])
-            per_row = streams * vectors  # sums[row][stream][vector]: phi (row·streams + stream)·vectors + vector
-            sums = [[flat[r * per_row + s * vectors:r * per_row + (s + 1) * vectors] for s in range(streams)]
-                    for r in range(rows)]
-            kw = builder.mul(k, const(width))
-            weights = [[load(wp, builder.add(builder.add(w_base[s], kw), const(v * LANES))) for v in range(vectors)]
-                       for s in range(streams)]
-            new = []
-            for r in range(rows):  # each weight loaded once, used by every row
-                xi = builder.add(builder.add(x_off_v, builder.mul(const(r), k_v)), k)
-                xk = splat(builder, builder.load(builder.gep(xp, [xi])), vf)
-                new.extend(builder.call(fma, [xk, weights[s][v], sums[r][s][v]])
-                           for s in range(streams) for v in range(vectors))
-            close(new)
-            lo_s, hi_s = splat(builder, lo_v, vf), splat(builder, hi_v, vf)
-            lanes = ir.Constant(ir.VectorType(i32, LANES), list(range(LANES)))
-            mask = ir.VectorType(ir.IntType(1), LANES)
-            store = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, mask]),
-                "llvm.masked.store.v16f32.p0")
-            for v in range(vectors):
-                left = builder.trunc(builder.sub(count_v, const(v * LANES)), i32)
-                keep = builder.icmp_signed("<", lanes, splat(builder, left, ir.VectorType(i32, LANES)))
-                for r in range(rows):
-                    for s in range(streams):
-                        # NaN stays NaN (both comparisons false), as the reference's clip keeps it
-                        y = sums[r][s][v]
-                        y = builder.select(builder.fcmp_ordered("<", y, lo_s), lo_s, y)
-                        y = builder.select(builder.fcmp_ordered(">", y, hi_s), hi_s, y)
-                        o = builder.add(o_base[s], builder.add(builder.mul(const(r), o_step), const(v * LANES)))
-                        builder.call(store, [y, _vector_ptr(builder, op, o, vf), ir.Constant(i32, 4), keep])
-            return context.get_dummy_value()
-        return sig, codegen
+    @intrinsic
+    def tile(typingctx, n_rows, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart,
+             x_stride, seg_len, seg_gap):
+        sig = types.void(n_rows, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart,
+                         x_stride, seg_len, seg_gap)
+        return sig, _tile_codegen(_rows_of(n_rows), vectors, 1, True)
     return tile
 
 
@@ -129,6 +166,9 @@ def _tile_of(vectors: int = VECTORS, streams: int = 1):
 #: 8 or 16 vectors of sums and 8 of weights fit the 32 vector registers): four whole tiles, each
 #: ``apart`` after the one before.
 _tile, _narrow, _pair, _quad = _tile_of(), _tile_of(1), _tile_of(streams=2), _tile_of(streams=4)
+#: ``_window_tile``, ``_window_narrow``: ``_tile`` and ``_narrow`` reading windows in place
+#: (numba_kernels/f32_conv.py's direct convolutions).
+_window_tile, _window_narrow = _window_tile_of(), _window_tile_of(1)
 
 _SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(np.int64, 2), ro(np.float32, 2),
                    numba.int64, rw(np.float32, 1))]
