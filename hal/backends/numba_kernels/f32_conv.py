@@ -113,24 +113,37 @@ def _gemm(a, a_off, rows, k, w, bias, n, lo, hi, out, o_off, group):
 @numba.njit([numba.void(_RW, _I64, _I64, _I64, _RO, _F32, _F32, _RO, _I64)], cache=True, nogil=True)
 def _epilogue(out, o_off, pixels, n, res, lo, hi, alpha, flags):
     """The fused ADD (of ``res``, the same positions), its clamp, then PRELU (``alpha`` per
-    channel), on ``pixels`` rows of ``n`` channels from ``o_off``. NaN stays NaN (the comparisons
-    are false), as the reference's where/clip keep it. Rows are indexed by loop counters only (an
-    index numba cannot prove non-negative gets a wrap-around check, which stops vectorisation),
-    and both sides of each choice are computed: selects, not branches the signs would mispredict."""
-    o = out[o_off:o_off + pixels * n].reshape(pixels, n)
+    channel), on ``pixels`` rows of ``n`` channels from ``o_off``, in one pass. NaN stays NaN
+    (the comparisons are false), as the reference's where/clip keep it. Both sides of each choice
+    are computed: selects, not branches the signs would mispredict. One loop per combination of
+    flags, over the flat rows (a pass per operation, or 2-D views, measured twice as slow on
+    16-channel rows)."""
+    o = out[o_off:o_off + pixels * n]
     if flags & RESIDUAL:
-        r = res[o_off:o_off + pixels * n].reshape(pixels, n)
+        r = res[o_off:o_off + pixels * n]
+        if flags & ALPHA:
+            for p in range(pixels):
+                for c in range(n):
+                    i = p * n + c
+                    v = o[i] + r[i]
+                    v = lo if v < lo else v
+                    v = hi if v > hi else v
+                    scaled = v * alpha[c]
+                    o[i] = v if v >= 0 else scaled
+        else:
+            for p in range(pixels):
+                for c in range(n):
+                    i = p * n + c
+                    v = o[i] + r[i]
+                    v = lo if v < lo else v
+                    o[i] = hi if v > hi else v
+    elif flags & ALPHA:
         for p in range(pixels):
             for c in range(n):
-                v = o[p, c] + r[p, c]
-                v = lo if v < lo else v
-                o[p, c] = hi if v > hi else v
-    if flags & ALPHA:
-        for p in range(pixels):
-            for c in range(n):
-                v = o[p, c]
+                i = p * n + c
+                v = o[i]
                 scaled = v * alpha[c]
-                o[p, c] = v if v >= 0 else scaled
+                o[i] = v if v >= 0 else scaled
 
 
 @numba.njit([numba.void(_RO, _GEOMETRY, _I64, _I64, _I64, _I64, _RW)], cache=True, nogil=True)
