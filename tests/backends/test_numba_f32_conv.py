@@ -2,7 +2,8 @@
 with NNAPI CTS's float criteria: every CTS case of float CONV_2D it takes, and geometries covering
 its three ways of finding the rows (1x1 in place, whole input rows for a landmark head, gathered
 windows: strides, explicit and implicit padding, dilation), channel counts off its tiles, batches,
-activations, NaN and infinity; the bound form; and the forms it declines."""
+activations, NaN and infinity; the ``conv_epilogue`` (residual ADD and PRELU) on each way; the
+bound form; and the forms it declines."""
 from __future__ import annotations
 
 import numpy as np
@@ -119,6 +120,63 @@ def test_nan_and_infinity_propagate_as_in_the_reference():
         x[0][0, 4, 1, 5] = np.inf
         _, got = _check(model, x)
         assert np.isnan(got[0]).any()
+
+
+def epilogue_model(shape, out_c, k, stride, pads, members, add_act=0, rng=None):
+    """CONV_2D (explicit ``pads`` left, right, top, bottom, or SAME for None) then, as
+    ``members`` says, an ADD of its output and a second input (``add_act``), then a PRELU with
+    per-channel slopes of both signs: the ``conv_epilogue`` pattern."""
+    rng = rng or np.random.default_rng(0)
+    n, h, w, c = shape
+    mb = ModelBuilder()
+    x = mb.add_operand(F32, shape)
+    filt = (rng.standard_normal((out_c, k, k, c)) / np.sqrt(k * k * c)).astype(np.float32)
+    geometry = [mb.add_int32(p) for p in pads] if pads is not None else [mb.add_int32(1)]
+    args = [x, mb.add_constant(F32, filt), mb.add_constant(F32, rng.uniform(-0.5, 0.5, out_c).astype(np.float32)),
+            *geometry, mb.add_int32(stride[1]), mb.add_int32(stride[0]), mb.add_int32(0)]
+    oh, ow = compile_model_shape(shape, out_c, k, k, stride, pads, 1, (1, 1))
+    out_shape = (n, oh, ow, out_c)
+    y = mb.add_operand(F32, out_shape)
+    mb.add_operation(CONV, args, [y])
+    inputs = [x]
+    if "add" in members:
+        r, z = mb.add_operand(F32, out_shape), mb.add_operand(F32, out_shape)
+        mb.add_operation(OperationType.ADD, [y, r, mb.add_int32(add_act)], [z])
+        inputs.append(r)
+        y = z
+    if "prelu" in members:
+        alpha = mb.add_constant(F32, rng.uniform(-0.5, 1.5, (1, 1, out_c)).astype(np.float32))
+        z = mb.add_operand(F32, out_shape)
+        mb.add_operation(OperationType.PRELU, [y, alpha], [z])
+        y = z
+    mb.identify_inputs_and_outputs(inputs, [y])
+    return mb.finish()
+
+
+@pytest.mark.parametrize("shape,out_c,k,stride,pads,members,add_act", [
+    ((1, 9, 11, 24), 40, 1, (1, 1), None, ("add", "prelu"), 0),  # 1x1 in place: a tile and a narrow one
+    ((2, 6, 7, 16), 16, 1, (1, 1), None, ("add",), 3),  # residual with RELU6 only
+    ((1, 5, 9, 32), 70, 1, (1, 1), None, ("prelu",), 0),  # PRELU only, 70 channels
+    ((2, 10, 13, 8), 20, 3, (1, 1), None, ("add", "prelu"), 2),  # 3x3 SAME: edge pixels gathered, RELU1
+    ((1, 24, 26, 3), 16, 3, (2, 2), (1, 1, 1, 1), ("prelu",), 0),  # a padded stem and its PRELU
+    ((1, 4, 4, 16), 33, 4, (1, 1), (0, 0, 0, 0), ("add", "prelu"), 0),  # a head as wide as its map
+])
+def test_the_epilogue_matches_the_reference(shape, out_c, k, stride, pads, members, add_act):
+    """The residual ADD and the PRELU applied to the convolution's sums (in registers where the
+    windows are read in place, else on the rows just computed): the same results as the three
+    operations on the reference backend, NaN and infinity in the residual included."""
+    rng = np.random.default_rng(out_c + k)
+    model = epilogue_model(shape, out_c, k, stride, pads, members, add_act, rng)
+    compiled = compile_model(model, backend_order=ORDER)
+    program = compiled.static_plan.program
+    assert [getattr(s.ctx, "pattern", None) for s in program] == ["conv_epilogue"], program
+    assert len(program[0].operations) == 1 + len(members)
+    args = _inputs(model, rng)
+    if "add" in members:
+        args[1][0, 0, 0, :3] = (np.nan, np.inf, -np.inf)
+    _, got = _check(model, args)
+    if "add" in members:
+        assert np.isnan(got[0][0, 0, 0, 0])
 
 
 @pytest.mark.parametrize("kind,why", [("nchw", "NCHW"), ("filter_input", "not a constant")])

@@ -1,12 +1,13 @@
 """Float32 CONV_2D (NHWC) on fc_float's register tiles, and the ``conv_epilogue`` fusion: a
-convolution's residual ADD and its PRELU applied to each block of output rows while it is in cache.
+convolution's residual ADD and its PRELU applied to its sums in registers, before they are stored.
 
 Why: a float CNN's 1x1 convolutions are matrix products of the NHWC activations (rows: pixels;
 columns: channels) by the filter, which fc_float's tiles compute at the core's fused multiply-add
 rate (8 rows × 32 output channels of sums in registers, each weight vector loaded once for the 8
 rows). Run here rather than in onnxruntime, the layer's output never changes layout, and what
 follows it in a landmark network (the residual ADD, then a per-channel PRELU) is applied to the
-rows just computed instead of as two more passes over memory.
+sums still in registers (fc_float's fused tiles; pixels gathered at an image's edge: to the rows
+just computed, in one pass) instead of as two more passes over memory.
 
 How the rows are found (the geometry's ``mode``, ``FIELDS``):
 - ``IN_PLACE``: a 1x1, stride-1, unpadded convolution: the input is already the rows, K = C.
@@ -40,7 +41,16 @@ import numpy as np
 from hal import quant
 from hal.backends.numba_kernels import BACKEND, fc_float
 from hal.backends.numba_kernels.f32_elementwise import F32Binary
-from hal.backends.numba_kernels.fc_float import LANES, TILE, _narrow, _tile, _window_narrow, _window_tile
+from hal.backends.numba_kernels.fc_float import (
+    LANES,
+    TILE,
+    _fused_narrow,
+    _fused_tile,
+    _narrow,
+    _tile,
+    _window_narrow,
+    _window_tile,
+)
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import copy_bytes, fill_copy
 from hal.operations.conv import BIAS, FILTER, INPUT, ConvParams
@@ -52,7 +62,7 @@ F32 = OperandType.TENSOR_FLOAT32
 IN_PLACE, WHOLE_ROWS, GATHERED = 0, 1, 2
 #: Weights of one group of column tiles: at most this many bytes (an L1 cache's share).
 GROUP_BYTES = 32 * 1024
-#: Output rows computed before the epilogue passes over them (still in L1/L2).
+#: Rows of a 1x1 layer computed per pass of a column group (its weights stay in L1 meanwhile).
 CHUNK = 64
 #: ``Geometry`` as the kernels read it: int64 fields in this order.
 FIELDS = ("batch", "h", "w", "c", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "oh", "ow", "out_c", "mode",
@@ -68,7 +78,10 @@ _GEMM_SIG = [numba.void(_RO, _I64, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, 
 _BLOCK_SIG = [numba.void(_RO, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _I64, _I64)]
 _WINDOW_BLOCK_SIG = [numba.void(_RO, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _I64, _I64, _I64, _I64,
                                 _I64)]
-_WINDOWS_SIG = [numba.void(_RO, _I64, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _I64, _I64, _I64, _I64)]
+_WINDOWS_SIG = [numba.void(_RO, _I64, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _I64, _I64, _I64, _I64, _RO,
+                           _RO, _I64, _F32, _F32)]
+_FUSED_BLOCK_SIG = [numba.void(_RO, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _I64, _I64, _I64, _I64, _I64,
+                               _RO, _RO, _I64, _F32, _F32)]
 
 
 def _block_of(rows: int):
@@ -195,14 +208,52 @@ def _window_block_of(rows: int):
 _W8, _W4, _W2, _W1 = (_window_block_of(r) for r in (8, 4, 2, 1))
 
 
+def _fused_block_of(rows: int):
+    """``_window_block_of`` with the epilogue applied in registers (fc_float's fused tiles)."""
+
+    @numba.njit(_FUSED_BLOCK_SIG, cache=True, nogil=True)
+    def block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2):
+        for t in range(t0, t1):
+            count = min(TILE, n - t * TILE)
+            if count <= LANES:
+                _fused_narrow(rows, w, t * k * TILE, a, a_off, k, bias, t * TILE, lo, hi, out, o_off + t * TILE, n,
+                              count, 0, a_stride, run, gap, res, alpha, flags, lo2, hi2)
+            else:
+                _fused_tile(rows, w, t * k * TILE, a, a_off, k, bias, t * TILE, lo, hi, out, o_off + t * TILE, n,
+                            count, 0, a_stride, run, gap, res, alpha, flags, lo2, hi2)
+    return block
+
+
+_F8, _F4, _F2, _F1 = (_fused_block_of(r) for r in (8, 4, 2, 1))
+
+
 @numba.njit(_WINDOWS_SIG, cache=True, nogil=True)
-def _gemm_windows(x, x_off, rows, k, w, bias, n, lo, hi, out, o_off, group, x_stride, run, gap):
+def _gemm_windows(x, x_off, rows, k, w, bias, n, lo, hi, out, o_off, group, x_stride, run, gap, res, alpha, flags,
+                  lo2, hi2):
     """``_gemm`` whose row r is the window at x[x_off + r·x_stride:], read in place: K floats in
-    runs of ``run``, each next run ``gap`` floats after the last one's end."""
+    runs of ``run``, each next run ``gap`` floats after the last one's end; with ``flags``, the
+    epilogue (``res``, ``alpha``, ``lo2``, ``hi2``) applied in registers before the store."""
     tiles = (n + TILE - 1) // TILE
     for t0 in range(0, tiles, group):
         t1 = min(tiles, t0 + group)
         r = 0
+        if flags:
+            while r + 8 <= rows:
+                _F8(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap,
+                    res, alpha, flags, lo2, hi2)
+                r += 8
+            if rows - r >= 4:
+                _F4(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap,
+                    res, alpha, flags, lo2, hi2)
+                r += 4
+            if rows - r >= 2:
+                _F2(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap,
+                    res, alpha, flags, lo2, hi2)
+                r += 2
+            if rows - r >= 1:
+                _F1(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap,
+                    res, alpha, flags, lo2, hi2)
+            continue
         while r + 8 <= rows:
             _W8(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap)
             r += 8
@@ -216,10 +267,12 @@ def _gemm_windows(x, x_off, rows, k, w, bias, n, lo, hi, out, o_off, group, x_st
             _W1(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap)
 
 
-@numba.njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _I64, _I64, _F32, _F32, _RW, _I64, _RW)], cache=True, nogil=True)
-def _windows_row(x, w, bias, g, b, oy, lo, hi, out, o_off, scratch):
-    """Output row ``oy`` of batch ``b`` (GATHERED): where its windows lie inside the image
-    (dilation 1), its pixels are read in place, the others gathered into ``scratch``."""
+@numba.njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _I64, _I64, _F32, _F32, _RW, _I64, _RW, _RO, _RO, _I64, _F32,
+                        _F32)], cache=True, nogil=True)
+def _windows_row(x, w, bias, g, b, oy, lo, hi, out, o_off, scratch, res, alpha, flags, lo2, hi2):
+    """Output row ``oy`` of batch ``b`` (GATHERED), then its epilogue (``flags``): where its
+    windows lie inside the image (dilation 1), its pixels are read in place (the epilogue applied
+    in registers), the others gathered into ``scratch``."""
     h, w_in, c, kh, kw = g[1], g[2], g[3], g[4], g[5]
     sh, sw, dh, dw, pt, pl, ow, n, group = g[6], g[7], g[8], g[9], g[10], g[11], g[13], g[14], g[16]
     k = kh * kw * c
@@ -231,15 +284,21 @@ def _windows_row(x, w, bias, g, b, oy, lo, hi, out, o_off, scratch):
     if x_hi == x_lo:
         _gather(x, g, b, oy, 0, ow, scratch)
         _gemm(scratch, 0, ow, k, w, bias, n, lo, hi, out, o_off, group)
+        if flags:
+            _epilogue(out, o_off, ow, n, res, lo2, hi2, alpha, flags)
         return
     if x_lo > 0:
         _gather(x, g, b, oy, 0, x_lo, scratch)
         _gemm(scratch, 0, x_lo, k, w, bias, n, lo, hi, out, o_off, group)
+        if flags:
+            _epilogue(out, o_off, x_lo, n, res, lo2, hi2, alpha, flags)
     _gemm_windows(x, ((b * h + iy0) * w_in + x_lo * sw - pl) * c, x_hi - x_lo, k, w, bias, n, lo, hi, out,
-                  o_off + x_lo * n, group, sw * c, kw * c, (w_in - kw) * c)
+                  o_off + x_lo * n, group, sw * c, kw * c, (w_in - kw) * c, res, alpha, flags, lo2, hi2)
     if x_hi < ow:
         _gather(x, g, b, oy, x_hi, ow, scratch)
         _gemm(scratch, 0, ow - x_hi, k, w, bias, n, lo, hi, out, o_off + x_hi * n, group)
+        if flags:
+            _epilogue(out, o_off + x_hi * n, ow - x_hi, n, res, lo2, hi2, alpha, flags)
 
 
 @numba.njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _RO, _RO, _RO, _I64, _RW)], cache=True, nogil=True)
@@ -254,9 +313,11 @@ def conv_rows(x, w, bias, g, clamps, res, alpha, flags, out):
         rows, k = batch * h * w_in, c
         for r0 in range(0, rows, CHUNK):
             m = min(CHUNK, rows - r0)
-            _gemm(x, r0 * k, m, k, w, bias, n, lo, hi, out, r0 * n, group)
-            if flags:
-                _epilogue(out, r0 * n, m, n, res, lo2, hi2, alpha, flags)
+            if flags:  # the rows as windows of one run each: the epilogue in registers
+                _gemm_windows(x, r0 * k, m, k, w, bias, n, lo, hi, out, r0 * n, group, k, k, 0, res, alpha, flags,
+                              lo2, hi2)
+            else:
+                _gemm(x, r0 * k, m, k, w, bias, n, lo, hi, out, r0 * n, group)
         return
     if mode == WHOLE_ROWS:
         k, sh = kh * w_in * c, g[6]
@@ -277,10 +338,8 @@ def conv_rows(x, w, bias, g, clamps, res, alpha, flags, out):
     scratch = np.empty(ow * k, np.float32)
     for b in range(batch):
         for oy in range(oh):
-            o_off = (b * oh + oy) * ow * n
-            _windows_row(x, w, bias, g, b, oy, lo, hi, out, o_off, scratch)
-            if flags:
-                _epilogue(out, o_off, ow, n, res, lo2, hi2, alpha, flags)
+            _windows_row(x, w, bias, g, b, oy, lo, hi, out, (b * oh + oy) * ow * n, scratch, res, alpha, flags, lo2,
+                         hi2)
 
 
 @dataclass

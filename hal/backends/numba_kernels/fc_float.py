@@ -48,11 +48,16 @@ def _vector_ptr(builder, ptr, at, vec):
     return builder.bitcast(builder.gep(ptr, [at]), vec.as_pointer())
 
 
-def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool):
+def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool, fused: bool = False):
     """The code of ``_tile_of``'s intrinsics: a row tile's K loop, clamp and masked stores. With
     ``segmented``, row r's K values are not one run at x_off + r·K: they start at x_off +
     r·x_stride and come in runs of ``seg_len`` floats, each next run ``seg_gap`` floats after
-    the last one's end (a convolution's window read in place: one run per filter row)."""
+    the last one's end (a convolution's window read in place: one run per filter row). With
+    ``fused`` (and ``segmented``), five more arguments: res, alpha, flags, lo2, hi2: before the
+    store, each clamped sum adds res at the output's position (flags & 1) and is clamped to
+    [lo2, hi2], then PRELU's slope alpha[channel] scales it where it is not >= 0 (flags & 2): a
+    convolution's residual ADD and PRELU applied in registers (f32_conv's ``conv_epilogue``). An
+    absent one is an exact identity: masked-off lanes add -0.0 and scale by 1.0."""
     width = vectors * LANES
 
     def codegen(context, builder, signature, args):
@@ -110,9 +115,26 @@ def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool):
         store = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, mask]),
             "llvm.masked.store.v16f32.p0")
+        if fused:
+            res_arr, alpha_arr, flags_v, lo2_v, hi2_v = args[18:23]
+            rp, ap = _data(context, builder, sa[17], res_arr, f32), _data(context, builder, sa[18], alpha_arr, f32)
+            masked_load = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vf, [vf.as_pointer(), i32, mask, vf]), "llvm.masked.load.v16f32.p0")
+            lo2_s, hi2_s = splat(builder, lo2_v, vf), splat(builder, hi2_v, vf)
+
+            def flag(bit):
+                on = builder.icmp_signed("!=", builder.and_(flags_v, const(bit)), const(0))
+                return splat(builder, on, mask)
+            has_res, has_alpha = flag(1), flag(2)
+            zero, minus_zero, one = (ir.Constant(vf, [v] * LANES) for v in (0.0, -0.0, 1.0))
         for v in range(vectors):
             left = builder.trunc(builder.sub(count_v, const(v * LANES)), i32)
             keep = builder.icmp_signed("<", lanes, splat(builder, left, ir.VectorType(i32, LANES)))
+            if fused:  # this vector's channels' slopes (bias and alpha are indexed by channel alike)
+                slope = builder.call(masked_load, [_vector_ptr(builder, ap, builder.add(b_base[0], const(v * LANES)),
+                                                               vf), ir.Constant(i32, 4), builder.and_(keep, has_alpha),
+                                                   one])
+                res_keep = builder.and_(keep, has_res)
             for r in range(rows):
                 for s in range(streams):
                     # NaN stays NaN (both comparisons false), as the reference's clip keeps it
@@ -120,6 +142,12 @@ def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool):
                     y = builder.select(builder.fcmp_ordered("<", y, lo_s), lo_s, y)
                     y = builder.select(builder.fcmp_ordered(">", y, hi_s), hi_s, y)
                     o = builder.add(o_base[s], builder.add(builder.mul(const(r), o_step), const(v * LANES)))
+                    if fused:
+                        y = builder.fadd(y, builder.call(masked_load, [_vector_ptr(builder, rp, o, vf),
+                                                                       ir.Constant(i32, 4), res_keep, minus_zero]))
+                        y = builder.select(builder.fcmp_ordered("<", y, lo2_s), lo2_s, y)
+                        y = builder.select(builder.fcmp_ordered(">", y, hi2_s), hi2_s, y)
+                        y = builder.select(builder.fcmp_ordered(">=", y, zero), y, builder.fmul(y, slope))
                     builder.call(store, [y, _vector_ptr(builder, op, o, vf), ir.Constant(i32, 4), keep])
         return context.get_dummy_value()
     return codegen
@@ -156,6 +184,19 @@ def _window_tile_of(vectors: int = VECTORS):
     return tile
 
 
+def _fused_tile_of(vectors: int = VECTORS):
+    """``_window_tile_of``'s tile with the epilogue's five arguments after seg_gap: res, alpha,
+    flags, lo2, hi2 (``_tile_codegen``)."""
+
+    @intrinsic
+    def tile(typingctx, n_rows, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart,
+             x_stride, seg_len, seg_gap, res, alpha, flags, lo2, hi2):
+        sig = types.void(n_rows, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart,
+                         x_stride, seg_len, seg_gap, res, alpha, flags, lo2, hi2)
+        return sig, _tile_codegen(_rows_of(n_rows), vectors, 1, True, True)
+    return tile
+
+
 #: ``_tile(rows, w, w_off, x, x_off, K, b, b_off, lo, hi, out, o_off, o_stride, count, apart)``:
 #: for rows r < ``rows``, out[o_off + r·o_stride:][:count] = clamp(b[b_off:][:count] + x[x_off +
 #: r·K:][:K] @ tile, lo, hi) for the packed tile at w[w_off:] (K rows of TILE floats; count <=
@@ -167,8 +208,10 @@ def _window_tile_of(vectors: int = VECTORS):
 #: ``apart`` after the one before.
 _tile, _narrow, _pair, _quad = _tile_of(), _tile_of(1), _tile_of(streams=2), _tile_of(streams=4)
 #: ``_window_tile``, ``_window_narrow``: ``_tile`` and ``_narrow`` reading windows in place
-#: (numba_kernels/f32_conv.py's direct convolutions).
+#: (numba_kernels/f32_conv.py's direct convolutions); ``_fused_tile``, ``_fused_narrow``: the
+#: same with a residual ADD and PRELU applied before the store (``_tile_codegen``).
 _window_tile, _window_narrow = _window_tile_of(), _window_tile_of(1)
+_fused_tile, _fused_narrow = _fused_tile_of(), _fused_tile_of(1)
 
 _SIG = [numba.void(ro(np.float32, 1), ro(np.float32, 1), ro(np.float32, 1), ro(np.int64, 2), ro(np.float32, 2),
                    numba.int64, rw(np.float32, 1))]
