@@ -20,7 +20,15 @@ from hal.executor import bind as hal_bind  # noqa: E402
 from hal.executor import execute  # noqa: E402
 from hal.fusion import CONV_EPILOGUE, FusedContext  # noqa: E402
 from hal.serialize import dump_compiled, load_compiled  # noqa: E402
-from nnhal.examples import blazeface_like, face_landmark_like, iris_landmark_like, mobilenet_v2  # noqa: E402
+from nnhal.examples import (  # noqa: E402
+    blazeface_like,
+    efficientnet_b0,
+    face_landmark_like,
+    iris_landmark_like,
+    mobilenet_v2,
+    pose_landmark_like,
+)
+from nnhal.examples_mobilenet_v3 import mobilenet_v3_small  # noqa: E402
 from tests.harness import tflite_run  # noqa: E402
 
 ORDER = ["onnxruntime", "numba", "reference"]
@@ -29,6 +37,12 @@ MODELS = {
     "face": lambda: face_landmark_like(input_size=96),
     "blazeface": lambda: blazeface_like(np.float32, input_size=64),
     "mobilenet_v2": lambda: mobilenet_v2(np.float32, input_size=64, classes=50),
+    # LOGISTIC, MEAN (f32_activations.py, f32_reduce_resize.py)
+    "efficientnet_b0": lambda: efficientnet_b0(np.float32, input_size=64, classes=50),
+    # HARD_SWISH, MEAN
+    "mobilenet_v3_small": lambda: mobilenet_v3_small(np.float32, input_size=64, classes=50),
+    # RESIZE_BILINEAR (half-pixel centers)
+    "pose": lambda: pose_landmark_like(input_size=128),
 }
 
 
@@ -64,12 +78,6 @@ def test_the_variable_decides_at_import_whether_numba_takes_the_runs(setting, pl
                        timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == planned
-
-
-def test_pose_keeps_onnxruntime_since_numba_has_no_float_resize(float_runs):
-    from nnhal.examples import pose_landmark_like
-    model = convert_partition(read_model(pose_landmark_like(input_size=128))).model
-    assert {s.backend for s in compile_model(model, backend_order=ORDER).static_plan.program} == {"onnxruntime"}
 
 
 def test_at_two_compute_threads_onnxruntime_keeps_its_runs(float_runs, monkeypatch):

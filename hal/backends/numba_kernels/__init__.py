@@ -32,15 +32,19 @@ loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
 - Float FULLY_CONNECTED of a batch of 1-4 rows (fc_float.py): weights packed in column tiles,
   every row's sums in registers; chained layers (a perceptron) as one step (hal.fusion's
   ``fc_chain``), which the compiler also takes from a graph backend's run of only such layers.
-- Float32 CNNs (f32_conv.py, f32_depthwise.py, f32_elementwise.py, f32_layout.py, f32_softmax.py):
+- Float32 CNNs (f32_conv.py, f32_depthwise.py, f32_elementwise.py, f32_layout.py, f32_softmax.py,
+  f32_activations.py, f32_reduce_resize.py):
   CONV_2D on the same tiles (1x1 layers read their NHWC input in place; a residual ADD and a
   PRELU after it applied in its epilogue, hal.fusion's ``conv_epilogue``), DEPTHWISE_CONV_2D in
   16-channel vector IR, ADD, MUL, PRELU, NHWC MAX_POOL_2D, AVERAGE_POOL_2D, PAD / PAD_V2,
-  CONCATENATION, RESHAPE (on f32_simd.py's 16-lane float IR) and SOFTMAX, one pass each with the
-  reference's arithmetic (sums in float32). They run float operations when an order puts numba
-  before onnxruntime, and at one compute thread the compiler also hands onnxruntime's float32
-  runs they cover wholly to them (hal.compiler's ``_whole_run_instead``), chained natively;
-  $NNHAL_NUMBA_FLOAT_RUNS=0 keeps those runs on onnxruntime (see ``FLOAT_RUNS_VARIABLE``).
+  CONCATENATION, RESHAPE (on f32_simd.py's 16-lane float IR), SOFTMAX, LOGISTIC (a vectorised
+  float32 exp, within a few ULP of the reference's), HARD_SWISH, MEAN (float64 sums, as numpy's
+  mean) and NHWC RESIZE_BILINEAR (the reference's plan of indexes and weights), one pass each with
+  the reference's arithmetic (sums in float32 but MEAN's). They run float operations when an
+  order puts numba before onnxruntime, and at one compute thread the compiler also hands
+  onnxruntime's float32 runs they cover wholly to them (hal.compiler's ``_whole_run_instead``),
+  chained natively; $NNHAL_NUMBA_FLOAT_RUNS=0 keeps those runs on onnxruntime (see
+  ``FLOAT_RUNS_VARIABLE``).
 Operations or forms it does not take (other float operations, NCHW, non-constant filters, ...) fall back to the
 next backend of the preference order, ultimately the reference backend.
 
