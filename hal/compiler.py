@@ -394,8 +394,9 @@ def _whole_run_instead(model: Model, steps: list[Step], start: int, end: int, in
     """A graph backend's run planned on the first per-operation backend after it, when that
     backend plans every operation of the run and takes that graph backend's runs of their type
     (``Backend.takes_runs``: the numba backend's float32 CNN kernels, onnxruntime's runs; never an
-    accelerator's; numba claims onnxruntime's only with $NNHAL_NUMBA_FLOAT_RUNS=1, see its
-    package): the members so planned (``fuse`` then fuses their patterns), else None. Why:
+    accelerator's; not a run holding an operation in ``Backend.leaves_runs_with``; $NNHAL_NUMBA_FLOAT_RUNS=0
+    keeps them all on onnxruntime, see numba's package): the members so planned (``fuse`` then
+    fuses their patterns), else None. Why:
     chained natively, with a convolution's residual ADD and PRELU applied in its epilogue, they
     run a PReLU landmark network faster than onnxruntime's session; a run they cover only in part
     stays whole on the graph backend, since splitting it would add layout changes and a second
@@ -408,6 +409,8 @@ def _whole_run_instead(model: Model, steps: list[Step], start: int, end: int, in
     if not types:
         return None
     members, per_op = steps[start:end], after[0]
+    if any(s.ctx.op_type in per_op.leaves_runs_with for s in members):
+        return None
     for s in members:
         t = s.ctx.inputs[0].type if s.ctx.inputs and s.ctx.inputs[0] is not None else -1
         if t not in types or not per_op.takes(s.ctx.op_type, t):

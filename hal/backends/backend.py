@@ -46,6 +46,9 @@ class Backend:
         #: graph backend's whole run of operations when it plans every one of them (hal.compiler's
         #: ``_whole_run_instead``): where it was measured faster on them than that engine.
         self.takes_runs: dict[str, frozenset[int]] = {}
+        #: Operation codes whose presence leaves a run with its graph backend even so: where that
+        #: engine was measured faster on the runs that hold them.
+        self.leaves_runs_with: frozenset[int] = frozenset()
         self._identity: str | None = None
 
     def register(self, op_types: OperationType | int | Iterable[OperationType | int], *, plan: Plan,

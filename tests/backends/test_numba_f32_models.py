@@ -54,6 +54,12 @@ def float_runs(monkeypatch):
     monkeypatch.setattr(backends.policy, "_compute_threads", 1)  # what another test set must not decide
 
 
+@pytest.fixture
+def every_float_run(float_runs, monkeypatch):
+    """numba takes runs with a swish or HARD_SWISH too (by default onnxruntime keeps those)."""
+    monkeypatch.setattr(backends.get("numba"), "leaves_runs_with", frozenset())
+
+
 _PLANNED_BACKENDS = """
 from delegate.mapping import convert_partition
 from delegate.tfl import read_model
@@ -80,6 +86,15 @@ def test_the_variable_decides_at_import_whether_numba_takes_the_runs(setting, pl
     assert r.stdout.strip().splitlines()[-1] == planned
 
 
+@pytest.mark.parametrize("name,planned", [("efficientnet_b0", "onnxruntime"), ("mobilenet_v3_small", "onnxruntime"),
+                                          ("pose", "numba")])
+def test_runs_with_a_swish_or_hard_swish_stay_onnxruntime_s(name, planned, float_runs):
+    """numba's kernels cover all three; onnxruntime keeps the two whose activations it applies in
+    its convolutions' epilogues (numba_kernels' ``leaves_runs_with``)."""
+    model = convert_partition(read_model(MODELS[name]())).model
+    assert {s.backend for s in compile_model(model, backend_order=ORDER).static_plan.program} == {planned}
+
+
 def test_at_two_compute_threads_onnxruntime_keeps_its_runs(float_runs, monkeypatch):
     monkeypatch.setattr(backends.policy, "_compute_threads", 2)
     compiled = compile_model(convert_partition(read_model(MODELS["iris"]())).model, backend_order=ORDER)
@@ -87,7 +102,7 @@ def test_at_two_compute_threads_onnxruntime_keeps_its_runs(float_runs, monkeypat
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_a_float_cnn_runs_wholly_on_numba_within_1e_4_of_tflite(name, float_runs):
+def test_a_float_cnn_runs_wholly_on_numba_within_1e_4_of_tflite(name, every_float_run):
     data = MODELS[name]()
     graph = read_model(data)
     part = convert_partition(graph)

@@ -43,8 +43,8 @@ loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
   the reference's arithmetic (sums in float32 but MEAN's). They run float operations when an
   order puts numba before onnxruntime, and at one compute thread the compiler also hands
   onnxruntime's float32 runs they cover wholly to them (hal.compiler's ``_whole_run_instead``),
-  chained natively; $NNHAL_NUMBA_FLOAT_RUNS=0 keeps those runs on onnxruntime (see
-  ``FLOAT_RUNS_VARIABLE``).
+  chained natively, but for runs with a swish or HARD_SWISH (``leaves_runs_with``);
+  $NNHAL_NUMBA_FLOAT_RUNS=0 keeps every run on onnxruntime (see ``FLOAT_RUNS_VARIABLE``).
 Operations or forms it does not take (other float operations, NCHW, non-constant filters, ...) fall back to the
 next backend of the preference order, ultimately the reference backend.
 
@@ -112,7 +112,7 @@ numba.config.CACHE_DIR = str(CACHE)  # numba is imported: its config reads the v
 from hal.backends import Backend, register_backend  # noqa: E402
 from hal.backends.numba_kernels import amx as _amx  # noqa: E402 - CPU features and the OS's AMX grant
 from hal.backends.numba_kernels import vnni as _vnni  # noqa: E402 - CPU features only, compiles nothing
-from hal.types import OperandType  # noqa: E402
+from hal.types import OperandType, OperationType  # noqa: E402
 
 #: Bump when a kernel's results or plan data change meaning; the identity also hashes the sources.
 #: Plans packed for VNNI only run where it exists: the CPU's kind is part of the version, so a
@@ -129,13 +129,18 @@ BACKEND = Backend("numba", VERSION, modules=("hal.backends.numba_kernels", "hal.
                               "small-batch FULLY_CONNECTED and sequence LSTMs")
 #: onnxruntime's float32 runs that the float kernels cover wholly are theirs (hal.compiler's
 #: ``_whole_run_instead``, at one compute thread) unless this is set to 0. Measured in process
-#: against onnxruntime's run (1 thread, same process, 64-byte-aligned arena buffers), they run an
-#: iris-style PReLU network 0.64 -> 0.51 ms (LiteRT 0.55), BlazeFace-style 0.89 -> 0.84, face-style
-#: 0.98 -> 0.95, and MobileNetV2 level (5.59 -> 5.61: its 1x1 layers, whose weights come from
-#: memory, run no faster on these tiles than in onnxruntime's MLAS).
+#: against onnxruntime's run (1 thread, same process; with windows read in place and the
+#: epilogue in registers), they run an iris-style PReLU network 0.72 -> 0.58 ms (LiteRT 0.62),
+#: face-style 1.04 -> 0.90 (1.05), BlazeFace-style 1.01 -> 0.92 (1.38), a pose-style
+#: encoder-decoder 2.36 -> 2.03 (2.57), and MobileNetV2 level (5.62 -> 5.59; 5.47).
 FLOAT_RUNS_VARIABLE = "NNHAL_NUMBA_FLOAT_RUNS"
 if os.environ.get(FLOAT_RUNS_VARIABLE, "1") != "0":
     BACKEND.takes_runs = {"onnxruntime": frozenset({OperandType.TENSOR_FLOAT32})}
+#: A run with a swish (LOGISTIC, then MUL) or a HARD_SWISH stays onnxruntime's: its convolutions
+#: apply them in their epilogue, where these kernels make a pass over memory for each (EfficientNet-B0
+#: 10.5 ms on onnxruntime, 14.4 on these kernels, 42% of it in LOGISTIC and MUL over tensors larger
+#: than L2; MobileNetV3-small 1.59 -> 1.71 ms).
+BACKEND.leaves_runs_with = frozenset({OperationType.LOGISTIC, OperationType.HARD_SWISH})
 
 
 def _load() -> None:
