@@ -23,8 +23,8 @@ Patterns:
 
 * ``conv_epilogue``: a CONV_2D, then an ADD of its output and another tensor (a residual
   block's shortcut), then a PRELU of that sum, as consecutive operations (either of the two may
-  be missing): the convolution applies them to each block of output rows while it is in cache
-  (the numba backend's float convolution: numba_kernels/f32_conv.py). Its inputs are the
+  be missing): the convolution applies them to its sums in registers before storing them (the
+  numba backend's float convolution: numba_kernels/f32_conv.py). Its inputs are the
   convolution's, then the ADD's other operand and its activation, then the PRELU's alpha.
 
 * ``fc_chain``: consecutive FULLY_CONNECTED operations, each reading the one before as its input
