@@ -394,14 +394,14 @@ def _whole_run_instead(model: Model, steps: list[Step], start: int, end: int, in
     """A graph backend's run planned on the first per-operation backend after it, when that
     backend plans every operation of the run and takes that graph backend's runs of their type
     (``Backend.takes_runs``: the numba backend's float32 CNN kernels, onnxruntime's runs; never an
-    accelerator's; not a run holding an operation in ``Backend.leaves_runs_with``; $NNHAL_NUMBA_FLOAT_RUNS=0
-    keeps them all on onnxruntime, see numba's package): the members so planned (``fuse`` then
-    fuses their patterns), else None. Why:
-    chained natively, with a convolution's residual ADD and PRELU applied in its epilogue, they
-    run a PReLU landmark network faster than onnxruntime's session; a run they cover only in part
-    stays whole on the graph backend, since splitting it would add layout changes and a second
-    engine's calls. At more than one compute thread the graph backend keeps its runs (it uses
-    them; these kernels run on one)."""
+    accelerator's; not a run holding an operation in ``Backend.leaves_runs_with``;
+    $NNHAL_NUMBA_FLOAT_RUNS=0 keeps them all on onnxruntime, see numba's package): the members so
+    planned (``fuse`` then fuses their patterns), else None. Why: chained natively, with a
+    convolution's residual ADD and PRELU applied in its epilogue, they run a PReLU landmark
+    network faster than onnxruntime's session; a run they cover only in part stays whole on the
+    graph backend, since splitting it would add layout changes and a second engine's calls. At
+    more than one compute thread the graph backend keeps its runs (it uses them; these kernels
+    run on one)."""
     if backends.compute_threads() > 1:
         return None
     after = [b for b in order[order.index(graph) + 1:] if not isinstance(b, GraphBackend)]
