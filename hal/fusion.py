@@ -21,11 +21,17 @@ Patterns:
   Inputs the producer's kernel packed at plan time (filters, biases) are not read again: the
   fused step lists them as omitted.
 
-* ``conv_epilogue``: a CONV_2D, then an ADD of its output and another tensor (a residual
-  block's shortcut), then a PRELU of that sum, as consecutive operations (either of the two may
-  be missing): the convolution applies them to its sums in registers before storing them (the
-  numba backend's float convolution: numba_kernels/f32_conv.py). Its inputs are the
-  convolution's, then the ADD's other operand and its activation, then the PRELU's alpha.
+* ``conv_epilogue``: a CONV_2D or DEPTHWISE_CONV_2D, then an ADD of its output and another
+  tensor (a residual block's shortcut), then a PRELU of that sum, then an activation (HARD_SWISH,
+  or a fused ``swish``), as consecutive operations (any of the three may be missing; nothing
+  follows the activation): the convolution applies them to its sums in registers before storing
+  them (the numba backend's float convolutions: numba_kernels/f32_conv.py, f32_depthwise.py).
+  A PAD (or PAD_V2) whose output only the convolution reads may come first: a zero pad of the
+  image's rows and columns is more of the convolution's own padding (Keras' ZeroPadding2D
+  before a stride-2 layer). Its inputs are the convolution's (with a PAD: the PAD's input
+  first, in place of the padded tensor), then the ADD's other operand and its activation, then
+  the PRELU's alpha, then the swish's MUL's activation. Found after ``table_after``: where a
+  backend tabulates a convolution's activation (8-bit), that is its step.
 
 * ``fc_chain``: consecutive FULLY_CONNECTED operations, each reading the one before as its input
   (a multi-layer perceptron): one step runs every layer (the numba backend's float layers of a
@@ -56,6 +62,9 @@ PATTERNS = (SWISH, TABLE_AFTER, CONV_EPILOGUE, FC_CHAIN)
 #: Element-wise operations of one input that a ``table_after`` step may apply.
 UNARY = frozenset(int(t) for t in (OperationType.LOGISTIC, OperationType.TANH, OperationType.HARD_SWISH,
                                     OperationType.RELU, OperationType.RELU1, OperationType.RELU6))
+#: The convolutions a ``conv_epilogue`` applies its members to, and the pads it may start with.
+CONVOLUTIONS = frozenset(int(t) for t in (OperationType.CONV_2D, OperationType.DEPTHWISE_CONV_2D))
+PADS = frozenset(int(t) for t in (OperationType.PAD, OperationType.PAD_V2))
 
 
 @dataclass
@@ -98,8 +107,9 @@ def fuse(program: list[Step], keep: frozenset[int]) -> list[Step]:
 
 
 def _epilogues(program: list[Step], keep: frozenset[int]) -> list[Step]:
-    """``program`` with each CONV_2D, ADD, PRELU run (``conv_epilogue``) its backend fuses as one
-    step: a fused step is offered the next operation again, so a block's three become one."""
+    """``program`` with each convolution, ADD, PRELU, activation run (``conv_epilogue``) its
+    backend fuses as one step: a fused step is offered the next operation again, so a block's
+    three become one."""
     readers = _readers(program)
     out: list[Step] = []
     for step in program:
@@ -112,21 +122,34 @@ def _epilogues(program: list[Step], keep: frozenset[int]) -> list[Step]:
 
 
 def _epilogue(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]) -> Step | None:
-    if b.spec is None or a.backend != b.backend or len(a.outputs) != 1 or b.index != a.operations[-1] + 1:
+    if a.backend != b.backend or len(a.outputs) != 1 or b.operations[0] != a.operations[-1] + 1:
         return None
+    y = a.outputs[0]
+    if y in keep or readers.get(y) != 1:
+        return None
+    if a.spec is not None and a.ctx.op_type in PADS:
+        if b.spec is None or b.ctx.op_type not in CONVOLUTIONS or not b.inputs or b.inputs[0] != y:
+            return None
+        packed = b.kernel.prepacked_inputs
+        conv_inputs = tuple(-1 if k in packed else i for k, i in enumerate(b.inputs))
+        return _fused(CONV_EPILOGUE, (a, b), (a.inputs[0], *conv_inputs[1:]), b.outputs)
     if a.spec is not None:
-        if a.ctx.op_type != OperationType.CONV_2D:
+        if a.ctx.op_type not in CONVOLUTIONS:
             return None
         members, done = (a,), ()
         packed = a.kernel.prepacked_inputs
         inputs = tuple(-1 if k in packed else i for k, i in enumerate(a.inputs))
     elif isinstance(a.ctx, FusedContext) and a.ctx.pattern == CONV_EPILOGUE:
         members, inputs = a.ctx.members, a.inputs
-        done = tuple(m.ctx.op_type for m in members[1:])
+        first = 2 if members[0].ctx.op_type in PADS else 1  # the members after the convolution
+        done = tuple(m.ctx.op_type for m in members[first:])
+        if any(_is_activation(m) for m in members[first:]):
+            return None
     else:
         return None
-    y = a.outputs[0]
-    if y in keep or readers.get(y) != 1:
+    if _is_activation(b) and b.inputs and b.inputs[0] == y:
+        return _fused(CONV_EPILOGUE, (*members, b), (*inputs, *b.inputs[1:]), b.outputs)
+    if b.spec is None:
         return None
     if b.ctx.op_type == OperationType.ADD and not done and len(b.inputs) >= 2 and y in b.inputs[:2] \
             and b.inputs[0] != b.inputs[1]:
@@ -136,6 +159,13 @@ def _epilogue(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]) -
             and len(b.inputs) >= 2:
         return _fused(CONV_EPILOGUE, (*members, b), (*inputs, b.inputs[1]), b.outputs)
     return None
+
+
+def _is_activation(s: Step) -> bool:
+    """A ``conv_epilogue``'s last member: a HARD_SWISH, or a fused ``swish``."""
+    if s.spec is not None:
+        return s.ctx.op_type == OperationType.HARD_SWISH and len(s.outputs) == 1
+    return isinstance(s.ctx, FusedContext) and s.ctx.pattern == SWISH
 
 
 def _fc_chains(program: list[Step], keep: frozenset[int]) -> list[Step]:
@@ -210,16 +240,14 @@ def _table_after(a: Step, b: Step, readers: dict[int, int], keep: frozenset[int]
 
 def _fused(pattern: str, members: tuple[Step, ...], inputs: tuple[int, ...], outputs: tuple[int, ...]) -> Step | None:
     backend = backends.get(members[0].backend)
-    kernel = None if backend is None else backend.fusions.get(pattern)
-    if kernel is None:
-        return None
-    ctx = FusedContext(pattern, backend.name, members, op_type=members[0].ctx.op_type)
-    try:
-        ctx.data = kernel.plan(ctx)
-    except Exception as e:  # noqa: BLE001 - a fusion's bug costs speed, never the model
-        _log.warning("%s: backend %s could not fuse it (%r); the operations run one by one", ctx.name,
-                     backend.name, e)
-        return None
-    if ctx.data is None:
-        return None
-    return Step(members[0].index, None, kernel, ctx, inputs, outputs)  # type: ignore[arg-type]
+    for kernel in () if backend is None else backend.fusions.get(pattern, ()):
+        ctx = FusedContext(pattern, backend.name, members, op_type=members[0].ctx.op_type)
+        try:
+            ctx.data = kernel.plan(ctx)
+        except Exception as e:  # noqa: BLE001 - a fusion's bug costs speed, never the model
+            _log.warning("%s: backend %s could not fuse it (%r); the operations run one by one", ctx.name,
+                         backend.name, e)
+            return None
+        if ctx.data is not None:
+            return Step(members[0].index, None, kernel, ctx, inputs, outputs)  # type: ignore[arg-type]
+    return None

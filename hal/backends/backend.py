@@ -33,8 +33,9 @@ class Backend:
         #: device, such as the cuda backend on torch's CPU device for tests).
         self.opt_in = opt_in
         self.kernels: dict[int, Kernel] = {}
-        #: Kernels for operation patterns this backend runs as one step (``hal.fusion``), by name.
-        self.fusions: dict[str, Kernel] = {}
+        #: Kernels for operation patterns this backend runs as one step (``hal.fusion``), by name:
+        #: several per pattern where modules for different operand types fuse it (tried in order).
+        self.fusions: dict[str, tuple[Kernel, ...]] = {}
         #: Kernels for a vendor extension's operations, by (extension name, type within it): a
         #: faster way to compute what the extension's own kernel defines (which stays the fallback).
         self.extension_kernels: dict[tuple[str, int], Kernel] = {}
@@ -74,10 +75,12 @@ class Backend:
     def register_fusion(self, pattern: str, *, plan: Plan, execute: Execute, bind: Bind | None = None) -> None:
         """Run ``pattern`` (one of ``hal.fusion.PATTERNS``) as one step: ``plan(ctx)`` gets a
         ``hal.fusion.FusedContext`` whose members are the pattern's steps as this backend planned
-        them, and returns the fused step's data, or None to leave the operations as they are."""
-        if pattern in self.fusions:
-            raise RuntimeError(f"backend {self.name}: fusion {pattern!r} registered twice")
-        self.fusions[pattern] = Kernel(self.name, plan, execute, bind=bind)
+        them, and returns the fused step's data, or None to leave the operations as they are. A
+        pattern may be registered again (a module of float kernels beside one of quantized
+        kernels): each plan is offered the pattern in turn, the first to return data runs it."""
+        if any(k.plan is plan for k in self.fusions.get(pattern, ())):
+            raise RuntimeError(f"backend {self.name}: fusion {pattern!r} registered twice with one plan")
+        self.fusions[pattern] = (*self.fusions.get(pattern, ()), Kernel(self.name, plan, execute, bind=bind))
         self._identity = None
 
     def register_extension_kernel(self, extension: str, op_type: int, *, plan: Plan, execute: Execute,

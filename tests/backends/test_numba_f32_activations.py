@@ -1,7 +1,9 @@
-"""The numba backend's float32 LOGISTIC and HARD_SWISH (numba_kernels/f32_activations.py) against the
-reference backend with NNAPI CTS's float criteria: every float32 LOGISTIC case of the CTS (it has
-none of HARD_SWISH), large tensors holding ±inf, NaN, huge and tiny magnitudes and the edges of
-float32's exp range, the bound form giving execute's bytes, and the quantized kernels kept."""
+"""The numba backend's float32 LOGISTIC and HARD_SWISH (numba_kernels/f32_activations.py) and its
+fused swish against the reference backend with NNAPI CTS's float criteria: every float32 LOGISTIC
+case of the CTS (it has none of HARD_SWISH), large tensors holding ±inf, NaN, huge and tiny
+magnitudes and the edges of float32's exp range, the bound form giving execute's bytes, hard-swish's
+division without one (f32_lanes' ``divide_by_6``) on a sample of every float, and the quantized
+kernels kept."""
 from __future__ import annotations
 
 import numpy as np
@@ -70,8 +72,33 @@ def test_random_and_special_values_against_the_reference(op, shape):
         why = compare(got, want)
         assert why is None, why
         assert np.array_equal(np.isnan(got), np.isnan(want))
-        if op == Op.HARD_SWISH:  # the reference's own float32 steps: its bytes
-            assert got.tobytes() == want.tobytes()
+        if op == Op.HARD_SWISH:  # the reference's own float32 steps: its bytes, but for subnormal results
+            normal = ~(np.abs(want) < np.finfo(np.float32).tiny)
+            assert got[normal].tobytes() == want[normal].tobytes()
+
+
+def test_the_division_by_6_is_numpys_wherever_the_quotient_is_normal():
+    """f32_lanes' ``divide_by_6`` (a multiplication and Markstein's correction) on every float32 bit
+    pattern of a 1-in-257 sample (inf and NaN included), against numpy's p / 6: its bytes where
+    the quotient is a normal float, one subnormal step at most below."""
+    import numba
+
+    from hal.backends.numba_kernels.f32_activations import _unary_run
+    from hal.backends.numba_kernels.f32_lanes import divide_by_6
+    run = _unary_run(divide_by_6)
+
+    @numba.njit
+    def divide(x, out):
+        run(x, out, out.shape[0])
+    p = np.arange(0, 2**32, 257, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    got = np.empty_like(p)
+    divide(p, got)
+    with np.errstate(all="ignore"):
+        want = p / np.float32(6)
+    normal = ~((np.abs(want) < np.finfo(np.float32).tiny) & (want != 0))
+    assert np.array_equal(got[normal], want[normal], equal_nan=True)
+    assert np.array_equal(np.signbit(got[normal]), np.signbit(want[normal]))
+    assert np.abs(got[~normal] - want[~normal]).max() <= np.float32(1.5e-45)
 
 
 def test_logistic_over_every_float32_exponent():
@@ -85,6 +112,36 @@ def test_logistic_over_every_float32_exponent():
     normal = np.isfinite(want) & (np.abs(want) >= np.finfo(np.float32).tiny) & (got != want)
     ulps = np.abs(got[normal].astype(np.float64) - want[normal]) / np.spacing(want[normal]).astype(np.float64)
     assert ulps.max(initial=0) <= 4
+
+
+@pytest.mark.parametrize("shape", [(1, 56, 56, 24), (3, 5, 7)])
+@pytest.mark.parametrize("x_first", [True, False])
+def test_a_swish_is_one_pass(shape, x_first):
+    """LOGISTIC(x), then MUL of x and it (either order): one ``swish`` step on numba, x · LOGISTIC(x)
+    with the same float32 roundings: within CTS's tolerance of the reference's two operations and
+    a few ULP of them where the result is a normal float; the bound form writes the same bytes."""
+    mb = ModelBuilder()
+    x, s, y = (mb.add_operand(F32, shape) for _ in range(3))
+    mb.add_operation(Op.LOGISTIC, [x], [s])
+    mb.add_operation(Op.MUL, [x, s, mb.add_int32(0)] if x_first else [s, x, mb.add_int32(0)], [y])
+    mb.identify_inputs_and_outputs([x], [y])
+    model = mb.finish()
+    compiled = compile_model(model, backend_order=ORDER)
+    program = compiled.static_plan.program
+    assert [(getattr(st.ctx, "pattern", None), st.backend) for st in program] == [("swish", "numba")]
+    rng = np.random.default_rng(len(shape))
+    xv = _inputs(rng, shape) if np.prod(shape) > 4 * SPECIAL.size else rng.uniform(-30, 30, shape).astype(np.float32)
+    got = execute(compiled, [xv])[0]
+    want = execute(compile_model(model, backend_order=["reference"]), [xv])[0]
+    assert compare(got, want) is None
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    normal = np.isfinite(want) & (np.abs(want) >= np.finfo(np.float32).tiny) & (got != want)
+    ulps = np.abs(got[normal].astype(np.float64) - want[normal]) / np.spacing(want[normal]).astype(np.float64)
+    assert ulps.max(initial=0) <= 5
+    out = np.zeros(shape, np.float32)
+    runner = hal_bind(compiled, [xv.copy()], [out])
+    runner(None, None, None)
+    assert out.tobytes() == got.tobytes()
 
 
 @pytest.mark.parametrize("op", [Op.LOGISTIC, Op.HARD_SWISH])

@@ -2,8 +2,8 @@
 with NNAPI CTS's float criteria: every CTS case of float CONV_2D it takes, and geometries covering
 its three ways of finding the rows (1x1 in place, whole input rows for a landmark head, gathered
 windows: strides, explicit and implicit padding, dilation), channel counts off its tiles, batches,
-activations, NaN and infinity; the ``conv_epilogue`` (residual ADD and PRELU) on each way; the
-bound form; and the forms it declines."""
+activations, NaN and infinity; the ``conv_epilogue`` (residual ADD, PRELU, hard-swish, swish, a
+zero PAD before) on each way; the bound form; and the forms it declines."""
 from __future__ import annotations
 
 import numpy as np
@@ -122,23 +122,36 @@ def test_nan_and_infinity_propagate_as_in_the_reference():
         assert np.isnan(got[0]).any()
 
 
-def epilogue_model(shape, out_c, k, stride, pads, members, add_act=0, rng=None):
+def epilogue_model(shape, out_c, k, stride, pads, members, add_act=0, rng=None, *, border=None, pad_value=0.0,
+                   depthwise=False):
     """CONV_2D (explicit ``pads`` left, right, top, bottom, or SAME for None) then, as
     ``members`` says, an ADD of its output and a second input (``add_act``), then a PRELU with
-    per-channel slopes of both signs: the ``conv_epilogue`` pattern."""
+    per-channel slopes of both signs, then "hard_swish" or "swish" (LOGISTIC, then MUL of its
+    input and output): the ``conv_epilogue`` pattern. ``border``: a PAD (PAD_V2 of ``pad_value``
+    where that is not 0) of the input first, [[before, after], ...] per dimension. ``depthwise``:
+    a DEPTHWISE_CONV_2D (multiplier 1: ``out_c`` is the input's channels)."""
     rng = rng or np.random.default_rng(0)
-    n, h, w, c = shape
     mb = ModelBuilder()
     x = mb.add_operand(F32, shape)
-    filt = (rng.standard_normal((out_c, k, k, c)) / np.sqrt(k * k * c)).astype(np.float32)
+    inputs, src = [x], x
+    if border is not None:
+        shape = tuple(d + b + a for d, (b, a) in zip(shape, border))
+        src = mb.add_operand(F32, shape)
+        pad_args = [x, mb.add_constant(OperandType.TENSOR_INT32, np.array(border, np.int32))]
+        if pad_value:
+            pad_args.append(mb.add_float32(pad_value))
+        mb.add_operation(OperationType.PAD_V2 if pad_value else OperationType.PAD, pad_args, [src])
+    n, h, w, c = shape
+    filt = (rng.standard_normal((1, k, k, c) if depthwise else (out_c, k, k, c)) / np.sqrt(k * k * c)) \
+        .astype(np.float32)
     geometry = [mb.add_int32(p) for p in pads] if pads is not None else [mb.add_int32(1)]
-    args = [x, mb.add_constant(F32, filt), mb.add_constant(F32, rng.uniform(-0.5, 0.5, out_c).astype(np.float32)),
-            *geometry, mb.add_int32(stride[1]), mb.add_int32(stride[0]), mb.add_int32(0)]
+    args = [src, mb.add_constant(F32, filt), mb.add_constant(F32, rng.uniform(-0.5, 0.5, out_c).astype(np.float32)),
+            *geometry, mb.add_int32(stride[1]), mb.add_int32(stride[0]), *([mb.add_int32(1)] if depthwise else []),
+            mb.add_int32(0)]
     oh, ow = compile_model_shape(shape, out_c, k, k, stride, pads, 1, (1, 1))
     out_shape = (n, oh, ow, out_c)
     y = mb.add_operand(F32, out_shape)
-    mb.add_operation(CONV, args, [y])
-    inputs = [x]
+    mb.add_operation(OperationType.DEPTHWISE_CONV_2D if depthwise else CONV, args, [y])
     if "add" in members:
         r, z = mb.add_operand(F32, out_shape), mb.add_operand(F32, out_shape)
         mb.add_operation(OperationType.ADD, [y, r, mb.add_int32(add_act)], [z])
@@ -149,8 +162,21 @@ def epilogue_model(shape, out_c, k, stride, pads, members, add_act=0, rng=None):
         z = mb.add_operand(F32, out_shape)
         mb.add_operation(OperationType.PRELU, [y, alpha], [z])
         y = z
+    if "hard_swish" in members:
+        z = mb.add_operand(F32, out_shape)
+        mb.add_operation(OperationType.HARD_SWISH, [y], [z])
+        y = z
+    if "swish" in members:
+        s, z = mb.add_operand(F32, out_shape), mb.add_operand(F32, out_shape)
+        mb.add_operation(OperationType.LOGISTIC, [y], [s])
+        mb.add_operation(OperationType.MUL, [s, y, mb.add_int32(0)], [z])  # either order is a swish
+        y = z
     mb.identify_inputs_and_outputs(inputs, [y])
     return mb.finish()
+
+
+def _operations(members) -> int:
+    return sum({"swish": 2}.get(m, 1) for m in members)
 
 
 @pytest.mark.parametrize("shape,out_c,k,stride,pads,members,add_act", [
@@ -160,23 +186,84 @@ def epilogue_model(shape, out_c, k, stride, pads, members, add_act=0, rng=None):
     ((2, 10, 13, 8), 20, 3, (1, 1), None, ("add", "prelu"), 2),  # 3x3 SAME: edge pixels gathered, RELU1
     ((1, 24, 26, 3), 16, 3, (2, 2), (1, 1, 1, 1), ("prelu",), 0),  # a padded stem and its PRELU
     ((1, 4, 4, 16), 33, 4, (1, 1), (0, 0, 0, 0), ("add", "prelu"), 0),  # a head as wide as its map
+    ((1, 9, 11, 24), 40, 1, (1, 1), None, ("hard_swish",), 0),  # MobileNetV3's expansions
+    ((1, 24, 26, 3), 16, 3, (2, 2), (0, 1, 0, 1), ("hard_swish",), 0),  # its stem: windows and gathered edges
+    ((1, 4, 4, 16), 33, 4, (1, 1), (0, 0, 0, 0), ("hard_swish",), 0),  # a head: after the whole row
+    ((2, 7, 5, 16), 48, 1, (1, 1), None, ("swish",), 0),  # EfficientNet's
+    ((1, 10, 13, 8), 20, 3, (1, 1), None, ("swish",), 0),
+    ((2, 6, 7, 16), 16, 1, (1, 1), None, ("add", "prelu", "hard_swish"), 0),  # all four
 ])
 def test_the_epilogue_matches_the_reference(shape, out_c, k, stride, pads, members, add_act):
-    """The residual ADD and the PRELU applied to the convolution's sums (in registers where the
-    windows are read in place, else on the rows just computed): the same results as the three
-    operations on the reference backend, NaN and infinity in the residual included."""
-    rng = np.random.default_rng(out_c + k)
+    """The residual ADD, the PRELU and the activation applied to the convolution's sums (in
+    registers where the windows are read in place, else on the rows just computed): the same
+    results as the operations on the reference backend, NaN and infinity in the residual and
+    beyond the activations' edges included."""
+    rng = np.random.default_rng(out_c + k + len(members))
     model = epilogue_model(shape, out_c, k, stride, pads, members, add_act, rng)
     compiled = compile_model(model, backend_order=ORDER)
     program = compiled.static_plan.program
     assert [getattr(s.ctx, "pattern", None) for s in program] == ["conv_epilogue"], program
-    assert len(program[0].operations) == 1 + len(members)
+    assert len(program[0].operations) == 1 + _operations(members)
     args = _inputs(model, rng)
+    args[0] *= 4  # sums beyond hard-swish's clip points and into the logistic's tails
     if "add" in members:
         args[1][0, 0, 0, :3] = (np.nan, np.inf, -np.inf)
     _, got = _check(model, args)
     if "add" in members:
         assert np.isnan(got[0][0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("shape,k,stride,members", [
+    ((1, 12, 13, 16), 3, (1, 1), ("hard_swish",)),
+    ((2, 9, 11, 40), 5, (2, 2), ("hard_swish",)),  # a masked last block
+    ((1, 8, 9, 144), 3, (2, 2), ("swish",)),  # blocks on the output's cache lines
+    ((1, 7, 7, 24), 4, (1, 1), ("swish",)),  # the general kernel
+])
+def test_a_depthwise_layers_activation_is_its_epilogue(shape, k, stride, members):
+    rng = np.random.default_rng(shape[-1] + k)
+    model = epilogue_model(shape, shape[-1], k, stride, None, members, 0, rng, depthwise=True)
+    compiled = compile_model(model, backend_order=ORDER)
+    program = compiled.static_plan.program
+    assert [getattr(s.ctx, "pattern", None) for s in program] == ["conv_epilogue"], program
+    assert len(program[0].operations) == 1 + _operations(members)
+    args = _inputs(model, rng)
+    args[0] *= 4
+    args[0][0, 1, 2, :3] = (np.nan, np.inf, -np.inf)
+    _check(model, args)
+
+
+@pytest.mark.parametrize("border,pads,stride,members", [
+    (((0, 0), (0, 1), (0, 1), (0, 0)), (0, 0, 0, 0), (2, 2), ("hard_swish",)),  # Keras' ZeroPadding2D, stride 2
+    (((0, 0), (1, 1), (2, 0), (0, 0)), (1, 0, 0, 1), (1, 1), ("add", "prelu")),  # both pads at once
+    (((0, 0), (3, 3), (3, 3), (0, 0)), None, (1, 1), ()),  # a border wider than the filter
+])
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_a_zero_pad_before_the_convolution_is_its_padding(border, pads, stride, members, depthwise):
+    """PAD, then the convolution reading only the padded tensor: one step, reading the unpadded
+    input, with the reference's results."""
+    if depthwise and ("add" in members or "prelu" in members):
+        members = ("hard_swish",)
+    rng = np.random.default_rng(len(border) + stride[0])
+    shape, c = (1, 9, 10, 16), 16
+    model = epilogue_model(shape, c, 3, stride, pads, members, 0, rng, border=border, depthwise=depthwise)
+    compiled = compile_model(model, backend_order=ORDER)
+    program = compiled.static_plan.program
+    assert [getattr(s.ctx, "pattern", None) for s in program] == ["conv_epilogue"], program
+    assert len(program[0].operations) == 2 + _operations(members)
+    _check(model, _inputs(model, rng))
+
+
+@pytest.mark.parametrize("border,pad_value", [
+    (((0, 0), (1, 1), (1, 1), (0, 0)), 1.0),  # not zeros
+    (((0, 0), (1, 1), (1, 1), (0, 2)), 0.0),  # channels padded too
+])
+def test_other_pads_stay_their_own_step(border, pad_value):
+    rng = np.random.default_rng(3)
+    model = epilogue_model((1, 6, 7, 8), 8, 3, (1, 1), (0, 0, 0, 0), (), 0, rng, border=border, pad_value=pad_value)
+    compiled = compile_model(model, backend_order=ORDER)
+    assert [s.ctx.op_type for s in compiled.static_plan.program] == [
+        OperationType.PAD_V2 if pad_value else OperationType.PAD, CONV]
+    _check(model, _inputs(model, rng))
 
 
 @pytest.mark.parametrize("kind,why", [("nchw", "NCHW"), ("filter_input", "not a constant")])

@@ -38,3 +38,26 @@ def test_a_nan_makes_its_row_nan_and_the_bound_form_writes_the_same_bytes():
     out = np.empty_like(got)
     hal_bind(compiled, [args[0].copy()], [out])(None, None, None)
     assert np.array_equal(out, got, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 1), -1), ((4, 5), -1), ((1, 16), -1), ((3, 17), -1), ((1, 1001), -1),
+                                        ((2, 7, 3), 1), ((2, 1, 1, 1000), 3)])
+def test_row_lengths_off_the_vectors_and_other_axes(shape, axis):
+    """The last axis in 16-lane vectors (whole ones, a masked last one, or only that), another axis
+    in the scalar loop: values across exp's range (underflowing ones, infinities) against the
+    reference and CTS's float criteria."""
+    b = ModelBuilder()
+    x, y = b.add_operand(F32, shape), b.add_operand(F32, shape)
+    b.add_operation(OperationType.SOFTMAX, [x, b.add_float32(1.0), b.add_int32(axis)], [y])
+    b.identify_inputs_and_outputs([x], [y])
+    model = b.finish()
+    rng = np.random.default_rng(shape[-1])
+    args = [rng.uniform(-120, 30, shape).astype(np.float32)]
+    args[0].reshape(-1)[::7] = -np.inf
+    compiled = compile_model(model, backend_order=["numba", "reference"])
+    assert [s.backend for s in compiled.static_plan.program] == ["numba"]
+    got = execute(compiled, args)[0]
+    want = execute(compile_model(model, backend_order=["reference"]), args)[0]
+    assert compare(got, want) is None
+    rows = ~np.isnan(want.sum(axis=axis))  # a row of -inf only is NaN in both
+    assert rows.any() and np.allclose(got.sum(axis=axis)[rows], 1, atol=1e-5)

@@ -34,16 +34,17 @@ loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
   ``fc_chain``), which the compiler also takes from a graph backend's run of only such layers.
 - Float32 CNNs (f32_conv.py, f32_depthwise.py, f32_elementwise.py, f32_layout.py, f32_softmax.py,
   f32_activations.py, f32_reduce_resize.py):
-  CONV_2D on the same tiles (1x1 layers read their NHWC input in place; a residual ADD and a
-  PRELU after it applied in its epilogue, hal.fusion's ``conv_epilogue``), DEPTHWISE_CONV_2D in
-  16-channel vector IR, ADD, MUL, PRELU, NHWC MAX_POOL_2D, AVERAGE_POOL_2D, PAD / PAD_V2,
+  CONV_2D on the same tiles (1x1 layers read their NHWC input in place; a zero PAD before it, a
+  residual ADD, a PRELU and a hard-swish or swish after it applied in its epilogue, hal.fusion's
+  ``conv_epilogue``), DEPTHWISE_CONV_2D in 16-channel vector IR (a PAD and an activation fused
+  alike), ADD, MUL, PRELU, NHWC MAX_POOL_2D, AVERAGE_POOL_2D, PAD / PAD_V2,
   CONCATENATION, RESHAPE (on f32_simd.py's 16-lane float IR), SOFTMAX, LOGISTIC (a vectorised
   float32 exp, within a few ULP of the reference's), HARD_SWISH, MEAN (float64 sums, as numpy's
   mean) and NHWC RESIZE_BILINEAR (the reference's plan of indexes and weights), one pass each with
   the reference's arithmetic (sums in float32 but MEAN's). They run float operations when an
   order puts numba before onnxruntime, and at one compute thread the compiler also hands
   onnxruntime's float32 runs they cover wholly to them (hal.compiler's ``_whole_run_instead``),
-  chained natively, but for runs with a swish or HARD_SWISH (``leaves_runs_with``);
+  chained natively, but for runs with a LOGISTIC (``leaves_runs_with``);
   $NNHAL_NUMBA_FLOAT_RUNS=0 keeps every run on onnxruntime (see ``FLOAT_RUNS_VARIABLE``).
 Operations or forms it does not take (other float operations, NCHW, non-constant filters, ...) fall back to the
 next backend of the preference order, ultimately the reference backend.
@@ -136,11 +137,11 @@ BACKEND = Backend("numba", VERSION, modules=("hal.backends.numba_kernels", "hal.
 FLOAT_RUNS_VARIABLE = "NNHAL_NUMBA_FLOAT_RUNS"
 if os.environ.get(FLOAT_RUNS_VARIABLE, "1") != "0":
     BACKEND.takes_runs = {"onnxruntime": frozenset({OperandType.TENSOR_FLOAT32})}
-#: A run with a swish (LOGISTIC, then MUL) or a HARD_SWISH stays onnxruntime's: its convolutions
-#: apply them in their epilogue, where these kernels make a pass over memory for each (EfficientNet-B0
-#: 10.5 ms on onnxruntime, 14.4 on these kernels, 42% of it in LOGISTIC and MUL over tensors larger
-#: than L2; MobileNetV3-small 1.59 -> 1.71 ms).
-BACKEND.leaves_runs_with = frozenset({OperationType.LOGISTIC, OperationType.HARD_SWISH})
+#: A run with a LOGISTIC (EfficientNet's swish and squeeze-excite gates) stays onnxruntime's: these
+#: kernels apply a swish in their convolutions' epilogues too, but their float32 sigmoid costs more
+#: than onnxruntime's (EfficientNet-B0 in process: 10.9 ms on onnxruntime, 11.2 on these kernels).
+#: A HARD_SWISH is theirs (MobileNetV3-small 1.54 -> 1.49 ms).
+BACKEND.leaves_runs_with = frozenset({OperationType.LOGISTIC})
 
 
 def _load() -> None:
@@ -169,6 +170,7 @@ def _load() -> None:
         for name in names:
             sys.modules.pop(name, None)
         BACKEND.kernels.clear()
+        BACKEND.fusions.clear()
         for name in names:
             importlib.import_module(name)
     if compiling:

@@ -1,26 +1,15 @@
-"""Float32 LOGISTIC and HARD_SWISH: one native pass over the flattened tensor, for the float CNNs
-that run wholly on this backend (EfficientNet's swish and squeeze-excite gates, MobileNetV3's
-hard-swish activations).
+"""Float32 LOGISTIC and HARD_SWISH, and hal.fusion's ``swish`` (LOGISTIC(x), then MUL of x and
+it): one native pass over the flattened tensor, for the float CNNs that run wholly on this backend
+(EfficientNet's swish and squeeze-excite gates, MobileNetV3's hard-swish activations). A
+convolution's activation is applied in its epilogue instead (hal.fusion's ``conv_epilogue``); these
+passes take the others.
 
 Each is a run of 16-lane float vectors written as LLVM vector IR (a numba intrinsic on f32_simd.py's
 loads and stores), the last vector masked, so that any length (a squeeze-excite gate of a few
 dozen channels) takes whole vectors; no branch on the data (selects). LLVM's own vectoriser, held
-to 256-bit vectors on AVX-512 machines, ran LOGISTIC 1.45x slower. No fast-math flags: every step
-is one IEEE float32 operation.
-
-* HARD_SWISH as the reference computes it: ``x · clip(x + 3, 0, 6) / 6``, each step one float32
-  operation in that order (a division, not a multiplication by 1/6), the clip written so that NaN
-  passes it as it passes numpy's: the reference's bytes (-inf gives NaN there too: -inf · 0).
-* LOGISTIC: ``1 / (1 + exp(-x))`` with exp a float32 Cephes-style ``expf``: n = ``t·log2 e``
-  rounded to nearest (adding and subtracting 1.5·2^23), ``r = t - n·ln 2`` in two parts, a degree-6
-  polynomial, times 2^n made from its exponent bits. That is about 1 ULP of libm's, so the
-  result is within 4 ULP of the reference's numpy expression (most often its bytes), far inside
-  CTS's float32 tolerance (1e-5 + 5 ULP). ``t = -x`` is clamped to [-87, 88] first, where 2^n is a
-  normal float (a NaN becomes 88 there, so the exponent's conversion to int32 is always defined);
-  then where ``t`` is beyond float32's exp range (> 88.72: the reference's exp overflows to inf)
-  the result is 0 as the reference's, and a NaN input gives NaN. Outside [-87, 88] the clamp
-  changes nothing the reference keeps: sigmoid is 1.0 in float32 from t < -17, and for t between
-  88 and 88.72 the reference's results are denormals below 1e-38.
+to 256-bit vectors on AVX-512 machines, ran LOGISTIC 1.45x slower. The functions themselves, and
+how close each is to the reference: f32_lanes.py. The fused swish is the reference's two
+operations' float32 roundings in one pass: it writes neither LOGISTIC's tensor nor reads it back.
 """
 from __future__ import annotations
 
@@ -34,6 +23,15 @@ from numba import types
 from numba.extending import intrinsic
 
 from hal.backends.numba_kernels import BACKEND
+from hal.backends.numba_kernels.f32_elementwise import F32Binary
+from hal.backends.numba_kernels.f32_lanes import (
+    ACT_HARD_SWISH,
+    ACT_SWISH,
+    const,
+    hard_swish_lanes,
+    sigmoid_lanes,
+    swish_lanes,
+)
 from hal.backends.numba_kernels.f32_simd import LANES, _lanes_below, _load, _store
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import _data, counted_loop
@@ -42,44 +40,7 @@ from hal.registry import OperationContext
 from hal.types import OperandType
 
 F32_TYPES = (OperandType.TENSOR_FLOAT32,)
-_F, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
-_VF, _VI = ir.VectorType(_F, LANES), ir.VectorType(_I32, LANES)
-
-#: Cephes' expf: ln 2 in two parts (the first exact in few bits), the polynomial's coefficients.
-_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
-_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
-_T_HI, _T_LO = 88.0, -87.0  # exp's argument clamped to where 2^n is a normal float
-_T_OVER = 88.72283935546875  # above it float32's exp is inf (ln FLT_MAX, rounded up)
-_ROUND = 12582912.0  # 1.5·2^23: v + it - it is v rounded to an integer (|v| < 2^22)
-
-
-def _c(value: float) -> ir.Constant:
-    """A vector of 16 float32 ``value``s (rounded to float32 as numpy would)."""
-    return ir.Constant(_VF, [float(np.float32(value))] * LANES)
-
-
-def _sigmoid_lanes(b, v):
-    t = b.fneg(v)
-    c = b.select(b.fcmp_ordered("<", t, _c(_T_HI)), t, _c(_T_HI))  # a NaN becomes _T_HI
-    c = b.select(b.fcmp_ordered(">", c, _c(_T_LO)), c, _c(_T_LO))
-    n = b.fsub(b.fadd(b.fmul(c, _c(np.log2(np.e))), _c(_ROUND)), _c(_ROUND))
-    r = b.fsub(b.fsub(c, b.fmul(n, _c(_LN2_HI))), b.fmul(n, _c(_LN2_LO)))
-    p = _c(_POLY[0])
-    for k in _POLY[1:]:
-        p = b.fadd(b.fmul(p, r), _c(k))
-    p = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), _c(1.0))
-    exponent = b.add(b.fptosi(n, _VI), ir.Constant(_VI, [127] * LANES))  # in [1, 254]
-    e = b.fmul(p, b.bitcast(b.shl(exponent, ir.Constant(_VI, [23] * LANES)), _VF))
-    s = b.fdiv(_c(1.0), b.fadd(_c(1.0), e))
-    s = b.select(b.fcmp_ordered(">", t, _c(_T_OVER)), _c(0.0), s)
-    return b.select(b.fcmp_unordered("uno", v, v), v, s)
-
-
-def _hard_swish_lanes(b, v):
-    c = b.fadd(v, _c(3.0))
-    c = b.select(b.fcmp_ordered("<", c, _c(0.0)), _c(0.0), c)  # NaN passes, as through numpy's clip
-    c = b.select(b.fcmp_ordered(">", c, _c(6.0)), _c(6.0), c)
-    return b.fdiv(b.fmul(v, c), _c(6.0))
+_F, _I64 = ir.FloatType(), ir.IntType(64)
 
 
 def _unary_run(lanes):
@@ -100,14 +61,14 @@ def _unary_run(lanes):
             close()
             with builder.if_then(builder.icmp_signed(">", n_v, whole)):
                 keep = _lanes_below(builder, builder.sub(n_v, whole))
-                v = _load(builder, builder.gep(xp, [whole]), keep, _c(0.0))
+                v = _load(builder, builder.gep(xp, [whole]), keep, const(0.0))
                 _store(builder, lanes(builder, v), builder.gep(op, [whole]), keep)
             return context.get_dummy_value()
         return sig, codegen
     return run
 
 
-_logistic_run, _hard_swish_run = _unary_run(_sigmoid_lanes), _unary_run(_hard_swish_lanes)
+_logistic_run, _hard_swish_run, _swish_run = (_unary_run(f) for f in (sigmoid_lanes, hard_swish_lanes, swish_lanes))
 
 
 @numba.njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
@@ -120,12 +81,19 @@ def hard_swish(x, out):
     _hard_swish_run(x, out, out.shape[0])
 
 
-KERNELS = {LOGISTIC: logistic, HARD_SWISH: hard_swish}
+@numba.njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
+def swish(x, out):
+    _swish_run(x, out, out.shape[0])
+
+
+#: By operation; SWISH (not an operation code): hal.fusion's ``swish``.
+SWISH = -1
+KERNELS = {LOGISTIC: logistic, HARD_SWISH: hard_swish, SWISH: swish}
 
 
 @dataclass
 class FloatUnary:
-    op: int  # LOGISTIC or HARD_SWISH
+    op: int  # LOGISTIC, HARD_SWISH or SWISH
 
 
 def plan(ctx: OperationContext) -> FloatUnary:
@@ -151,4 +119,29 @@ def bind(ctx: OperationContext, inputs: list, outputs: list):
     return functools.partial(KERNELS[d.op], x.reshape(-1), out.reshape(-1))
 
 
+def activation_of(member) -> int | None:
+    """The f32_lanes ``ACT_*`` code of a step this backend planned as a float32 HARD_SWISH or a
+    fused swish (a ``conv_epilogue``'s activation member), or None (float16 operations reach
+    these kernels widened, with the same plan: not theirs to fuse)."""
+    d = member.ctx.data
+    if not isinstance(d, FloatUnary):
+        return None
+    out = member.ctx.members[-1].ctx.outputs[0] if member.spec is None else member.ctx.outputs[0]
+    return {HARD_SWISH: ACT_HARD_SWISH, SWISH: ACT_SWISH}.get(d.op) if out.type in F32_TYPES else None
+
+
+def plan_swish(ctx) -> FloatUnary | None:
+    """hal.fusion's ``swish`` on float32: the members' plans are this module's LOGISTIC and
+    f32_elementwise's MUL of x and LOGISTIC(x), without an activation of its own (reads plans and
+    shapes only: a plan from the compilation cache has no parameters)."""
+    logistic, mul = ctx.members
+    ld, md = logistic.ctx.data, mul.ctx.data
+    if not isinstance(ld, FloatUnary) or ld.op != LOGISTIC or not isinstance(md, F32Binary) \
+            or (md.lo, md.hi) != (-np.inf, np.inf) \
+            or tuple(mul.ctx.outputs[0].shape) != tuple(logistic.ctx.inputs[0].shape):
+        return None
+    return FloatUnary(SWISH)
+
+
 BACKEND.register([LOGISTIC, HARD_SWISH], plan=plan, execute=execute, types=F32_TYPES, bind=bind)
+BACKEND.register_fusion("swish", plan=plan_swish, execute=execute, bind=bind)

@@ -31,6 +31,7 @@ the reference backend sums in float64: within NNAPI's float32 tolerance
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -40,7 +41,10 @@ import numpy as np
 
 from hal import quant
 from hal.backends.numba_kernels import BACKEND, fc_float
+from hal.backends.numba_kernels.f32_activations import _hard_swish_run, _swish_run, activation_of
 from hal.backends.numba_kernels.f32_elementwise import F32Binary
+from hal.backends.numba_kernels.f32_lanes import ACT_HARD_SWISH, ACT_SWISH
+from hal.backends.numba_kernels.f32_layout import F32Pad
 from hal.backends.numba_kernels.fc_float import (
     LANES,
     TILE,
@@ -58,6 +62,7 @@ from hal.registry import OperationContext
 from hal.types import OperandType, OperationType
 
 CONV = OperationType.CONV_2D
+PADS = (OperationType.PAD, OperationType.PAD_V2)
 F32 = OperandType.TENSOR_FLOAT32
 IN_PLACE, WHOLE_ROWS, GATHERED = 0, 1, 2
 #: Weights of one group of column tiles: at most this many bytes (an L1 cache's share).
@@ -67,8 +72,9 @@ CHUNK = 64
 #: ``Geometry`` as the kernels read it: int64 fields in this order.
 FIELDS = ("batch", "h", "w", "c", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "oh", "ow", "out_c", "mode",
           "group")
-#: Epilogue flags.
+#: Epilogue flags; bits 2-3: the activation (f32_lanes' ``ACT_*``, ``ACT_SHIFT``).
 RESIDUAL, ALPHA = 1, 2
+ACT_SHIFT = 2
 
 
 _I64 = numba.int64
@@ -126,7 +132,8 @@ def _gemm(a, a_off, rows, k, w, bias, n, lo, hi, out, o_off, group):
 @numba.njit([numba.void(_RW, _I64, _I64, _I64, _RO, _F32, _F32, _RO, _I64)], cache=True, nogil=True)
 def _epilogue(out, o_off, pixels, n, res, lo, hi, alpha, flags):
     """The fused ADD (of ``res``, the same positions), its clamp, then PRELU (``alpha`` per
-    channel), on ``pixels`` rows of ``n`` channels from ``o_off``, in one pass. NaN stays NaN
+    channel), on ``pixels`` rows of ``n`` channels from ``o_off``, in one pass; then the
+    activation, in a second (the rows are in cache). NaN stays NaN
     (the comparisons are false), as the reference's where/clip keep it. Both sides of each choice
     are computed: selects, not branches the signs would mispredict. One loop per combination of
     flags, over the flat rows (a pass per operation, or 2-D views, measured twice as slow on
@@ -157,6 +164,11 @@ def _epilogue(out, o_off, pixels, n, res, lo, hi, alpha, flags):
                 v = o[i]
                 scaled = v * alpha[c]
                 o[i] = v if v >= 0 else scaled
+    act = (flags >> ACT_SHIFT) & 3
+    if act == ACT_HARD_SWISH:
+        _hard_swish_run(o, o, pixels * n)
+    elif act == ACT_SWISH:
+        _swish_run(o, o, pixels * n)
 
 
 @numba.njit([numba.void(_RO, _GEOMETRY, _I64, _I64, _I64, _I64, _RW)], cache=True, nogil=True)
@@ -425,24 +437,44 @@ def bind(ctx: OperationContext, inputs: list, outputs: list):
 @dataclass
 class ConvEpilogue:
     """A ``conv_epilogue`` step: the convolution, then (``flags``) the residual ADD's clamp bounds;
-    a PRELU's slopes (one per channel) are its last input."""
+    ``residual`` and ``alpha``: where the fused step's inputs hold the ADD's other operand and
+    the PRELU's slopes (one per channel)."""
 
     conv: FloatConv
     flags: int
     lo: float
     hi: float
+    residual: int = -1
+    alpha: int = -1
 
 
 def plan_epilogue(ctx) -> ConvEpilogue | None:
     """Reads the members' plans and operand shapes only (a plan from the compilation cache has no
-    parameters): the ADD's clamp (f32_elementwise's plan); the PRELU's alpha is an input."""
-    conv, *rest = ctx.members
+    parameters): the ADD's clamp (f32_elementwise's plan); the PRELU's alpha is an input; the
+    activation (f32_activations' plan) is applied last."""
+    pad = ctx.members[0] if ctx.members[0].ctx.op_type in PADS else None
+    conv, *rest = ctx.members[pad is not None:]
     d = conv.ctx.data
     if not isinstance(d, FloatConv):
         return None
+    if pad is not None:
+        d = padded(d, pad)
+        if d is None:
+            return None
     shape = d.out_shape
     flags, lo, hi = 0, -np.inf, np.inf
+    at, residual, alpha = len(conv.inputs), -1, -1
     for m in rest:
+        act = activation_of(m)
+        if act is not None:
+            out = m.ctx.members[-1].ctx.outputs[0] if m.spec is None else m.ctx.outputs[0]
+            if tuple(out.shape) != shape:
+                return None
+            flags |= act << ACT_SHIFT
+            at += len(m.inputs) - 1
+            continue
+        if m.spec is None:
+            return None  # another backend's fused step
         if any(i is None or i.type != F32 or tuple(i.shape) != shape for i in (*m.ctx.inputs[:1], *m.ctx.outputs)):
             return None
         if m.ctx.op_type == OperationType.ADD:
@@ -450,22 +482,40 @@ def plan_epilogue(ctx) -> ConvEpilogue | None:
             if not isinstance(add, F32Binary) or any(tuple(i.shape) != shape for i in m.ctx.inputs[:2]):
                 return None
             flags |= RESIDUAL
-            lo, hi = add.lo, add.hi
+            lo, hi, residual = add.lo, add.hi, at
         else:
-            alpha = m.ctx.inputs[1]
-            if alpha is None or alpha.type != F32 or math.prod(alpha.shape) != shape[3] \
-                    or (len(alpha.shape) > 1 and alpha.shape[-1] != shape[3]):
+            a = m.ctx.inputs[1]
+            if a is None or a.type != F32 or math.prod(a.shape) != shape[3] \
+                    or (len(a.shape) > 1 and a.shape[-1] != shape[3]):
                 return None  # not one slope per channel
             flags |= ALPHA
-    return ConvEpilogue(d, flags, lo, hi)
+            alpha = at
+        at += len(m.inputs) - 1
+    return ConvEpilogue(d, flags, lo, hi, residual, alpha)
+
+
+def padded(d: FloatConv, pad) -> FloatConv | None:
+    """``d`` reading the input of ``pad`` (a PAD step this backend planned, whose output only the
+    convolution reads), the pad's border taken as more of its own zero padding; None where the
+    pad is not a zero border of the image (f32_layout's ``image_border``)."""
+    border = pad.ctx.data.image_border() if isinstance(pad.ctx.data, F32Pad) else None
+    if border is None:
+        return None
+    g = d.geometry.copy()
+    _, g[1], g[2], _ = pad.ctx.inputs[0].shape
+    g[10] += border[0]
+    g[11] += border[1]
+    if g[15] != GATHERED and (border != (0, 0) or tuple(g[1:3]) != tuple(d.geometry[1:3])):
+        g[15] = GATHERED  # padded: only the gathering form reads zeros outside the image
+    return dataclasses.replace(d, geometry=g)
 
 
 def _epilogue_arrays(ctx, inputs: list):
     """The fused step's input, residual and slopes (its inputs: the convolution's, then the ADD's
-    other operand and activation, then the PRELU's alpha) and clamps."""
+    other operand and activation, then the PRELU's alpha, then the activation's) and clamps."""
     e: ConvEpilogue = ctx.data
-    res = inputs[len(ctx.members[0].inputs)] if e.flags & RESIDUAL else _NO_ARRAY
-    alpha = inputs[-1] if e.flags & ALPHA else _NO_ARRAY
+    res = inputs[e.residual] if e.flags & RESIDUAL else _NO_ARRAY
+    alpha = inputs[e.alpha] if e.flags & ALPHA else _NO_ARRAY
     return e, inputs[INPUT], res, alpha, _clamps(e.conv, e.lo, e.hi)
 
 

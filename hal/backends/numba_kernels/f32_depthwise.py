@@ -27,6 +27,7 @@ CTS's criteria). NaN propagates through the clamp, as the reference's clip keeps
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -39,11 +40,14 @@ from numba.extending import intrinsic
 
 from hal import quant
 from hal.backends.numba_kernels import BACKEND
+from hal.backends.numba_kernels.f32_activations import activation_of
+from hal.backends.numba_kernels.f32_lanes import ACT_NONE, activate
+from hal.backends.numba_kernels.f32_layout import F32Pad
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import _data, counted_loop, splat
 from hal.operations.conv import BIAS, DW, FILTER, INPUT, ConvParams
 from hal.registry import OperationContext
-from hal.types import OperandType
+from hal.types import OperandType, OperationType
 
 LANES = 16
 #: Output pixels per group of the unrolled kernels, by (filter size, stride across).
@@ -51,8 +55,8 @@ UNROLL = {(3, 1): 8, (3, 2): 4, (5, 1): 4, (5, 2): 4}
 #: Channels from which blocks start on the output's cache lines (``_head``); below, the extra
 #: masked block costs more than the split loads it saves (measured).
 ALIGN_FROM = 128
-#: geometry's fields (int64), in order
-N, H, W, C, OH, OW, SH, SW, PT, PL, HEAD, WSHIFT, KH, KW = range(14)
+#: geometry's fields (int64), in order; ACT: the activation after the clamp (f32_lanes' ``ACT_*``)
+N, H, W, C, OH, OW, SH, SW, PT, PL, HEAD, WSHIFT, KH, KW, ACT = range(15)
 
 _F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
 _VF, _VM = ir.VectorType(_F32, LANES), ir.VectorType(ir.IntType(1), LANES)
@@ -66,8 +70,9 @@ class _Code:
     """The LLVM building blocks both intrinsics share, for one codegen: the arrays' float
     pointers, masked loads and stores, the clamp, and the layer's channel blocks."""
 
-    def __init__(self, context, builder, sig_args, args, names, lo, hi, c, head):
+    def __init__(self, context, builder, sig_args, args, names, lo, hi, c, head, act):
         self.b = b = builder
+        self.act = act
         self.ptr = {n: _data(context, b, t, a, _F32) for n, t, a in zip(names, sig_args, args)}
         mod = b.module
         self.fma = cgutils.get_or_insert_function(mod, ir.FunctionType(_VF, [_VF] * 3), "llvm.fma.v16f32")
@@ -97,15 +102,17 @@ class _Code:
         zero = ir.Constant(_VF, [0.0] * LANES)
         return self.b.call(self.mload, [self.vec(name, at), ir.Constant(_I32, 4), keep, zero])
 
-    def store(self, y, at, keep=None):
-        """Clamp ``y`` (ordered compares: NaN stays NaN) and store it (lanes ``keep``)."""
+    def store(self, ys, ats, keep=None):
+        """Clamp each of ``ys`` (ordered compares: NaN stays NaN), apply the activation, and store
+        them at ``ats`` (lanes ``keep``)."""
         b = self.b
-        y = b.select(b.fcmp_ordered("<", y, self.lo), self.lo, y)
-        y = b.select(b.fcmp_ordered(">", y, self.hi), self.hi, y)
-        if keep is None:
-            b.store(y, self.vec("out", at), align=4)
-        else:
-            b.call(self.mstore, [y, self.vec("out", at), ir.Constant(_I32, 4), keep])
+        ys = [b.select(b.fcmp_ordered("<", y, self.lo), self.lo, y) for y in ys]
+        ys = activate(b, self.act, [b.select(b.fcmp_ordered(">", y, self.hi), self.hi, y) for y in ys])
+        for y, at in zip(ys, ats):
+            if keep is None:
+                b.store(y, self.vec("out", at), align=4)
+            else:
+                b.call(self.mstore, [y, self.vec("out", at), ir.Constant(_I32, 4), keep])
 
     def inside(self, v, n):
         return self.b.and_(self.b.icmp_signed(">=", v, _i(0)), self.b.icmp_signed("<", v, n))
@@ -141,9 +148,9 @@ def _rows(typingctx, kh, kw, s, u, x, x_off, w, b, geom, out, o_off, lo, hi):
         bl = builder
         xa, x_off_v, wa, ba, ga, oa, o_off_v, lo_v, hi_v = args[4:]
         gp = bl.bitcast(context.make_array(signature.args[8])(context, bl, ga).data, _I64.as_pointer())
-        g = [bl.load(bl.gep(gp, [_i(k)])) for k in range(KW + 1)]
+        g = [bl.load(bl.gep(gp, [_i(k)])) for k in range(ACT + 1)]
         code = _Code(context, bl, [signature.args[k] for k in (4, 6, 7, 9)], [xa, wa, ba, oa], ("x", "w", "b", "out"),
-                     lo_v, hi_v, g[C], g[HEAD])
+                     lo_v, hi_v, g[C], g[HEAD], g[ACT])
         h, wd, ch, sh, sw, pt, pl, ow = g[H], g[W], g[C], g[SH], g[SW], g[PT], g[PL], g[OW]
         wrow = bl.add(bl.mul(bl.sdiv(bl.add(ch, _i(LANES - 1)), _i(LANES)), _i(LANES)), _i(LANES))
         row_c = bl.mul(wd, ch)
@@ -173,8 +180,7 @@ def _rows(typingctx, kh, kw, s, u, x, x_off, w, b, geom, out, o_off, lo, hi):
                         v = code.load("x", tap, None if masks is None else masks[r][k])
                         for q, j in users:
                             acc[q] = bl.call(code.fma, [v, ws[r * fw + j], acc[q]])
-            for q in range(n):
-                code.store(acc[q], bl.add(bl.add(o_row, c), bl.mul(bl.add(ow0, _i(q)), ch)), keep)
+            code.store(acc, [bl.add(bl.add(o_row, c), bl.mul(bl.add(ow0, _i(q)), ch)) for q in range(n)], keep)
 
         def pixels(n, ow0):
             iw0 = bl.sub(bl.mul(ow0, sw), pl)
@@ -215,9 +221,9 @@ def _any(typingctx, x, x_off, w, b, geom, out, o_off, lo, hi):
         bl = builder
         xa, x_off_v, wa, ba, ga, oa, o_off_v, lo_v, hi_v = args
         gp = bl.bitcast(context.make_array(signature.args[4])(context, bl, ga).data, _I64.as_pointer())
-        g = [bl.load(bl.gep(gp, [_i(k)])) for k in range(KW + 1)]
+        g = [bl.load(bl.gep(gp, [_i(k)])) for k in range(ACT + 1)]
         code = _Code(context, bl, [signature.args[k] for k in (0, 2, 3, 5)], [xa, wa, ba, oa], ("x", "w", "b", "out"),
-                     lo_v, hi_v, g[C], g[HEAD])
+                     lo_v, hi_v, g[C], g[HEAD], g[ACT])
         ch, wd = g[C], g[W]
         wrow = bl.add(bl.mul(bl.sdiv(bl.add(ch, _i(LANES - 1)), _i(LANES)), _i(LANES)), _i(LANES))
         oh, _, close_rows = counted_loop(bl, "any.rows", g[OH])
@@ -238,7 +244,7 @@ def _any(typingctx, x, x_off, w, b, geom, out, o_off, lo, hi):
             summed = bl.call(code.fma, [v, wv, acc_j])
             close_j([summed])
             close_r([acc_j])
-            code.store(acc, bl.add(o_at, c), keep)
+            code.store([acc], [bl.add(o_at, c)], keep)
         code.blocks(pixel)
         close_cols()
         close_rows()
@@ -367,7 +373,7 @@ def plan(ctx: OperationContext) -> FloatDepthwise:
         bias[:c] = ctx.input(BIAS).value
     x_shape = ctx.input(INPUT).shape
     geometry = np.array([0, x_shape[1], x_shape[2], c, p.rows.out, p.cols.out, p.rows.stride, p.cols.stride,
-                         p.rows.pad_head, p.cols.pad_head, 0, 0, fh, fw], np.int64)
+                         p.rows.pad_head, p.cols.pad_head, 0, 0, fh, fw, ACT_NONE], np.int64)
     unrolled = list(UNROLL)
     kernel = unrolled.index((fh, p.cols.stride)) if fh == fw and (fh, p.cols.stride) in UNROLL else len(unrolled)
     return FloatDepthwise(weights, bias, geometry, np.array(quant.activation_range_float(p.act), np.float32), kernel)
@@ -383,5 +389,33 @@ def bind(ctx: OperationContext, inputs: list, outputs: list):
     return None if x is None else ctx.data.bound(x, outputs[0])
 
 
+def plan_epilogue(ctx) -> FloatDepthwise | None:
+    """hal.fusion's ``conv_epilogue`` of a depthwise layer and an activation (HARD_SWISH, a fused
+    swish: MobileNetV3's and EfficientNet's), applied to the sums before each store; with a PAD
+    before it, the pad's zero border is more of the layer's padding (read as the image's edges
+    are: masked loads). Reads the members' plans and shapes only (a plan from the compilation
+    cache has no parameters)."""
+    members = list(ctx.members)
+    pad = members.pop(0) if members[0].ctx.op_type in (OperationType.PAD, OperationType.PAD_V2) else None
+    d = members[0].ctx.data
+    if not isinstance(d, FloatDepthwise) or len(members) > 2:
+        return None
+    geometry = d.geometry.copy()
+    if len(members) == 2:
+        act = activation_of(members[1])
+        if act is None:
+            return None
+        geometry[ACT] = act
+    if pad is not None:
+        border = pad.ctx.data.image_border() if isinstance(pad.ctx.data, F32Pad) else None
+        if border is None:
+            return None
+        _, geometry[H], geometry[W], _ = pad.ctx.inputs[0].shape
+        geometry[PT] += border[0]
+        geometry[PL] += border[1]
+    return dataclasses.replace(d, geometry=geometry)
+
+
+BACKEND.register_fusion("conv_epilogue", plan=plan_epilogue, execute=execute, bind=bind)
 BACKEND.register(DW, plan=plan, execute=execute, types=(OperandType.TENSOR_FLOAT32,), supports=supports,
                  prepacked_inputs=(FILTER, BIAS), bind=bind)

@@ -165,6 +165,15 @@ class F32Pad:
     shape4: np.ndarray  # int64 [4]: the output shape, merged and [1, ...]-extended to rank 4
     window: np.ndarray  # int64 [4, 2]: (start, stop) of the input in it, per dimension
     value: float
+    paddings: tuple[tuple[int, int], ...] = ()  # (before, after) per dimension, as the operation gives them
+
+    def image_border(self) -> tuple[int, int] | None:
+        """(top, left) where this is a zero pad of a rank-4 tensor's rows and columns only (an
+        NHWC image's border, which a convolution after it can take as its own padding), else None."""
+        p = self.paddings
+        if len(p) != 4 or p[0] != (0, 0) or p[3] != (0, 0) or self.value != 0 or np.signbit(self.value):
+            return None
+        return p[1][0], p[2][0]
 
 
 def merged(shape, paddings) -> tuple[list[int], list[tuple[int, int]]]:
@@ -194,7 +203,8 @@ def plan_pad(ctx: OperationContext) -> F32Pad:
     lead = 4 - len(dims)
     shape4 = [1] * lead + [b + d + a for d, (b, a) in zip(dims, pads)]
     window = [(0, 1)] * lead + [(b, b + d) for d, (b, _) in zip(dims, pads)]
-    return F32Pad(tuple(p.out_shape), np.array(shape4, np.int64), np.array(window, np.int64), float(p.value))
+    return F32Pad(tuple(p.out_shape), np.array(shape4, np.int64), np.array(window, np.int64), float(p.value),
+                  tuple((int(b), int(a)) for b, a in p.paddings))
 
 
 def execute_pad(ctx: OperationContext, inputs: list) -> list:

@@ -30,6 +30,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from hal import quant
+from hal.backends.numba_kernels.f32_lanes import activate, when
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import _data, counted_loop, splat
 from hal.operations.fully_connected import BIAS, WEIGHTS, FullyConnectedParams
@@ -55,9 +56,10 @@ def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool, fused:
     the last one's end (a convolution's window read in place: one run per filter row). With
     ``fused`` (and ``segmented``), five more arguments: res, alpha, flags, lo2, hi2: before the
     store, each clamped sum adds res at the output's position (flags & 1) and is clamped to
-    [lo2, hi2], then PRELU's slope alpha[channel] scales it where it is not >= 0 (flags & 2): a
-    convolution's residual ADD and PRELU applied in registers (f32_conv's ``conv_epilogue``). An
-    absent one is an exact identity: masked-off lanes add -0.0 and scale by 1.0."""
+    [lo2, hi2], then PRELU's slope alpha[channel] scales it where it is not >= 0 (flags & 2),
+    then the activation flags >> 2 (f32_lanes' ``ACT_*``) is applied: a convolution's residual
+    ADD, PRELU and activation applied in registers (f32_conv's ``conv_epilogue``; each part a
+    branch the layer's flags take or skip: ``_epilogue_code``)."""
     width = vectors * LANES
 
     def codegen(context, builder, signature, args):
@@ -115,26 +117,10 @@ def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool, fused:
         store = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, mask]),
             "llvm.masked.store.v16f32.p0")
-        if fused:
-            res_arr, alpha_arr, flags_v, lo2_v, hi2_v = args[18:23]
-            rp, ap = _data(context, builder, sa[17], res_arr, f32), _data(context, builder, sa[18], alpha_arr, f32)
-            masked_load = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(vf, [vf.as_pointer(), i32, mask, vf]), "llvm.masked.load.v16f32.p0")
-            lo2_s, hi2_s = splat(builder, lo2_v, vf), splat(builder, hi2_v, vf)
-
-            def flag(bit):
-                on = builder.icmp_signed("!=", builder.and_(flags_v, const(bit)), const(0))
-                return splat(builder, on, mask)
-            has_res, has_alpha = flag(1), flag(2)
-            zero, minus_zero, one = (ir.Constant(vf, [v] * LANES) for v in (0.0, -0.0, 1.0))
+        stores = []  # (value, offset, lanes)
         for v in range(vectors):
             left = builder.trunc(builder.sub(count_v, const(v * LANES)), i32)
             keep = builder.icmp_signed("<", lanes, splat(builder, left, ir.VectorType(i32, LANES)))
-            if fused:  # this vector's channels' slopes (bias and alpha are indexed by channel alike)
-                slope = builder.call(masked_load, [_vector_ptr(builder, ap, builder.add(b_base[0], const(v * LANES)),
-                                                               vf), ir.Constant(i32, 4), builder.and_(keep, has_alpha),
-                                                   one])
-                res_keep = builder.and_(keep, has_res)
             for r in range(rows):
                 for s in range(streams):
                     # NaN stays NaN (both comparisons false), as the reference's clip keeps it
@@ -142,15 +128,57 @@ def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool, fused:
                     y = builder.select(builder.fcmp_ordered("<", y, lo_s), lo_s, y)
                     y = builder.select(builder.fcmp_ordered(">", y, hi_s), hi_s, y)
                     o = builder.add(o_base[s], builder.add(builder.mul(const(r), o_step), const(v * LANES)))
-                    if fused:
-                        y = builder.fadd(y, builder.call(masked_load, [_vector_ptr(builder, rp, o, vf),
-                                                                       ir.Constant(i32, 4), res_keep, minus_zero]))
-                        y = builder.select(builder.fcmp_ordered("<", y, lo2_s), lo2_s, y)
-                        y = builder.select(builder.fcmp_ordered(">", y, hi2_s), hi2_s, y)
-                        y = builder.select(builder.fcmp_ordered(">=", y, zero), y, builder.fmul(y, slope))
-                    builder.call(store, [y, _vector_ptr(builder, op, o, vf), ir.Constant(i32, 4), keep])
+                    stores.append((y, o, keep, v))
+        if fused:
+            ys = _epilogue_code(context, builder, sa, args, [y for y, _, _, _ in stores],
+                                [(o, keep, b_base[0], v) for _, o, keep, v in stores])
+            stores = [(y, o, keep, v) for y, (_, o, keep, v) in zip(ys, stores)]
+        for y, o, keep, _ in stores:
+            builder.call(store, [y, _vector_ptr(builder, op, o, vf), ir.Constant(i32, 4), keep])
         return context.get_dummy_value()
     return codegen
+
+
+def _epilogue_code(context, builder, sa, args, ys: list, where: list) -> list:
+    """A fused tile's epilogue on its clamped sums ``ys`` (``where``: each one's output offset,
+    lanes, bias offset and vector): the residual ADD and its clamp (flags & 1), PRELU (flags & 2),
+    the activation (flags >> 2), each a branch taken or not for the whole call (the flags are the
+    layer's), so that a layer pays only for what it fuses."""
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    vf = ir.VectorType(f32, LANES)
+    res_arr, alpha_arr, flags_v, lo2_v, hi2_v = args[18:23]
+    rp, ap = _data(context, builder, sa[17], res_arr, f32), _data(context, builder, sa[18], alpha_arr, f32)
+    mask = ir.VectorType(ir.IntType(1), LANES)
+    masked_load = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vf, [vf.as_pointer(), i32, mask, vf]), "llvm.masked.load.v16f32.p0")
+    zero = ir.Constant(vf, [0.0] * LANES)
+
+    def load(ptr, at, keep):
+        return builder.call(masked_load, [_vector_ptr(builder, ptr, at, vf), ir.Constant(i32, 4), keep, zero])
+
+    def flag(bit):
+        return builder.icmp_signed("!=", builder.and_(flags_v, ir.Constant(i64, bit)), ir.Constant(i64, 0))
+
+    def residual(values):
+        lo2, hi2 = splat(builder, lo2_v, vf), splat(builder, hi2_v, vf)
+        out = []
+        for y, (o, keep, _, _) in zip(values, where):
+            y = builder.fadd(y, load(rp, o, keep))
+            y = builder.select(builder.fcmp_ordered("<", y, lo2), lo2, y)
+            out.append(builder.select(builder.fcmp_ordered(">", y, hi2), hi2, y))
+        return out
+
+    def prelu(values):
+        slopes = {}
+        out = []
+        for y, (_, keep, b_at, v) in zip(values, where):
+            if v not in slopes:  # this vector's channels' slopes (bias and alpha are indexed by channel alike)
+                slopes[v] = load(ap, builder.add(b_at, ir.Constant(i64, v * LANES)), keep)
+            out.append(builder.select(builder.fcmp_ordered(">=", y, zero), y, builder.fmul(y, slopes[v])))
+        return out
+    ys = when(builder, flag(1), ys, residual)
+    ys = when(builder, flag(2), ys, prelu)
+    return activate(builder, builder.and_(builder.ashr(flags_v, ir.Constant(i64, 2)), ir.Constant(i64, 3)), ys)
 
 
 def _rows_of(n_rows) -> int:
