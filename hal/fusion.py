@@ -33,6 +33,13 @@ Patterns:
   the PRELU's alpha, then the swish's MUL's activation. Found after ``table_after``: where a
   backend tabulates a convolution's activation (8-bit), that is its step.
 
+* ``expand_depthwise``: a CONV_2D (or its ``conv_epilogue``), then a DEPTHWISE_CONV_2D (or its
+  ``conv_epilogue``) reading its output, which nothing else reads (an inverted residual block's
+  expansion, its activation and the depthwise layer): the expansion's output is computed a few
+  rows at a time, as the depthwise layer reaches them, so that it never leaves the cache (the
+  numba backend's float kernels: numba_kernels/f32_expand.py). Its inputs are the first step's,
+  then the second's but its first. Its members are those two steps.
+
 * ``fc_chain``: consecutive FULLY_CONNECTED operations, each reading the one before as its input
   (a multi-layer perceptron): one step runs every layer (the numba backend's float layers of a
   small batch: numba_kernels/fc_float.py). Its inputs are the first layer's input only (the
@@ -58,7 +65,8 @@ SWISH = "swish"
 TABLE_AFTER = "table_after"
 FC_CHAIN = "fc_chain"
 CONV_EPILOGUE = "conv_epilogue"
-PATTERNS = (SWISH, TABLE_AFTER, CONV_EPILOGUE, FC_CHAIN)
+EXPAND_DEPTHWISE = "expand_depthwise"
+PATTERNS = (SWISH, TABLE_AFTER, CONV_EPILOGUE, EXPAND_DEPTHWISE, FC_CHAIN)
 #: Element-wise operations of one input that a ``table_after`` step may apply.
 UNARY = frozenset(int(t) for t in (OperationType.LOGISTIC, OperationType.TANH, OperationType.HARD_SWISH,
                                     OperationType.RELU, OperationType.RELU1, OperationType.RELU6))
@@ -103,7 +111,7 @@ def fuse(program: list[Step], keep: frozenset[int]) -> list[Step]:
                 fused.append(program[k])
                 k += 1
         program = fused
-    return _fc_chains(_epilogues(program, keep), keep)
+    return _fc_chains(_expansions(_epilogues(program, keep), keep), keep)
 
 
 def _epilogues(program: list[Step], keep: frozenset[int]) -> list[Step]:
@@ -166,6 +174,40 @@ def _is_activation(s: Step) -> bool:
     if s.spec is not None:
         return s.ctx.op_type == OperationType.HARD_SWISH and len(s.outputs) == 1
     return isinstance(s.ctx, FusedContext) and s.ctx.pattern == SWISH
+
+
+def _expansions(program: list[Step], keep: frozenset[int]) -> list[Step]:
+    """``program`` with each CONV_2D step (or its ``conv_epilogue``) whose one output only the next
+    step, a DEPTHWISE_CONV_2D (or its ``conv_epilogue``), reads as its input replaced by the
+    ``expand_depthwise`` step its backend fuses them into."""
+    readers = _readers(program)
+    out: list[Step] = []
+    for step in program:
+        a = out[-1] if out else None
+        fused = None
+        if a is not None and _first_type(a) == OperationType.CONV_2D and _first_type(step, True) == \
+                OperationType.DEPTHWISE_CONV_2D and a.backend == step.backend and len(a.outputs) == 1 \
+                and step.operations[0] == a.operations[-1] + 1 and step.inputs and step.inputs[0] == a.outputs[0] \
+                and a.outputs[0] not in keep and readers.get(a.outputs[0]) == 1:
+            fused = _fused(EXPAND_DEPTHWISE, (a, step), (*a.inputs, *step.inputs[1:]), step.outputs)
+        if fused is not None:
+            out[-1] = fused
+        else:
+            out.append(step)
+    return out
+
+
+def _first_type(s: Step, after_pad: bool = False) -> int | None:
+    """The operation type of a plain step, or of a ``conv_epilogue``'s convolution (``after_pad``:
+    the convolution may follow a PAD, else it must come first)."""
+    if s.spec is not None:
+        return s.ctx.op_type
+    if not (isinstance(s.ctx, FusedContext) and s.ctx.pattern == CONV_EPILOGUE):
+        return None
+    first = s.ctx.members[0].ctx.op_type
+    if first in PADS:
+        return s.ctx.members[1].ctx.op_type if after_pad else None
+    return first
 
 
 def _fc_chains(program: list[Step], keep: frozenset[int]) -> list[Step]:
