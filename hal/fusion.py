@@ -37,8 +37,8 @@ Patterns:
   ``conv_epilogue``) reading its output, which nothing else reads (an inverted residual block's
   expansion, its activation and the depthwise layer): the expansion's output is computed a few
   rows at a time, as the depthwise layer reaches them, so that it never leaves the cache (the
-  numba backend's float kernels: numba_kernels/f32_expand.py). Its inputs are the first step's,
-  then the second's but its first. Its members are those two steps.
+  numba backend's float kernels: numba_kernels/f32_expand.py). Its inputs are the first step's
+  (packed ones omitted), then the second's but its first. Its members are those two steps.
 
 * ``fc_chain``: consecutive FULLY_CONNECTED operations, each reading the one before as its input
   (a multi-layer perceptron): one step runs every layer (the numba backend's float layers of a
@@ -189,7 +189,9 @@ def _expansions(program: list[Step], keep: frozenset[int]) -> list[Step]:
                 OperationType.DEPTHWISE_CONV_2D and a.backend == step.backend and len(a.outputs) == 1 \
                 and step.operations[0] == a.operations[-1] + 1 and step.inputs and step.inputs[0] == a.outputs[0] \
                 and a.outputs[0] not in keep and readers.get(a.outputs[0]) == 1:
-            fused = _fused(EXPAND_DEPTHWISE, (a, step), (*a.inputs, *step.inputs[1:]), step.outputs)
+            first = a.inputs if a.spec is None else \
+                tuple(-1 if k in a.kernel.prepacked_inputs else i for k, i in enumerate(a.inputs))
+            fused = _fused(EXPAND_DEPTHWISE, (a, step), (*first, *step.inputs[1:]), step.outputs)
         if fused is not None:
             out[-1] = fused
         else:
