@@ -32,14 +32,15 @@ loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
 - Float FULLY_CONNECTED of a batch of 1-4 rows (fc_float.py): weights packed in column tiles,
   every row's sums in registers; chained layers (a perceptron) as one step (hal.fusion's
   ``fc_chain``), which the compiler also takes from a graph backend's run of only such layers.
-- Float32 CNNs (f32_conv.py, f32_depthwise.py, f32_elementwise.py, f32_layout.py, f32_softmax.py,
-  f32_activations.py, f32_reduce_resize.py):
+- Float32 CNNs (f32_conv.py, f32_depthwise.py, f32_expand.py, f32_elementwise.py, f32_layout.py,
+  f32_softmax.py, f32_activations.py, f32_lanes.py, f32_reduce_resize.py):
   CONV_2D on the same tiles (1x1 layers read their NHWC input in place; a zero PAD before it, a
   residual ADD, a PRELU and a hard-swish or swish after it applied in its epilogue, hal.fusion's
   ``conv_epilogue``), DEPTHWISE_CONV_2D in 16-channel vector IR (a PAD and an activation fused
-  alike), ADD, MUL, PRELU, NHWC MAX_POOL_2D, AVERAGE_POOL_2D, PAD / PAD_V2,
-  CONCATENATION, RESHAPE (on f32_simd.py's 16-lane float IR), SOFTMAX, LOGISTIC (a vectorised
-  float32 exp, within a few ULP of the reference's), HARD_SWISH, MEAN (float64 sums, as numpy's
+  alike; an expansion that would outgrow L2 computed as it reaches it, ``expand_depthwise``),
+  ADD, MUL, PRELU, NHWC MAX_POOL_2D, AVERAGE_POOL_2D, PAD / PAD_V2, CONCATENATION, RESHAPE (on
+  f32_simd.py's 16-lane float IR), SOFTMAX, LOGISTIC (a vectorised float32 exp, within a few ULP
+  of the reference's), HARD_SWISH, MEAN (float64 sums, as numpy's
   mean) and NHWC RESIZE_BILINEAR (the reference's plan of indexes and weights), one pass each with
   the reference's arithmetic (sums in float32 but MEAN's). They run float operations when an
   order puts numba before onnxruntime, and at one compute thread the compiler also hands

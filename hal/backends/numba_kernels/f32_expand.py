@@ -50,9 +50,13 @@ _SIG = [numba.void(_RO, _RO, _RO, _GEOMETRY, _RO, numba.int64, _RO, _RO, _GEOMET
 
 
 def _driver_of(kernel: int):
-    """``run`` for f32_depthwise's kernel ``kernel`` (a closure int: numba's cache keys the closure
-    on it alone)."""
-    depthwise = dw.KERNELS[kernel]
+    """``run`` for f32_depthwise's kernel ``kernel``: its unrolled rows (filter size, stride and
+    group as closure ints, literals to the intrinsic) or its general one. The closure holds ints
+    only: numba's cache keys a closure on its cells' pickle, and a compiled function's differs per
+    process, which would compile the drivers again at every start."""
+    general = kernel == len(dw.UNROLL)
+    size, stride = (3, 1) if general else list(dw.UNROLL)[kernel]
+    unroll = dw.UNROLL[(size, stride)]
 
     @numba.njit(_SIG, cache=True, nogil=True)
     def run(x, cw, cbias, cg, clamps, flags, dw_w, dw_b, dg, dw_clamp, window, ring, out):
@@ -81,9 +85,12 @@ def _driver_of(kernel: int):
                     done += 1
                 window[dw.H] = max(last - first, 0)
                 window[dw.PT] = first - top
-                start = (first % kh) * row
-                o = ((n * oh + oy) * ow) * e
-                depthwise(ring[start:], dw_w, dw_b, window, dw_clamp, out[o:o + ow * e])
+                start, o = (first % kh) * row, ((n * oh + oy) * ow) * e
+                if general:
+                    dw._any(ring, start, dw_w, dw_b, window, out, o, dw_clamp[0], dw_clamp[1])
+                else:
+                    dw._rows(size, size, stride, unroll, ring, start, dw_w, dw_b, window, out, o, dw_clamp[0],
+                             dw_clamp[1])
     return run
 
 
