@@ -20,6 +20,11 @@ before it are one masked block), and the bound form re-packs the weights to matc
 lines, not the input's, where the two lie differently: split stores measured costlier. ``execute``
 allocates its output as its input lies.
 
+hal.fusion's ``conv_epilogue`` (``plan_epilogue``): the layer's activation (a hard-swish or swish
+after it, f32_lanes' code: geometry's ``ACT``) is applied to each stored group's sums, and a zero
+PAD before it is more padding (geometry's image and top/left padding are the PAD's input's). Each
+group's store switches on ``ACT`` once (a branch the layer takes the same way every time).
+
 Sums are float32 fused multiply-adds in the filter's (row, column) order after the bias; the
 reference backend adds the bias last with separate roundings: results differ by float32 rounding,
 far inside NNAPI's float32 tolerance (tests/backends/test_numba_f32_depthwise.py compares, with
