@@ -139,3 +139,16 @@ def test_an_expansion_read_elsewhere_stays_its_own_step(any_size):
     assert "expand_depthwise" not in _patterns(compiled)
     want = execute(compile_model(model, backend_order=["reference"]), [x])
     assert all(compare(g, w) is None for g, w in zip(got, want))
+
+
+def test_a_cached_plan_fuses_again(any_size):
+    """The compilation cache stores one step per operation; loading it fuses the block again, with
+    the same results."""
+    from hal.serialize import dump_compiled, load_compiled
+    rng = np.random.default_rng(3)
+    model = block_model((1, 12, 12, 16), 72, 3, 2, activation="hard_swish", conv_act=0, rng=rng)
+    x = rng.uniform(-3, 3, (1, 12, 12, 16)).astype(np.float32)
+    compiled, got = _run(model, x)
+    loaded = load_compiled(*dump_compiled(compiled), backend_order=ORDER)
+    assert _patterns(loaded) == _patterns(compiled) == ["expand_depthwise"]
+    assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(execute(loaded, [x]), got))
