@@ -126,8 +126,12 @@ def activation_of(member) -> int | None:
     d = member.ctx.data
     if not isinstance(d, FloatUnary):
         return None
-    out = member.ctx.members[-1].ctx.outputs[0] if member.spec is None else member.ctx.outputs[0]
-    return {HARD_SWISH: ACT_HARD_SWISH, SWISH: ACT_SWISH}.get(d.op) if out.type in F32_TYPES else None
+    return {HARD_SWISH: ACT_HARD_SWISH, SWISH: ACT_SWISH}.get(d.op) if output_of(member).type in F32_TYPES else None
+
+
+def output_of(member):
+    """The operand a step writes: a fused swish's is its MUL's."""
+    return member.ctx.members[-1].ctx.outputs[0] if member.spec is None else member.ctx.outputs[0]
 
 
 def plan_swish(ctx) -> FloatUnary | None:

@@ -41,10 +41,10 @@ import numpy as np
 
 from hal import quant
 from hal.backends.numba_kernels import BACKEND, fc_float
-from hal.backends.numba_kernels.f32_activations import _hard_swish_run, _swish_run, activation_of
+from hal.backends.numba_kernels.f32_activations import _hard_swish_run, _swish_run, activation_of, output_of
 from hal.backends.numba_kernels.f32_elementwise import F32Binary
 from hal.backends.numba_kernels.f32_lanes import ACT_HARD_SWISH, ACT_SWISH
-from hal.backends.numba_kernels.f32_layout import F32Pad
+from hal.backends.numba_kernels.f32_layout import PADS, image_of
 from hal.backends.numba_kernels.fc_float import (
     LANES,
     TILE,
@@ -62,7 +62,6 @@ from hal.registry import OperationContext
 from hal.types import OperandType, OperationType
 
 CONV = OperationType.CONV_2D
-PADS = (OperationType.PAD, OperationType.PAD_V2)
 F32 = OperandType.TENSOR_FLOAT32
 IN_PLACE, WHOLE_ROWS, GATHERED = 0, 1, 2
 #: Weights of one group of column tiles: at most this many bytes (an L1 cache's share).
@@ -467,8 +466,7 @@ def plan_epilogue(ctx) -> ConvEpilogue | None:
     for m in rest:
         act = activation_of(m)
         if act is not None:
-            out = m.ctx.members[-1].ctx.outputs[0] if m.spec is None else m.ctx.outputs[0]
-            if tuple(out.shape) != shape:
+            if tuple(output_of(m).shape) != shape:
                 return None
             flags |= act << ACT_SHIFT
             at += len(m.inputs) - 1
@@ -497,15 +495,15 @@ def plan_epilogue(ctx) -> ConvEpilogue | None:
 def padded(d: FloatConv, pad) -> FloatConv | None:
     """``d`` reading the input of ``pad`` (a PAD step this backend planned, whose output only the
     convolution reads), the pad's border taken as more of its own zero padding; None where the
-    pad is not a zero border of the image (f32_layout's ``image_border``)."""
-    border = pad.ctx.data.image_border() if isinstance(pad.ctx.data, F32Pad) else None
-    if border is None:
+    pad is not a zero border of the image (f32_layout's ``image_of``)."""
+    image = image_of(pad)
+    if image is None:
         return None
     g = d.geometry.copy()
-    _, g[1], g[2], _ = pad.ctx.inputs[0].shape
-    g[10] += border[0]
-    g[11] += border[1]
-    if g[15] != GATHERED and (border != (0, 0) or tuple(g[1:3]) != tuple(d.geometry[1:3])):
+    g[1], g[2], top, left = image
+    g[10] += top
+    g[11] += left
+    if g[15] != GATHERED and ((top, left) != (0, 0) or tuple(g[1:3]) != tuple(d.geometry[1:3])):
         g[15] = GATHERED  # padded: only the gathering form reads zeros outside the image
     return dataclasses.replace(d, geometry=g)
 

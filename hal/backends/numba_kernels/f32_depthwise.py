@@ -47,12 +47,12 @@ from hal import quant
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.f32_activations import activation_of
 from hal.backends.numba_kernels.f32_lanes import ACT_NONE, activate
-from hal.backends.numba_kernels.f32_layout import F32Pad
+from hal.backends.numba_kernels.f32_layout import PADS, image_of
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import _data, counted_loop, splat
 from hal.operations.conv import BIAS, DW, FILTER, INPUT, ConvParams
 from hal.registry import OperationContext
-from hal.types import OperandType, OperationType
+from hal.types import OperandType
 
 LANES = 16
 #: Output pixels per group of the unrolled kernels, by (filter size, stride across).
@@ -401,7 +401,7 @@ def plan_epilogue(ctx) -> FloatDepthwise | None:
     are: masked loads). Reads the members' plans and shapes only (a plan from the compilation
     cache has no parameters)."""
     members = list(ctx.members)
-    pad = members.pop(0) if members[0].ctx.op_type in (OperationType.PAD, OperationType.PAD_V2) else None
+    pad = members.pop(0) if members[0].ctx.op_type in PADS else None
     d = members[0].ctx.data
     if not isinstance(d, FloatDepthwise) or len(members) > 2:
         return None
@@ -412,12 +412,12 @@ def plan_epilogue(ctx) -> FloatDepthwise | None:
             return None
         geometry[ACT] = act
     if pad is not None:
-        border = pad.ctx.data.image_border() if isinstance(pad.ctx.data, F32Pad) else None
-        if border is None:
+        image = image_of(pad)
+        if image is None:
             return None
-        _, geometry[H], geometry[W], _ = pad.ctx.inputs[0].shape
-        geometry[PT] += border[0]
-        geometry[PL] += border[1]
+        geometry[H], geometry[W], top, left = image
+        geometry[PT] += top
+        geometry[PL] += left
     return dataclasses.replace(d, geometry=geometry)
 
 

@@ -176,6 +176,21 @@ class F32Pad:
         return p[1][0], p[2][0]
 
 
+#: The operations planned here as ``F32Pad``.
+PADS = (OperationType.PAD, OperationType.PAD_V2)
+
+
+def image_of(pad) -> tuple[int, int, int, int] | None:
+    """For a PAD step this backend planned as a zero border of an NHWC image (``image_border``): its
+    input's height and width and the border's top and left, what a convolution reading its output
+    takes as its own image and more padding; else None."""
+    border = pad.ctx.data.image_border() if isinstance(pad.ctx.data, F32Pad) else None
+    if border is None:
+        return None
+    _, h, w, _ = pad.ctx.inputs[0].shape
+    return int(h), int(w), *border
+
+
 def merged(shape, paddings) -> tuple[list[int], list[tuple[int, int]]]:
     """(input shape, paddings) with each dimension that is not padded merged into the one before
     it (its rows are whole rows of that one): at most as many dimensions, the last one padded or
@@ -289,7 +304,7 @@ def bind_reshape(ctx: OperationContext, inputs: list, outputs: list):
 
 BACKEND.register([AVG, MAX], plan=plan_pool, execute=execute_pool, types=F32_TYPES, supports=supports_pool,
                  bind=bind_pool)
-BACKEND.register([OperationType.PAD, OperationType.PAD_V2], plan=plan_pad, execute=execute_pad, types=F32_TYPES,
+BACKEND.register(PADS, plan=plan_pad, execute=execute_pad, types=F32_TYPES,
                  supports=supports_pad, bind=bind_pad)
 BACKEND.register(OperationType.CONCATENATION, plan=plan_concat, execute=execute_concat, types=F32_TYPES,
                  bind=bind_concat)
