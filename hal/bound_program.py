@@ -5,8 +5,9 @@ binding, so that no per-step argument list, allocation, dictionary or loop remai
 
 A step binds through its kernel's ``bind`` (``hal.backends.Kernel.bind``), or a partition's
 executable / a fused step's plan offering ``bind(inputs, outputs)``; a reshape whose output is not
-a model output is a view of its input's buffer (no call); any other step runs its ``execute`` on
-the fixed buffers and its results are copied into its output buffers.
+a model output is a view of its input's buffer (no call); a WHILE binds its condition and body
+(``hal.bound_loop``); any other step runs its ``execute`` on the fixed buffers and its results are
+copied into its output buffers.
 
 Memory: the plan's memory plan (``Plan.release``) says when a tensor is dead; its buffer is then
 taken by a later intermediate (``_Arena``), so a binding holds about the model's largest live
@@ -21,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from hal.backends.registry import get as backend_named
+from hal.bound_loop import BoundLoop, bind_while
 from hal.errors import HalError
 from hal.operations.control_flow import CONTROL_FLOW
 from hal.plan import Plan, Step
@@ -47,13 +49,15 @@ class BoundProgram:
     backend chained them; where it fails, the per-step form runs the program again, so that the
     error names its step."""
 
-    __slots__ = ("calls", "steps", "record", "chained", "_fields", "_run", "_run_late", "_run_timed")
+    __slots__ = ("calls", "steps", "record", "chained", "loops", "_fields", "_run", "_run_late", "_run_timed")
 
     #: The generated functions' lines per step: a failure's line number names its step.
     _LINES = {"run": 1, "run_late": 2, "run_timed": 3}
 
     def __init__(self, calls: list[Callable[[], object]], steps: list[Step], record) -> None:
         self.calls, self.steps, self.record = calls, steps, record
+        #: Its bound WHILEs, given the execution's limits before each run.
+        self.loops = [c for c in calls if isinstance(c, BoundLoop)]
         self._fields = ([s.index for s in steps], [s.ctx.op_type for s in steps], [s.kernel.backend for s in steps],
                         [len(s.operations) for s in steps])
         scope = {f"c{k}": c for k, c in enumerate(calls)}
@@ -77,6 +81,8 @@ class BoundProgram:
 
     def __call__(self, timings: list | None = None, deadline_ns: int | None = None,
                  loop_timeout_ns: int | None = None) -> None:
+        for loop in self.loops:
+            loop.limits = (deadline_ns, loop_timeout_ns)
         try:
             if timings is not None:
                 stamps = self._run_timed(_NEVER if deadline_ns is None else deadline_ns)
@@ -96,6 +102,11 @@ class BoundProgram:
             raise
         except Exception as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self._failed(e)}: execution failed: {e!r}") from e
+
+    @staticmethod
+    def is_view(call: Callable[[], object]) -> bool:
+        """Whether a step's runner is a view's, which calls nothing."""
+        return call is _nothing
 
     def _late(self, k: int) -> None:
         raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before {self.steps[k].ctx.name}")
@@ -142,11 +153,12 @@ def _compile(name: str, params: str, lines: list[str], scope: dict, end: str = "
 
 
 def bind_program(plan: Plan, template: dict[int, np.ndarray], inputs: dict[int, np.ndarray],
-                 outputs: dict[int, np.ndarray], record) -> BoundProgram | None:
+                 outputs: dict[int, np.ndarray], record, subgraphs=None) -> BoundProgram | None:
     """The program of ``plan`` reading the fixed ``inputs`` and writing the fixed ``outputs``
     (operand index -> C-contiguous array of the prepared shape and dtype; ``template``: the
-    constants), or None where a step cannot run bound: control flow, a partition running loops,
-    an output shape that depends on the data, a model output no step produces."""
+    constants), or None where a step cannot run bound: an IF, a WHILE ``hal.bound_loop`` does not
+    bind (``subgraphs``: the model's compiled referenced subgraphs), a partition running loops, an
+    output shape that depends on the data, a model output no step produces."""
     arrays: dict[int, np.ndarray | None] = dict(template)
     arrays.update(inputs)
     produced = {o for s in plan.program for o in s.outputs}
@@ -154,7 +166,9 @@ def bind_program(plan: Plan, template: dict[int, np.ndarray], inputs: dict[int, 
         return None
     calls, arena = [], _Arena()
     for step, dead in zip(plan.program, plan.release):
-        if step.spec is not None and (step.ctx.op_type in CONTROL_FLOW or step.spec.data_dependent_outputs):
+        loop = step.spec is not None and step.ctx.op_type == OperationType.WHILE
+        if step.spec is not None and not loop and (step.ctx.op_type in CONTROL_FLOW
+                                                   or step.spec.data_dependent_outputs):
             return None
         if runs_loops(step):
             return None
@@ -171,7 +185,13 @@ def bind_program(plan: Plan, template: dict[int, np.ndarray], inputs: dict[int, 
             dests = [outputs[o] if o in outputs else arena.take(o, info.shape, info.dtype)
                      for o, info in zip(step.outputs, infos)]
             arrays.update(zip(step.outputs, dests))
-            calls.append(_bind_step(step, args, dests) or _executed(step, args, dests))
+            if loop:
+                bound = bind_while(step, args, dests, subgraphs, bind_program)
+                if bound is None:
+                    return None
+                calls.append(bound)
+            else:
+                calls.append(_bind_step(step, args, dests) or _executed(step, args, dests))
         for o in dead:  # the memory plan: this step was the tensor's last reader
             arena.give(o)
     return BoundProgram(calls, list(plan.program), record)

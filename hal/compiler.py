@@ -412,14 +412,43 @@ def _whole_run_instead(model: Model, steps: list[Step], start: int, end: int, in
     if any(s.ctx.op_type in per_op.leaves_runs_with for s in members):
         return None
     for s in members:
+        if s.ctx.op_type == OperationType.WHILE:
+            continue  # judged by its subgraphs, below
         t = s.ctx.inputs[0].type if s.ctx.inputs and s.ctx.inputs[0] is not None else -1
         if t not in types or not per_op.takes(s.ctx.op_type, t):
             return None
+    if not all(_loop_runs_on(per_op, s) for s in members if s.ctx.op_type == OperationType.WHILE):
+        return None
+    # a WHILE is run by the executor (hal.control_flow; bound: hal.bound_program's loop), as the
+    # reference backend's control-flow placeholder, on subgraphs now planned on ``per_op``
+    executor = [per_op, backends.get(backends.REFERENCE)]
     try:
-        planned = [prepare_operation(s.index, model, infos, order=[per_op], subgraphs=subgraphs) for s in members]
+        planned = [prepare_operation(s.index, model, infos, subgraphs=subgraphs,
+                                     order=executor if s.ctx.op_type == OperationType.WHILE else [per_op])
+                   for s in members]
     except HalError:  # an operation it declines
         return None
     return planned
+
+
+def _loop_runs_on(backend: Backend, step: Step) -> bool:
+    """Whether a WHILE's condition and body subgraphs are planned wholly on ``backend`` (their
+    programs made now: a graph backend's run inside them is taken by it as this rule takes the
+    main graph's), with the shapes the loop starts with, which its body keeps."""
+    p, subgraphs = step.ctx.params, step.ctx.compiled_subgraphs
+    if subgraphs is None:
+        return False
+    shapes = tuple(tuple(info.shape) if info is not None else () for info in step.ctx.inputs[2:])
+    for k in (p.cond_subgraph, p.body_subgraph):
+        compiled = subgraphs.get(k)
+        try:
+            plan = compiled.plan_for(shapes)
+        except RuntimeValueNeeded:
+            return False
+        if any(plan.infos[i].shape != shape for i, shape in zip(compiled.input_indexes, shapes)) \
+                or not all(s.backend == backend.name for s in plan.program):
+            return False
+    return True
 
 
 def per_operation(order: list[Backend]) -> list[Backend]:

@@ -85,8 +85,7 @@ class _Run:
     def control_flow(self) -> control_flow.ControlFlowRun:
         def run(sub: CompiledModel, inputs: list) -> list:  # a subgraph's operations are not timed one by one
             return execute(sub, inputs, None, self.deadline_ns, loop_timeout_ns=self.loop_timeout_ns)
-        subgraphs = self.compiled.subgraphs
-        return control_flow.ControlFlowRun(subgraphs.get, run, self.deadline_ns, self.loop_timeout_ns)
+        return control_flow.ControlFlowRun(self.compiled.subgraphs, run, self.deadline_ns, self.loop_timeout_ns)
 
 
 def execute(compiled: CompiledModel, inputs: list[np.ndarray],
@@ -260,7 +259,8 @@ def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.nda
     partition that runs loops, as ``execute``'s does); any other static program is bound step by
     step (``hal.bound_program``: intermediates allocated once, each step's arguments computed once).
     None (the caller uses ``execute`` and copies): a model planned per execution, arrays that are
-    not C-contiguous or not the prepared shapes, control flow, data-dependent shapes."""
+    not C-contiguous or not the prepared shapes, an IF or a WHILE not bound (hal.bound_loop),
+    data-dependent shapes."""
     plan = compiled.static_plan
     if plan is None or len(inputs) != len(compiled.input_indexes) or len(outputs) != len(compiled.output_indexes) \
             or len(set(compiled.output_indexes)) != len(compiled.output_indexes):
@@ -275,7 +275,7 @@ def bind(compiled: CompiledModel, inputs: list[np.ndarray], outputs: list[np.nda
         if arr.shape != info.shape or arr.dtype != info.dtype or not arr.flags.c_contiguous:
             return None
     return bind_program(plan, compiled.constants, dict(zip(compiled.input_indexes, inputs)),
-                        dict(zip(compiled.output_indexes, outputs)), OperationTiming)
+                        dict(zip(compiled.output_indexes, outputs)), OperationTiming, compiled.subgraphs)
 
 
 def _bind_single(compiled: CompiledModel, plan: Plan, inputs: list[np.ndarray], outputs: list[np.ndarray]):

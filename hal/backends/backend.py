@@ -43,6 +43,13 @@ class Backend:
         #: backend (``Kernel.bind``'s) as equivalent runners, fewer where the backend can make
         #: several calls as one (``hal.bound_program``); None: each runner is called.
         self.chain: Callable[[list[Callable[[], object]]], list[Callable[[], object]]] | None = None
+        #: ``loop(condition runners, flag, body runners, copies)``: a bound WHILE's trips as one
+        #: call of this backend's (``hal.bound_loop``): ``run(until_ns)`` runs the condition's
+        #: runners, stops when ``flag[0]`` is false, else runs the body's and copies each (dst,
+        #: src) pair, and again, reading the clock (time.monotonic_ns's) before each trip; it
+        #: answers hal.bound_loop's DONE, LATE or FAILED + the failed call, ``run.trips`` the trips
+        #: made. None from it, or no hook: the trips are a Python loop.
+        self.loop: Callable | None = None
         #: Graph backend name -> operand types for which this per-operation backend takes that
         #: graph backend's whole run of operations when it plans every one of them (hal.compiler's
         #: ``_whole_run_instead``): where it was measured faster on them than that engine.

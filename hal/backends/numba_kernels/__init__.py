@@ -47,6 +47,10 @@ loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
   onnxruntime's float32 runs they cover wholly to them (hal.compiler's ``_whole_run_instead``),
   chained natively, but for runs with a LOGISTIC (``leaves_runs_with``);
   $NNHAL_NUMBA_FLOAT_RUNS=0 keeps every run on onnxruntime (see ``FLOAT_RUNS_VARIABLE``).
+- WHILE loops (counters.py: int32 ADD, SUB, MUL, the comparisons, CAST to its own type; float32
+  TANH in f32_activations.py): a loop whose condition and body subgraphs these kernels plan
+  wholly is taken from onnxruntime's run like the float runs above, and its bound trips are one
+  native call (native_chain.py's ``loop``, hal.bound_loop), the clock read before each trip.
 Operations or forms it does not take (other float operations, NCHW, non-constant filters, ...) fall back to the
 next backend of the preference order, ultimately the reference backend.
 
@@ -134,10 +138,12 @@ BACKEND = Backend("numba", VERSION, modules=("hal.backends.numba_kernels", "hal.
 #: against onnxruntime's run (1 thread, same process; with windows read in place and the
 #: epilogue in registers), they run an iris-style PReLU network 0.72 -> 0.58 ms (LiteRT 0.62),
 #: face-style 1.04 -> 0.90 (1.05), BlazeFace-style 1.01 -> 0.92 (1.38), a pose-style
-#: encoder-decoder 2.36 -> 2.03 (2.57), and MobileNetV2 level (5.62 -> 5.59; 5.47).
+#: encoder-decoder 2.36 -> 2.03 (2.57), and MobileNetV2 level (5.62 -> 5.59; 5.47). Runs of int32
+#: operations too (counters.py's): a WHILE loop's condition and body subgraphs, which then run as
+#: one native loop (native_chain.py's ``loop``) instead of onnxruntime's Loop node.
 FLOAT_RUNS_VARIABLE = "NNHAL_NUMBA_FLOAT_RUNS"
 if os.environ.get(FLOAT_RUNS_VARIABLE, "1") != "0":
-    BACKEND.takes_runs = {"onnxruntime": frozenset({OperandType.TENSOR_FLOAT32})}
+    BACKEND.takes_runs = {"onnxruntime": frozenset({OperandType.TENSOR_FLOAT32, OperandType.TENSOR_INT32})}
 #: A run with a LOGISTIC (EfficientNet's swish and squeeze-excite gates) stays onnxruntime's: these
 #: kernels apply a swish in their convolutions' epilogues too, but their float32 sigmoid costs more
 #: than onnxruntime's (EfficientNet-B0 in process: 10.9 ms on onnxruntime, 11.2 on these kernels).
@@ -211,6 +217,7 @@ def _import_mending(name: str) -> None:
 
 _load()
 from hal.backends.numba_kernels.native_chain import chain as _chain  # noqa: E402 - loaded by _load
+from hal.backends.numba_kernels.native_chain import loop as _loop  # noqa: E402
 
-BACKEND.chain = _chain
+BACKEND.chain, BACKEND.loop = _chain, _loop
 register_backend(BACKEND)

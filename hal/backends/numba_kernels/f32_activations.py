@@ -1,6 +1,7 @@
-"""Float32 LOGISTIC and HARD_SWISH, and hal.fusion's ``swish`` (LOGISTIC(x), then MUL of x and
+"""Float32 LOGISTIC, TANH and HARD_SWISH, and hal.fusion's ``swish`` (LOGISTIC(x), then MUL of x and
 it): one native pass over the flattened tensor, for the float CNNs that run wholly on this backend
-(EfficientNet's swish and squeeze-excite gates, MobileNetV3's hard-swish activations). A
+(EfficientNet's swish and squeeze-excite gates, MobileNetV3's hard-swish activations; a
+recurrence's TANH, so that a WHILE loop's body runs wholly here). A
 convolution's activation is applied in its epilogue instead (hal.fusion's ``conv_epilogue``); these
 passes take the others.
 
@@ -31,11 +32,12 @@ from hal.backends.numba_kernels.f32_lanes import (
     hard_swish_lanes,
     sigmoid_lanes,
     swish_lanes,
+    tanh_lanes,
 )
 from hal.backends.numba_kernels.f32_simd import LANES, _lanes_below, _load, _store
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.simd import _data, counted_loop
-from hal.operations.activations import HARD_SWISH, LOGISTIC, ActivationParams
+from hal.operations.activations import HARD_SWISH, LOGISTIC, TANH, ActivationParams
 from hal.registry import OperationContext
 from hal.types import OperandType
 
@@ -68,7 +70,8 @@ def _unary_run(lanes):
     return run
 
 
-_logistic_run, _hard_swish_run, _swish_run = (_unary_run(f) for f in (sigmoid_lanes, hard_swish_lanes, swish_lanes))
+_logistic_run, _hard_swish_run, _swish_run, _tanh_run = (
+    _unary_run(f) for f in (sigmoid_lanes, hard_swish_lanes, swish_lanes, tanh_lanes))
 
 
 @numba.njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
@@ -86,14 +89,19 @@ def swish(x, out):
     _swish_run(x, out, out.shape[0])
 
 
+@numba.njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
+def tanh(x, out):
+    _tanh_run(x, out, out.shape[0])
+
+
 #: By operation; SWISH (not an operation code): hal.fusion's ``swish``.
 SWISH = -1
-KERNELS = {LOGISTIC: logistic, HARD_SWISH: hard_swish, SWISH: swish}
+KERNELS = {LOGISTIC: logistic, HARD_SWISH: hard_swish, SWISH: swish, TANH: tanh}
 
 
 @dataclass
 class FloatUnary:
-    op: int  # LOGISTIC, HARD_SWISH or SWISH
+    op: int  # LOGISTIC, TANH, HARD_SWISH or SWISH
 
 
 def plan(ctx: OperationContext) -> FloatUnary:
@@ -147,5 +155,5 @@ def plan_swish(ctx) -> FloatUnary | None:
     return FloatUnary(SWISH)
 
 
-BACKEND.register([LOGISTIC, HARD_SWISH], plan=plan, execute=execute, types=F32_TYPES, bind=bind)
+BACKEND.register([LOGISTIC, TANH, HARD_SWISH], plan=plan, execute=execute, types=F32_TYPES, bind=bind)
 BACKEND.register_fusion("swish", plan=plan_swish, execute=execute, bind=bind)

@@ -19,6 +19,10 @@ multiply-add (no fast-math flags), so a pass and an epilogue give the same bytes
   changes nothing the reference keeps: sigmoid is 1.0 in float32 from t < -17, and for t between
   88 and 88.72 the reference's results are denormals below 1e-38.
 * swish: ``x · LOGISTIC(x)``, one more rounding (the reference's MUL of the two).
+* TANH: Cephes' ``tanhf``: below |x| = 0.625 the odd polynomial ``x + x·z·P(z)`` (z = x²: no
+  cancellation near 0), above it ``1 - 2 / (exp(2|x|) + 1)`` with the sign of x (exp as LOGISTIC's;
+  from |x| = 44 the clamped exp gives 1, as tanh is 1 in float32 from |x| = 9.01). Within 2 ULP of
+  libm's tanhf, which the reference's numpy calls; NaN stays NaN and -0 stays -0.
 * exp alone (f32_softmax.py's): the same ``expf``; below -87 it gives exp(-87), 1.6e-38, where
   float32's is a smaller denormal or 0.
 """
@@ -67,6 +71,26 @@ def sigmoid_lanes(b, v):
     s = b.fdiv(const(1.0), b.fadd(const(1.0), exp_lanes(b, t)))
     s = b.select(b.fcmp_ordered(">", t, const(_T_OVER)), const(0.0), s)
     return b.select(b.fcmp_unordered("uno", v, v), v, s)
+
+
+#: Cephes' tanhf: its polynomial below |x| = _TANH_SMALL, highest degree first.
+_TANH_SMALL = 0.625
+_TANH_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
+
+
+def tanh_lanes(b, v):
+    a = b.call(cgutils.get_or_insert_function(b.module, ir.FunctionType(_VF, [_VF]), "llvm.fabs.v16f32"), [v])
+    z = b.fmul(v, v)
+    p = const(_TANH_POLY[0])
+    for k in _TANH_POLY[1:]:
+        p = _fma(b, p, z, const(k))
+    small = _fma(b, b.fmul(p, z), v, v)
+    e = exp_lanes(b, b.fadd(a, a))
+    large = b.fsub(const(1.0), b.fdiv(const(2.0), b.fadd(e, const(1.0))))
+    sign = ir.Constant(_VI, [-(1 << 31)] * LANES)
+    large = b.bitcast(b.or_(b.bitcast(large, _VI), b.and_(b.bitcast(v, _VI), sign)), _VF)
+    t = b.select(b.fcmp_ordered("<", a, const(_TANH_SMALL)), small, large)
+    return b.select(b.fcmp_unordered("ueq", v, const(0.0)), v, t)  # NaN, and ±0 (the sum gives +0)
 
 
 def _fma(b, x, y, z):

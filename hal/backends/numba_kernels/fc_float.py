@@ -20,6 +20,7 @@ tolerance (tests/backends/test_numba_fc_float.py compares, with CTS's criteria).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numba
@@ -316,12 +317,9 @@ class FloatFc:
         """A runner computing from ``inputs[0]``'s current contents into ``outputs[0]`` (fixed
         C-contiguous float32 arrays: a burst's slots), with no per-call work in Python but the call."""
         x, out = inputs[0].reshape(-1), outputs[0].reshape(-1)
-        run_chain = CHAINS[self.batch - 1]
-        args = (x, self.weights, self.biases, self.layers, self.clamps, self.widest, out)
-
-        def run() -> None:
-            run_chain(*args)
-        return run
+        # a partial of the compiled chain: native_chain.py calls it without Python (a WHILE's body)
+        return functools.partial(CHAINS[self.batch - 1], x, self.weights, self.biases, self.layers, self.clamps,
+                                 self.widest, out)
 
 
 def _widths(n: int) -> tuple[int, bool]:
