@@ -105,7 +105,12 @@ def _run(model, x):
     ((1, 6, 7, 8), 24, 4, 2, {"pads": (2, 2, 2, 2)}),  # the general depthwise kernel, wide padding
     ((1, 5, 6, 16), 32, 3, 1, {"border": ((0, 0), (3, 3), (3, 3), (0, 0)), "pads": (0, 0, 0, 0)}),  # rows of zeros
 ])
-def test_the_fused_block_gives_the_unfused_steps_bytes(shape, expand, k, stride, kw, monkeypatch, any_size):
+@pytest.mark.parametrize("ring_bytes", [1, None])  # 1: the fewest rows (2·kh), moved every few output rows
+def test_the_fused_block_gives_the_unfused_steps_bytes(shape, expand, k, stride, kw, ring_bytes, monkeypatch,
+                                                       any_size):
+    from hal.backends.numba_kernels import f32_expand
+    if ring_bytes is not None:
+        monkeypatch.setattr(f32_expand, "RING_BYTES", ring_bytes)
     rng = np.random.default_rng(expand + k)
     model = block_model(shape, expand, k, stride, rng=rng, **kw)
     x = rng.uniform(-3, 3, shape).astype(np.float32)

@@ -4,10 +4,12 @@ activation) computed a few rows at a time, as the depthwise layer after it reach
 Why: the expansion multiplies a block's channels (MobileNetV2's first block writes 112x112x96
 floats, 4.8 MB, for a depthwise layer to read back): run as two layers, that tensor goes to the
 L3 cache and returns, and the 1x1 layer with few input channels waits on those stores. Here the
-expansion's rows live in a ring of 2·kh rows (kh: the depthwise filter's height) that stays in
-L2: before each depthwise output row, the expansion rows its window needs that are not yet
-computed are (f32_conv's tiles, the activation in their epilogue), each stored at its slot r mod
-kh and again kh rows later, so that any kh consecutive rows lie consecutively in the ring; then
+expansion's rows live in a buffer of a few rows (``RING_BYTES``, at least 2·kh rows; kh: the
+depthwise filter's height) that stays in L2: before each depthwise output row, the expansion rows
+its window needs that are not yet computed are (f32_conv's tiles, the activation in their
+epilogue), each stored after the last; when the window would pass the buffer's end, the rows it
+still needs (kh - stride of them) move to the buffer's start first, so that its rows always lie
+consecutively, and a row is moved once per few output rows, not stored twice. Then
 f32_depthwise's kernel computes that output row from them as from an image of those rows (its
 padding rows and columns, and a PAD fused before it, read as zeros as always).
 
@@ -43,6 +45,8 @@ from hal.backends.numba_kernels.simd import copy_bytes
 #: least ``MIN_WIDTH`` pixels (each of the 1x1 layer's passes over its weights computes one row).
 MIN_BYTES = 1 << 20
 MIN_WIDTH = 32
+#: The expansion rows' buffer: about this many bytes (an L2 cache's share), at least 2·kh rows.
+RING_BYTES = 512 * 1024
 
 _RO, _RW, _GEOMETRY = ro(np.float32, 1), rw(np.float32, 1), ro(np.int64, 1)
 _SIG = [numba.void(_RO, _RO, _RO, _GEOMETRY, _RO, numba.int64, _RO, _RO, _GEOMETRY, _RO, rw(np.int64, 1), _RW,
@@ -61,31 +65,37 @@ def _driver_of(kernel: int):
     @numba.njit(_SIG, cache=True, nogil=True)
     def run(x, cw, cbias, cg, clamps, flags, dw_w, dw_b, dg, dw_clamp, window, ring, out):
         """x [N, H, W, Cin] flat through the 1x1 layer (``cg``, packed ``cw``, ``cbias``, clamps,
-        epilogue ``flags``: its activation) into ``ring`` (2·kh rows of W·E), and the depthwise
-        layer (``dg``) from it into ``out`` [N, OH, OW, E]; ``window``: a copy of ``dg`` set per
-        output row to the rows it reads."""
+        epilogue ``flags``: its activation) into ``ring`` (whole rows of W·E, at least 2·kh), and
+        the depthwise layer (``dg``) from it into ``out`` [N, OH, OW, E]; ``window``: a copy of
+        ``dg`` set per output row to the rows it reads."""
         batch, h, w, cin, e, group = cg[0], cg[1], cg[2], cg[3], cg[14], cg[16]
         lo, hi, lo2, hi2 = clamps[0], clamps[1], clamps[2], clamps[3]
         kh, sh, pt, oh, ow = dg[dw.KH], dg[dw.SH], dg[dw.PT], dg[dw.OH], dg[dw.OW]
         row = w * e
+        rows = ring.shape[0] // row
         for n in range(batch):
             done = 0  # the expansion's rows computed for this image
+            base = 0  # the expansion row at the ring's start
             for oy in range(oh):
                 top = oy * sh - pt
                 first, last = max(top, 0), min(top + kh, h)
+                if last - base > rows:  # past the end: the rows still needed to the start
+                    done = max(done, first)  # (a stride wider than the filter skips rows)
+                    if done > first:
+                        copy_bytes(ring, 0, ring, 4 * (first - base) * row, 4 * (done - first) * row)
+                    base = first
                 while done < last:
-                    slot = (done % kh) * row
+                    slot = (done - base) * row
                     at = (n * h + done) * w * cin
                     if flags:
                         _gemm_windows(x, at, w, cin, cw, cbias, e, lo, hi, ring, slot, group, cin, cin, 0, x, x,
                                       flags, lo2, hi2)
                     else:
                         _gemm(x, at, w, cin, cw, cbias, e, lo, hi, ring, slot, group)
-                    copy_bytes(ring, 4 * (slot + kh * row), ring, 4 * slot, 4 * row)
                     done += 1
                 window[dw.H] = max(last - first, 0)
                 window[dw.PT] = first - top
-                start, o = (first % kh) * row, ((n * oh + oy) * ow) * e
+                start, o = (first - base) * row, ((n * oh + oy) * ow) * e
                 if general:
                     dw._any(ring, start, dw_w, dw_b, window, out, o, dw_clamp[0], dw_clamp[1])
                 else:
@@ -123,14 +133,15 @@ def plan(ctx) -> ExpandDepthwise | None:
         return None
     batch, h, w, e = conv.out_shape
     if (int(d.geometry[dw.H]), int(d.geometry[dw.W]), int(d.geometry[dw.C])) != (h, w, e) \
-            or h * w * e * 4 < MIN_BYTES or w < MIN_WIDTH:
+            or h * w * e * 4 < MIN_BYTES or w < MIN_WIDTH or w * e < 16:  # (rows move in 64-byte steps)
         return None
     return ExpandDepthwise(conv, _clamps(conv) if clamps is None else clamps, flags >> ACT_SHIFT << ACT_SHIFT, d)
 
 
 def _ring(p: ExpandDepthwise) -> np.ndarray:
     g = p.depthwise.geometry
-    return dw._aligned(2 * int(g[dw.KH]) * int(g[dw.W]) * int(g[dw.C]))
+    row = int(g[dw.W]) * int(g[dw.C])
+    return dw._aligned(max(2 * int(g[dw.KH]), RING_BYTES // (4 * row)) * row)
 
 
 def _call(p: ExpandDepthwise, x: np.ndarray, out: np.ndarray):
