@@ -49,3 +49,28 @@ def test_every_cached_closure_kernel_holds_plain_values_only():
                     bad.append(f"{info.name}.{name} ({kernel.py_func.__name__}): cells of {kinds}")
     assert closures >= 10, f"only {closures} cached closure kernels found: the walk no longer sees them"
     assert not bad, bad
+
+
+def test_a_cache_directory_is_filled_under_a_lock_then_marked(tmp_path, monkeypatch):
+    """``_FillLock``: while one process imports the kernels into a directory not yet filled, it
+    holds an exclusive lock that another opener of the lock file cannot take; on success the
+    directory is marked filled, and later loads take no lock."""
+    import fcntl
+    import os
+    monkeypatch.setattr(package, "CACHE", tmp_path)
+    with package._FillLock() as held:
+        assert held.fd is not None
+        other = os.open(tmp_path / ".fill.lock", os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    assert (tmp_path / package.FILLED_MARKER).exists()
+    with package._FillLock() as again:
+        assert again.fd is None
+    (tmp_path / package.FILLED_MARKER).unlink()
+    with pytest.raises(RuntimeError):
+        with package._FillLock():
+            raise RuntimeError("an import failed")
+    assert not (tmp_path / package.FILLED_MARKER).exists()  # a failed fill is not marked

@@ -1,5 +1,5 @@
 """The numba backend's float32 ADD, MUL, PRELU (numba_kernels/f32_elementwise.py) and MAX_POOL_2D,
-AVERAGE_POOL_2D, PAD, PAD_V2, CONCATENATION, RESHAPE (f32_layout.py) against the reference backend
+AVERAGE_POOL_2D, PAD, PAD_V2, CONCATENATION, RESHAPE, STRIDED_SLICE (f32_layout.py) against the reference backend
 with NNAPI CTS's float criteria: every float32 CTS case of these operations they take (and the
 CTS's own judgement), randomized shapes and parameters (broadcast forms, channel counts off the
 16-float vector, batch 2, fused activations, inf and NaN), the bound form (fixed arrays, steps
@@ -32,7 +32,7 @@ ORDER = ["numba", "reference"]
 
 @pytest.mark.parametrize("name,minimum", [("ADD", 4), ("MUL", 8), ("PRELU", 8), ("MAX_POOL_2D", 32),
                                           ("AVERAGE_POOL_2D", 40), ("PAD", 28), ("PAD_V2", 20),
-                                          ("CONCATENATION", 14), ("RESHAPE", 16)])
+                                          ("CONCATENATION", 14), ("RESHAPE", 16), ("STRIDED_SLICE", 8)])
 def test_cts_float32_cases_meet_the_cts_and_the_reference(name, minimum):
     ran = float_cts_examples_on("numba", name, Op[name], ORDER)
     assert ran >= minimum, f"only {ran} float32 CTS examples of {name} ran on the numba kernels"
@@ -210,6 +210,23 @@ def test_reshape():
                           ((4, 33), (2, 2, 33))):
         out = tuple(int(np.prod(shape)) if t == -1 else t for t in target)
         _check(_model(Op.RESHAPE, [shape], out, [("t", list(target))]), rng, rounds=0)
+
+
+SLICES = [  # (input shape, begin, end, strides, begin mask, end mask, shrink mask, output shape)
+    ((1, 49, 32), [0, -1, 0], [1, 49, 32], [1, 1, 1], 0, 0, 2, (1, 32)),  # a sequence's last step
+    ((2, 7, 9, 5), [1, 6, -2, 0], [2, 0, 0, 5], [1, -2, -3, 1], 0, 0, 0, (1, 3, 3, 5)),  # negative strides
+    ((3, 10), [0, 1], [3, 10], [2, 3], 0, 0, 0, (2, 3)),  # strided innermost axis
+    ((4, 6, 8), [1, 0, 2], [0, 0, 7], [1, 1, 1], 1, 3, 0, (4, 6, 5)),  # masks: whole ranges
+    ((5,), [2], [3], [1], 0, 0, 1, (1,)),  # every axis shrunk: shape [1]
+]
+
+
+@pytest.mark.parametrize("shape,begin,end,strides,bm,em,sm,out", SLICES)
+def test_strided_slices(shape, begin, end, strides, bm, em, sm, out):
+    model = _model(Op.STRIDED_SLICE, [shape], out, [("t", begin), ("t", end), ("t", strides), ("i", bm), ("i", em),
+                                                    ("i", sm)])
+    _check(model, np.random.default_rng(len(shape)), rounds=0)
+    _bound_equals_executed(model, np.random.default_rng(1))
 
 
 # ---- (c) bound to fixed arrays: execute's bytes -----------------------------------------------

@@ -56,8 +56,8 @@ def test_cts_cases_run_on_numba_and_match_the_reference_and_the_cts(operation):
 
 def test_keyword_spotting_lstm_matches_the_reference():
     """49 steps of a projected, clipped LSTM (tests/delegate/kws_model.py) as the delegate maps it;
-    the LSTM step must be the numba backend's (and the classifier's FULLY_CONNECTED, batch 1, and
-    SOFTMAX)."""
+    the LSTM step must be the numba backend's (and the last time step's STRIDED_SLICE, the
+    classifier's FULLY_CONNECTED, batch 1, and SOFTMAX)."""
     from delegate.mapping import convert_partition
     from delegate.tfl.reader import read_model
     from tests.backends.differential import assert_matches_reference
@@ -71,4 +71,5 @@ def test_keyword_spotting_lstm_matches_the_reference():
         result = assert_matches_reference(model, [x, *states], "numba")
         ops = model.main.operations
         assert [ops[i].type for i in result.assigned] == [OperationType.UNIDIRECTIONAL_SEQUENCE_LSTM,
+                                                          OperationType.STRIDED_SLICE,
                                                           OperationType.FULLY_CONNECTED, OperationType.SOFTMAX]

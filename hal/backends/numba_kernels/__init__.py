@@ -38,7 +38,7 @@ loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
   residual ADD, a PRELU and a hard-swish or swish after it applied in its epilogue, hal.fusion's
   ``conv_epilogue``), DEPTHWISE_CONV_2D in 16-channel vector IR (a PAD and an activation fused
   alike; an expansion that would outgrow L2 computed as it reaches it, ``expand_depthwise``),
-  ADD, MUL, PRELU, NHWC MAX_POOL_2D, AVERAGE_POOL_2D, PAD / PAD_V2, CONCATENATION, RESHAPE (on
+  ADD, MUL, PRELU, NHWC MAX_POOL_2D, AVERAGE_POOL_2D, PAD / PAD_V2, CONCATENATION, RESHAPE, STRIDED_SLICE (on
   f32_simd.py's 16-lane float IR), SOFTMAX, LOGISTIC (a vectorised float32 exp, within a few ULP
   of the reference's), HARD_SWISH, MEAN (float64 sums, as numpy's
   mean) and NHWC RESIZE_BILINEAR (the reference's plan of indexes and weights), one pass each with
@@ -151,11 +151,57 @@ if os.environ.get(FLOAT_RUNS_VARIABLE, "1") != "0":
 BACKEND.leaves_runs_with = frozenset({OperationType.LOGISTIC})
 
 
+#: Written into the cache directory once one process has imported every kernel module into it.
+FILLED_MARKER = "filled"
+
+
+class _FillLock:
+    """Held (an exclusive ``flock`` on the cache directory's lock file) while a process imports the
+    kernel modules into a cache directory not yet filled. Why: numba's cache is not safe for
+    processes filling it at once: each picks a data file's number from the index it read, so two
+    processes saving two kernels of one index (a function's several signatures, a factory's
+    closures) can both take number 1, and a third loads the one under the other's entry (a
+    test run's workers and services starting together after an edit computed garbage that way).
+    Once the directory is filled (``FILLED_MARKER``), loading takes no lock. Where the directory
+    cannot be written or locked, nothing is held (numba then does not save either)."""
+
+    def __enter__(self):
+        self.fd = None
+        if (CACHE / FILLED_MARKER).exists():
+            return self
+        try:
+            import fcntl
+            self.fd = os.open(CACHE / ".fill.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            if self.fd is not None:
+                os.close(self.fd)
+            self.fd = None
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if self.fd is None:
+            return
+        try:
+            if kind is None:
+                (CACHE / FILLED_MARKER).touch()
+        except OSError:
+            pass
+        finally:
+            os.close(self.fd)  # releases the lock
+
+
 def _load() -> None:
-    """Import (and so compile or load from numba's cache) every kernel module. A cache file that
-    cannot be read (truncated, corrupt, written by another numba) costs its module a compilation,
-    never the backend: that module's files are removed and its kernels compiled again; where the
-    culprit cannot be told, the whole cache is removed and everything compiled afresh."""
+    """Import (and so compile or load from numba's cache) every kernel module, the first time into
+    this cache directory under ``_FillLock``. A cache file that cannot be read (truncated, corrupt,
+    written by another numba) costs its module a compilation, never the backend: that module's
+    files are removed and its kernels compiled again; where the culprit cannot be told, the whole
+    cache is removed and everything compiled afresh."""
+    with _FillLock():
+        _import_all()
+
+
+def _import_all() -> None:
     import importlib
     import logging
     import pkgutil

@@ -19,6 +19,9 @@ masked, so that any channel count takes whole vectors and nothing outside a row 
   NHWC moves whole W·C rows), then each output row one masked move: fill, the input's row, fill.
 * CONCATENATION: each input's rows moved into the output's rows, one call per input.
 * RESHAPE: a copy (a bound program makes it a view of its input unless its output is a model's).
+* STRIDED_SLICE: the spec's resolved axes as the input offset of each output row (the innermost
+  axis's run, planned once), then one strided copy per row: a sequence model's last time step
+  (a KWS LSTM's [1, 49, 32] -> [1, 32]) is one row.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.gemm import in_order
 from hal.operations.concatenation import axis_input
 from hal.operations.pooling import AVG, MAX, PoolParams
+from hal.operations.strided_slice import StridedSliceParams
 from hal.registry import OperationContext
 from hal.types import OperandType, OperationType
 
@@ -302,6 +306,64 @@ def bind_reshape(ctx: OperationContext, inputs: list, outputs: list):
     return functools.partial(_copy, x.reshape(-1), outputs[0].reshape(-1))
 
 
+#: A slice of more output rows than this stays on the next backend (its offsets are planned).
+MAX_SLICE_ROWS = 1 << 20
+
+
+@numba.njit(numba.void(ro(np.float32, 1), ro(np.int64, 1), I64, I64, rw(np.float32, 1)), cache=True, nogil=True)
+def _slice_rows(x, starts, count, stride, out):
+    """Output row r: ``count`` elements of x from ``starts[r]`` every ``stride``."""
+    for r in range(starts.shape[0]):
+        at, o = starts[r], r * count
+        for j in range(count):
+            out[o + j] = x[at + j * stride]
+
+
+@dataclass
+class F32Slice:
+    starts: np.ndarray  # int64: each output row's first input offset
+    count: int  # the innermost axis's elements per row
+    stride: int
+    out_shape: tuple[int, ...]
+
+
+def supports_slice(ctx: OperationContext) -> str | None:
+    p: StridedSliceParams = ctx.params
+    if p.invalid:
+        return "values NNAPI's shrink-axis rule forbids (refused where they run)"
+    if int(np.prod([a.count for a in p.axes[:-1]])) > MAX_SLICE_ROWS:
+        return f"more than {MAX_SLICE_ROWS} output rows"
+    return None
+
+
+def plan_slice(ctx: OperationContext) -> F32Slice:
+    p: StridedSliceParams = ctx.params
+    shape = ctx.input(0).shape
+    steps = np.cumprod((1, *shape[:0:-1]))[::-1]  # each axis's element stride in C order
+    starts = np.zeros(1, np.int64)
+    for axis, a in enumerate(p.axes[:-1]):
+        starts = (starts[:, None] + (a.start + np.arange(a.count) * a.stride) * int(steps[axis])).reshape(-1)
+    last = p.axes[-1]
+    return F32Slice(starts + last.start, int(last.count), int(last.stride), tuple(p.out_shape))
+
+
+def execute_slice(ctx: OperationContext, inputs: list) -> list:
+    d: F32Slice = ctx.data
+    out = np.empty(d.out_shape, np.float32)
+    if out.size:
+        _slice_rows(np.ascontiguousarray(inputs[0], np.float32).reshape(-1), d.starts, d.count, d.stride,
+                    out.reshape(-1))
+    return [out]
+
+
+def bind_slice(ctx: OperationContext, inputs: list, outputs: list):
+    d: F32Slice = ctx.data
+    x, out = inputs[0], outputs[0]
+    if x is None or not x.flags.c_contiguous or out.size == 0:
+        return None
+    return functools.partial(_slice_rows, x.reshape(-1), d.starts, d.count, d.stride, out.reshape(-1))
+
+
 BACKEND.register([AVG, MAX], plan=plan_pool, execute=execute_pool, types=F32_TYPES, supports=supports_pool,
                  bind=bind_pool)
 BACKEND.register(PADS, plan=plan_pad, execute=execute_pad, types=F32_TYPES,
@@ -310,3 +372,5 @@ BACKEND.register(OperationType.CONCATENATION, plan=plan_concat, execute=execute_
                  bind=bind_concat)
 BACKEND.register(OperationType.RESHAPE, plan=plan_reshape, execute=execute_reshape, types=F32_TYPES,
                  bind=bind_reshape)
+BACKEND.register(OperationType.STRIDED_SLICE, plan=plan_slice, execute=execute_slice, types=F32_TYPES,
+                 supports=supports_slice, bind=bind_slice)
