@@ -47,15 +47,14 @@ class BoundLoop:
     """A bound WHILE's zero-argument runner; ``limits`` (the deadline or None, the loop timeout as
     the execution asked for it) are set by the program that holds it before each run."""
 
-    __slots__ = ("name", "starts", "cond", "flag", "body", "copies", "native", "limits", "arrays")
+    __slots__ = ("name", "starts", "cond", "flag", "body", "copies", "native", "limits")
 
-    def __init__(self, name: str, starts, cond, flag, body, copies, native, arrays) -> None:
+    def __init__(self, name: str, starts, cond, flag, body, copies, native) -> None:
         self.name = name
         self.starts = starts  # (state buffer, the WHILE's input) per value the loop carries
         self.cond, self.flag, self.body, self.copies = cond, flag, body, copies
         self.native = native  # until_ns -> DONE / LATE / FAILED + k, and ``trips``; or None
         self.limits: tuple[int | None, int | None] = (None, None)
-        self.arrays = arrays  # every buffer the bound programs and the native loop read and write
 
     def __call__(self) -> None:
         deadline_ns, requested = self.limits
@@ -146,23 +145,20 @@ def bind_while(step: Step, args: list, dests: list[np.ndarray], subgraphs, bind_
     body_bound = bind_program(body_plan, body.constants, dict(zip(body.input_indexes, reads)), outs, None, subgraphs)
     if cond_bound is None or body_bound is None:
         return None
-    starts = list(zip(state, values[:carried]))
-    arrays = (reads, flag, list(outs.values()))
-    return BoundLoop(step.ctx.name, starts, cond_bound, flag, body_bound, copies,
-                     _native(cond_bound, flag, body_bound, copies), arrays)
+    # the buffers are held by what reads and writes them: the programs' runners, the copies, starts
+    return BoundLoop(step.ctx.name, list(zip(state, values[:carried])), cond_bound, flag, body_bound, copies,
+                     _native(cond_bound, flag, body_bound, copies))
 
 
 def _native(cond, flag: np.ndarray, body, copies: list) -> Callable | None:
     """The backend's native loop over both programs' steps, where one backend runs them all and
     offers one (``Backend.loop``), else None."""
-    calls = [(c, s) for program in (cond, body) for c, s in zip(program.calls, program.steps) if not program.is_view(c)]
-    names = {s.kernel.backend for _, s in calls}
+    cond_calls, body_calls = ([(c, s) for c, s in zip(p.calls, p.steps) if not p.is_view(c)] for p in (cond, body))
+    names = {s.kernel.backend for _, s in cond_calls + body_calls}
     backend = backend_named(names.pop()) if len(names) == 1 else None
-    if backend is None or backend.loop is None or any(program.loops for program in (cond, body)):
+    if backend is None or backend.loop is None or cond.loops or body.loops:
         return None
-    n_cond = sum(1 for c in cond.calls if not cond.is_view(c))
-    runners = [c for c, _ in calls]
-    return backend.loop(runners[:n_cond], flag, runners[n_cond:], copies)
+    return backend.loop([c for c, _ in cond_calls], flag, [c for c, _ in body_calls], copies)
 
 
 __all__ = ["BoundLoop", "DEFAULT_LOOP_TIMEOUT_NS", "DONE", "FAILED", "LATE", "MAX_LOOP_TIMEOUT_NS", "bind_while",
