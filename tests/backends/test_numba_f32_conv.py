@@ -100,6 +100,12 @@ def test_cts_float_cases_it_takes_meet_the_cts_and_the_reference():
     ((1, 7, 10, 6), 40, 3, 3, (1, 3), (0, 2, 1, 0), 1, (1, 1), 1, f32_conv.GATHERED),  # stride 3, right pad
     ((1, 5, 3, 4), 8, 3, 5, (1, 1), (2, 2, 1, 1), 1, (1, 1), 0, f32_conv.GATHERED),  # wider than the image
     ((1, 30, 21, 32), 72, 3, 3, (1, 1), None, 1, (1, 1), 0, f32_conv.GATHERED),  # two tiles and a narrow one
+    # row counts that end in blocks of 4-7 rows (f32_conv._row_split), and one-row maps:
+    ((1, 7, 7, 24), 40, 1, 1, (1, 1), None, 1, (1, 1), 0, f32_conv.IN_PLACE),  # 49 rows: 5 x 8, 4, 5
+    ((2, 3, 3, 20), 36, 1, 1, (1, 1), None, 1, (1, 1), 3, f32_conv.IN_PLACE),  # 18 rows: 8, 5, 5
+    ((1, 1, 1, 96), 200, 1, 1, (1, 1), None, 1, (1, 1), 1, f32_conv.IN_PLACE),  # a squeeze-excite's 1x1 map
+    ((3, 1, 1, 40), 24, 1, 1, (1, 1), None, 1, (1, 1), 0, f32_conv.IN_PLACE),  # 3 rows: 2, 1
+    ((1, 9, 9, 16), 48, 3, 3, (1, 1), None, 1, (1, 1), 0, f32_conv.GATHERED),  # rows of 7 windows in place
     ((1, 4, 4, 64), 213, 4, 4, (1, 1), None, 2, (1, 1), 0, f32_conv.WHOLE_ROWS),  # a landmark head
     ((3, 6, 5, 7), 15, 2, 5, (2, 1), None, 2, (1, 1), 1, f32_conv.WHOLE_ROWS),  # as wide as the map, 3 rows out
 ])
@@ -109,6 +115,15 @@ def test_geometries_match_the_reference(shape, out_c, k, kw_, stride, pads, sche
                        act=act, rng=rng)
     compiled, _ = _check(model, _inputs(model, rng))
     assert int(compiled.static_plan.steps[0].ctx.data.geometry[15]) == mode
+
+
+@pytest.mark.parametrize("rows", [*range(1, 40), 49, 63, 64, 99, 196])
+def test_a_row_split_covers_every_row_in_compiled_blocks(rows):
+    full, a, b = f32_conv._row_split(rows)
+    assert 8 * full + a + b == rows
+    assert {a, b} - {0} <= set(f32_conv.ROW_BLOCKS)
+    if rows >= 4:  # no tail block too short to keep the multiply-adds busy
+        assert all(m == 0 or m >= 4 for m in (a, b)), (full, a, b)
 
 
 def test_nan_and_infinity_propagate_as_in_the_reference():
@@ -192,6 +207,8 @@ def _operations(members) -> int:
     ((2, 7, 5, 16), 48, 1, (1, 1), None, ("swish",), 0),  # EfficientNet's
     ((1, 10, 13, 8), 20, 3, (1, 1), None, ("swish",), 0),
     ((2, 6, 7, 16), 16, 1, (1, 1), None, ("add", "prelu", "hard_swish"), 0),  # all four
+    ((1, 7, 7, 24), 40, 1, (1, 1), None, ("add", "prelu"), 0),  # 49 rows: the fused blocks of 4 and 5
+    ((1, 1, 1, 64), 72, 1, (1, 1), None, ("add", "hard_swish"), 0),  # a 1x1 map: one row, then the epilogue
 ])
 def test_the_epilogue_matches_the_reference(shape, out_c, k, stride, pads, members, add_act):
     """The residual ADD, the PRELU and the activation applied to the convolution's sums (in

@@ -68,6 +68,8 @@ IN_PLACE, WHOLE_ROWS, GATHERED = 0, 1, 2
 GROUP_BYTES = 32 * 1024
 #: Rows of a 1x1 layer computed per pass of a column group (its weights stay in L1 meanwhile).
 CHUNK = 64
+#: The row counts a block of rows is compiled for (``_row_split``).
+ROW_BLOCKS = (8, 7, 6, 5, 4, 2, 1)
 #: ``Geometry`` as the kernels read it: int64 fields in this order.
 FIELDS = ("batch", "h", "w", "c", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "oh", "ow", "out_c", "mode",
           "group")
@@ -103,29 +105,62 @@ def _block_of(rows: int):
     return block
 
 
-_B8, _B4, _B2, _B1 = (_block_of(r) for r in (8, 4, 2, 1))
+_B8, _B7, _B6, _B5, _B4, _B2, _B1 = (_block_of(r) for r in ROW_BLOCKS)
 #: fc_float's one-row layer (its whole tiles as several weight streams).
 _FC_ROW = fc_float.CHAINS[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_split(rows: int) -> tuple[int, int, int]:
+    """``rows`` as (whole 8-row blocks, then a block of ``a`` rows, then one of ``b``; 0: none),
+    each tail block at least 4 rows where ``rows`` allows: a block of r rows keeps 2·r chains of
+    sums, and fewer than 8 chains leave the fused multiply-adds waiting on each other's latency
+    (a 1-row block takes half an 8-row block's time). 49 rows (a 7x7 map): 5 blocks of 8, then 4
+    and 5, not 6 of 8 and a lone row."""
+    full, rem = rows // 8, rows % 8
+    if 0 < rem < 4 and full > 0:
+        full, rem = full - 1, rem + 8
+    if rem > 8:
+        return full, rem // 2, rem - rem // 2
+    if rem == 3:
+        return full, 2, 1
+    return full, rem, 0
+
+
+@numba.njit([numba.void(*_BLOCK_SIG[0].args, _I64)], cache=True, nogil=True)
+def _block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, rows):
+    """``_block_of(rows)``'s block (``rows`` in ROW_BLOCKS)."""
+    if rows == 8:
+        _B8(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1)
+    elif rows == 7:
+        _B7(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1)
+    elif rows == 6:
+        _B6(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1)
+    elif rows == 5:
+        _B5(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1)
+    elif rows == 4:
+        _B4(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1)
+    elif rows == 2:
+        _B2(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1)
+    elif rows == 1:
+        _B1(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1)
 
 
 @numba.njit(_GEMM_SIG, cache=True, nogil=True)
 def _gemm(a, a_off, rows, k, w, bias, n, lo, hi, out, o_off, group):
     """out[o_off + r·n:][:n] = clamp(a[a_off + r·k:][:k] @ W + bias, lo, hi) for r < rows."""
     tiles = (n + TILE - 1) // TILE
+    full, ra, rb = _row_split(rows)
     for t0 in range(0, tiles, group):
         t1 = min(tiles, t0 + group)
         r = 0
-        while r + 8 <= rows:
+        for _ in range(full):
             _B8(a, a_off + r * k, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1)
             r += 8
-        if rows - r >= 4:
-            _B4(a, a_off + r * k, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1)
-            r += 4
-        if rows - r >= 2:
-            _B2(a, a_off + r * k, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1)
-            r += 2
-        if rows - r >= 1:
-            _B1(a, a_off + r * k, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1)
+        for m in (ra, rb):
+            if m:
+                _block(a, a_off + r * k, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, m)
+                r += m
 
 
 @numba.njit([numba.void(_RW, _I64, _I64, _I64, _RO, _F32, _F32, _RO, _I64)], cache=True, nogil=True)
@@ -216,7 +251,26 @@ def _window_block_of(rows: int):
     return block
 
 
-_W8, _W4, _W2, _W1 = (_window_block_of(r) for r in (8, 4, 2, 1))
+_W8, _W7, _W6, _W5, _W4, _W2, _W1 = (_window_block_of(r) for r in ROW_BLOCKS)
+
+
+@numba.njit([numba.void(*_WINDOW_BLOCK_SIG[0].args, _I64)], cache=True, nogil=True)
+def _window_block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, rows):
+    """``_window_block_of(rows)``'s block (``rows`` in ROW_BLOCKS)."""
+    if rows == 8:
+        _W8(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap)
+    elif rows == 7:
+        _W7(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap)
+    elif rows == 6:
+        _W6(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap)
+    elif rows == 5:
+        _W5(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap)
+    elif rows == 4:
+        _W4(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap)
+    elif rows == 2:
+        _W2(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap)
+    elif rows == 1:
+        _W1(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap)
 
 
 def _fused_block_of(rows: int):
@@ -235,7 +289,27 @@ def _fused_block_of(rows: int):
     return block
 
 
-_F8, _F4, _F2, _F1 = (_fused_block_of(r) for r in (8, 4, 2, 1))
+_F8, _F7, _F6, _F5, _F4, _F2, _F1 = (_fused_block_of(r) for r in ROW_BLOCKS)
+
+
+@numba.njit([numba.void(*_FUSED_BLOCK_SIG[0].args, _I64)], cache=True, nogil=True)
+def _fused_block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2,
+                 rows):
+    """``_fused_block_of(rows)``'s block (``rows`` in ROW_BLOCKS)."""
+    if rows == 8:
+        _F8(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2)
+    elif rows == 7:
+        _F7(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2)
+    elif rows == 6:
+        _F6(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2)
+    elif rows == 5:
+        _F5(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2)
+    elif rows == 4:
+        _F4(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2)
+    elif rows == 2:
+        _F2(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2)
+    elif rows == 1:
+        _F1(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2)
 
 
 @numba.njit(_WINDOWS_SIG, cache=True, nogil=True)
@@ -245,37 +319,29 @@ def _gemm_windows(x, x_off, rows, k, w, bias, n, lo, hi, out, o_off, group, x_st
     runs of ``run``, each next run ``gap`` floats after the last one's end; with ``flags``, the
     epilogue (``res``, ``alpha``, ``lo2``, ``hi2``) applied in registers before the store."""
     tiles = (n + TILE - 1) // TILE
+    full, ra, rb = _row_split(rows)
     for t0 in range(0, tiles, group):
         t1 = min(tiles, t0 + group)
         r = 0
         if flags:
-            while r + 8 <= rows:
+            for _ in range(full):
                 _F8(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap,
                     res, alpha, flags, lo2, hi2)
                 r += 8
-            if rows - r >= 4:
-                _F4(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap,
-                    res, alpha, flags, lo2, hi2)
-                r += 4
-            if rows - r >= 2:
-                _F2(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap,
-                    res, alpha, flags, lo2, hi2)
-                r += 2
-            if rows - r >= 1:
-                _F1(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap,
-                    res, alpha, flags, lo2, hi2)
+            for m in (ra, rb):
+                if m:
+                    _fused_block(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1,
+                                 x_stride, run, gap, res, alpha, flags, lo2, hi2, m)
+                    r += m
             continue
-        while r + 8 <= rows:
+        for _ in range(full):
             _W8(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap)
             r += 8
-        if rows - r >= 4:
-            _W4(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap)
-            r += 4
-        if rows - r >= 2:
-            _W2(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap)
-            r += 2
-        if rows - r >= 1:
-            _W1(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride, run, gap)
+        for m in (ra, rb):
+            if m:
+                _window_block(x, x_off + r * x_stride, k, w, bias, n, lo, hi, out, o_off + r * n, t0, t1, x_stride,
+                              run, gap, m)
+                r += m
 
 
 @numba.njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _I64, _I64, _F32, _F32, _RW, _I64, _RW, _RO, _RO, _I64, _F32,
@@ -312,6 +378,21 @@ def _windows_row(x, w, bias, g, b, oy, lo, hi, out, o_off, scratch, res, alpha, 
             _epilogue(out, o_off + x_hi * n, ow - x_hi, n, res, lo2, hi2, alpha, flags)
 
 
+@numba.njit([numba.void(_RO, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _RO, _RO, _I64, _F32, _F32)],
+            cache=True, nogil=True)
+def _one_row(x, x_off, k, w, bias, n, lo, hi, out, o_off, res, alpha, flags, lo2, hi2):
+    """out[o_off:][:n] = clamp(x[x_off:][:k] @ W + bias, lo, hi), then its epilogue: one row, whose
+    time is the weights' stream, read by fc_float's one-row layer as 2-4 streams at once (a
+    column group of 1-row tiles reads one)."""
+    layer = np.zeros((1, 4), np.int64)
+    layer[0, 0], layer[0, 1] = k, n
+    bounds = np.empty((1, 2), np.float32)
+    bounds[0, 0], bounds[0, 1] = lo, hi
+    _FC_ROW(x[x_off:x_off + k], w, bias, layer, bounds, 0, out[o_off:o_off + n])
+    if flags:
+        _epilogue(out, o_off, 1, n, res, lo2, hi2, alpha, flags)
+
+
 @numba.njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _RO, _RO, _RO, _I64, _RW)], cache=True, nogil=True)
 def conv_rows(x, w, bias, g, clamps, res, alpha, flags, out):
     """The convolution of ``x`` (NHWC, flat) into ``out``: geometry ``g`` (``FIELDS``), packed
@@ -322,6 +403,9 @@ def conv_rows(x, w, bias, g, clamps, res, alpha, flags, out):
     lo, hi, lo2, hi2 = clamps[0], clamps[1], clamps[2], clamps[3]
     if mode == IN_PLACE:
         rows, k = batch * h * w_in, c
+        if rows == 1:  # a 1x1 map (a squeeze-excite's or a classifier head's convolution)
+            _one_row(x, 0, k, w, bias, n, lo, hi, out, 0, res, alpha, flags, lo2, hi2)
+            return
         for r0 in range(0, rows, CHUNK):
             m = min(CHUNK, rows - r0)
             if flags:  # the rows as windows of one run each: the epilogue in registers
@@ -332,18 +416,10 @@ def conv_rows(x, w, bias, g, clamps, res, alpha, flags, out):
         return
     if mode == WHOLE_ROWS:
         k, sh = kh * w_in * c, g[6]
-        layer = np.zeros((1, 4), np.int64)
-        layer[0, 0], layer[0, 1] = k, n
-        bounds = np.empty((1, 2), np.float32)
-        bounds[0, 0], bounds[0, 1] = lo, hi
         for b in range(batch):
             for oy in range(oh):
-                o_off = (b * oh + oy) * n
-                start = ((b * h + oy * sh) * w_in) * c
-                # one row: the weights' stream is the bound; fc_float's layer reads it as 2-4 streams
-                _FC_ROW(x[start:start + k], w, bias, layer, bounds, 0, out[o_off:o_off + n])
-                if flags:
-                    _epilogue(out, o_off, 1, n, res, lo2, hi2, alpha, flags)
+                _one_row(x, ((b * h + oy * sh) * w_in) * c, k, w, bias, n, lo, hi, out, (b * oh + oy) * n, res,
+                         alpha, flags, lo2, hi2)
         return
     k = kh * g[5] * c
     scratch = np.empty(ow * k, np.float32)
