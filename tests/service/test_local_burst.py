@@ -93,6 +93,28 @@ def test_the_steady_path_keeps_deadlines_errors_and_perf_records(client):
         assert all(o.total_ns > 0 for o in info.operations)
 
 
+def test_steady_replies_are_posted_once_each_whatever_comes_between(client):
+    """A steady request's reply is posted from inside the execution, as soon as its outputs are
+    valid (``BoundExecution``'s ``done``); requests that are measured, late or of another layout
+    are answered after it. Mixed together, every reply answers its own request (a second post of
+    one would be read as the next one's reply) with that request's outputs."""
+    pm = client.prepare_model(add_chain(3))  # y = 4x
+    x, out = np.ones((8, 8), np.float32), np.empty((8, 8), np.float32)
+    with pm.local_burst() as lb:
+        for k in range(120):
+            x += 1
+            if k % 11 == 5:
+                with pytest.raises(ServiceError) as e:
+                    lb.execute([x], [out], timeout_s=1e-9)
+                assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
+            elif k % 13 == 7:  # other arrays: the client's full path, the same request bytes
+                np.testing.assert_array_equal(lb.execute([x.copy()]).outputs[0], 4 * x)
+            else:
+                lb.execute([x], [out], measure_timing=k % 5 == 0)
+                np.testing.assert_array_equal(out, 4 * x)
+    assert pm.perf_info().executions == 120 - len(range(5, 120, 11))
+
+
 def test_a_request_like_the_bound_one_but_for_its_number_skips_decoding_only_then():
     import mmap
 
