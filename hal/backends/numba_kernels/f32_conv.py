@@ -110,7 +110,7 @@ _B8, _B7, _B6, _B5, _B4, _B2, _B1 = (_block_of(r) for r in ROW_BLOCKS)
 _FC_ROW = fc_float.CHAINS[0]
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit([numba.types.UniTuple(_I64, 3)(_I64)], cache=True, nogil=True)
 def _row_split(rows: int) -> tuple[int, int, int]:
     """``rows`` as (whole 8-row blocks, then a block of ``a`` rows, then one of ``b``; 0: none),
     each tail block at least 4 rows where ``rows`` allows: a block of r rows keeps 2·r chains of
