@@ -230,8 +230,11 @@ class LocalBurstServer:
         view, seq = self._early
         wire.write_success(view, seq, -1, -1, self.shared)
         bell, posted = self._posting
+        try:
+            bell.post(posted)
+        except OSError:  # the client is gone: left to the serving loop, whose post ends the burst
+            return
         self._posting = None
-        bell.post(posted)
 
     def _reply(self, view: memoryview, seq: int, result: ExecutionResult, measure: bool, shapes: bytes) -> None:
         t_dev, t_drv = (result.time_on_device_ns, result.time_in_driver_ns) if measure else (-1, -1)
