@@ -78,6 +78,7 @@ class Client:
         releases them all when the stream ends (close(), garbage collection, or this process dying).
         On a unix socket, with a ticket from the service's handshake socket (service.peer_gate)."""
         metadata = None
+        deadline = time.monotonic() + timeout_s
         path = unix_socket_path(self.address)
         if path:
             try:
@@ -98,7 +99,7 @@ class Client:
         self._end_session.detach()
         self._end_session = weakref.finalize(self, _close_session, send, call, self.channel)
         try:
-            reply = first.get(timeout=timeout_s)
+            reply = first.get(timeout=max(deadline - time.monotonic(), 0.05))  # the ticket's wait included
         except queue.Empty:
             raise ServiceTimeoutError(f"the nnhal service did not open a session within {timeout_s:g} s") from None
         if isinstance(reply, grpc.RpcError):

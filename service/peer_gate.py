@@ -172,13 +172,24 @@ class Handshake:
     service_uid: int | None = None  # who runs the service (SO_PEERCRED of the connection)
 
 
+#: How often a client waiting for a handshake socket to appear looks for it.
+APPEAR_POLL_S = 0.01
+
+
 def request_ticket(socket_path: str, timeout_s: float) -> Handshake:
-    """Ask the service on ``socket_path`` for a ticket (the client side). An empty Handshake when it
-    has no handshake socket (the service then refuses OpenSession itself, with its reason);
-    OSError for a connection that breaks or an answer that is not one."""
+    """Ask the service on ``socket_path`` for a ticket (the client side). Every unix-socket service
+    binds its handshake socket before its gRPC socket and removes it when it stops, so one that is
+    missing is a service not (yet) there: a restart between the old service's stop and the new
+    one's start. It is waited for, within ``timeout_s``: a session opened without a ticket would
+    reach the new service and be refused. Still missing then: an empty Handshake (the service, if
+    any, refuses OpenSession itself, with its reason). OSError for a connection that breaks or an
+    answer that is not one."""
     path = peer_socket_path(socket_path)
-    if not os.path.exists(path):
-        return Handshake()
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() >= deadline:
+            return Handshake()
+        time.sleep(APPEAR_POLL_S)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(max(timeout_s, 0.05))
         s.connect(path)

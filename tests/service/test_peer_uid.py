@@ -220,6 +220,31 @@ def test_a_stale_handshake_socket_is_replaced(tmp_path):
         running.stop()
 
 
+def test_a_handshake_socket_that_appears_while_the_client_waits_gives_its_ticket(tmp_path):
+    """A restart: the old service removed PATH.peer, the new one has not bound it yet. The client
+    waits for it (within its timeout) instead of opening a session with no ticket, which the new
+    service would refuse; with none by the timeout, it has no ticket to send."""
+    import threading
+    import time
+
+    path = str(tmp_path / "s.sock")
+    assert request_ticket(path, 0.05).ticket is None  # nothing there: no ticket, after the wait
+    started: list = []
+    starter = threading.Timer(0.3, lambda: started.append(create_server(path, backends="reference")))
+    t = time.monotonic()
+    starter.start()
+    try:
+        handshake = request_ticket(path, 30.0)
+        assert handshake.ticket and 0.25 < time.monotonic() - t < 30
+        starter.join()
+        with Client.connect(started[0].address, timeout_s=30) as c:
+            assert c.get_version_string().startswith("nnhal-")
+    finally:
+        starter.join()
+        for running in started:
+            running.stop()
+
+
 def test_allow_uid_is_for_the_unix_socket_only():
     with pytest.raises(ValueError, match="--allow-uid applies to the unix socket"):
         create_server(listen="127.0.0.1:0", insecure=True, allow_uids={0})
