@@ -378,16 +378,27 @@ def _windows_row(x, w, bias, g, b, oy, lo, hi, out, o_off, scratch, res, alpha, 
             _epilogue(out, o_off + x_hi * n, ow - x_hi, n, res, lo2, hi2, alpha, flags)
 
 
-@numba.njit([numba.void(_RO, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW, _I64, _RO, _RO, _I64, _F32, _F32)],
-            cache=True, nogil=True)
-def _one_row(x, x_off, k, w, bias, n, lo, hi, out, o_off, res, alpha, flags, lo2, hi2):
-    """out[o_off:][:n] = clamp(x[x_off:][:k] @ W + bias, lo, hi), then its epilogue: one row, whose
-    time is the weights' stream, read by fc_float's one-row layer as 2-4 streams at once (a
-    column group of 1-row tiles reads one)."""
+_LAYER = numba.types.Array(_I64, 2, "C")
+_BOUNDS = numba.types.Array(_F32, 2, "C")
+
+
+@numba.njit([numba.types.Tuple((_LAYER, _BOUNDS))(_I64, _I64, _F32, _F32)], cache=True, nogil=True)
+def _row_layer(k, n, lo, hi):
+    """fc_float's description of a K -> N layer clamped to [lo, hi], for ``_one_row``."""
     layer = np.zeros((1, 4), np.int64)
     layer[0, 0], layer[0, 1] = k, n
     bounds = np.empty((1, 2), np.float32)
     bounds[0, 0], bounds[0, 1] = lo, hi
+    return layer, bounds
+
+
+@numba.njit([numba.void(_RO, _I64, _RO, _RO, _LAYER, _BOUNDS, _RW, _I64, _RO, _RO, _I64, _F32, _F32)], cache=True,
+            nogil=True)
+def _one_row(x, x_off, w, bias, layer, bounds, out, o_off, res, alpha, flags, lo2, hi2):
+    """out[o_off:][:N] = clamp(x[x_off:][:K] @ W + bias) (``_row_layer``'s K, N and clamp), then its
+    epilogue: one row, whose time is the weights' stream, read by fc_float's one-row layer as 2-4
+    streams at once (a column group of 1-row tiles reads one)."""
+    k, n = layer[0, 0], layer[0, 1]
     _FC_ROW(x[x_off:x_off + k], w, bias, layer, bounds, 0, out[o_off:o_off + n])
     if flags:
         _epilogue(out, o_off, 1, n, res, lo2, hi2, alpha, flags)
@@ -404,7 +415,8 @@ def conv_rows(x, w, bias, g, clamps, res, alpha, flags, out):
     if mode == IN_PLACE:
         rows, k = batch * h * w_in, c
         if rows == 1:  # a 1x1 map (a squeeze-excite's or a classifier head's convolution)
-            _one_row(x, 0, k, w, bias, n, lo, hi, out, 0, res, alpha, flags, lo2, hi2)
+            layer, bounds = _row_layer(k, n, lo, hi)
+            _one_row(x, 0, w, bias, layer, bounds, out, 0, res, alpha, flags, lo2, hi2)
             return
         for r0 in range(0, rows, CHUNK):
             m = min(CHUNK, rows - r0)
@@ -416,9 +428,10 @@ def conv_rows(x, w, bias, g, clamps, res, alpha, flags, out):
         return
     if mode == WHOLE_ROWS:
         k, sh = kh * w_in * c, g[6]
+        layer, bounds = _row_layer(k, n, lo, hi)
         for b in range(batch):
             for oy in range(oh):
-                _one_row(x, ((b * h + oy * sh) * w_in) * c, k, w, bias, n, lo, hi, out, (b * oh + oy) * n, res,
+                _one_row(x, ((b * h + oy * sh) * w_in) * c, w, bias, layer, bounds, out, (b * oh + oy) * n, res,
                          alpha, flags, lo2, hi2)
         return
     k = kh * g[5] * c
