@@ -98,6 +98,8 @@ LAYERS = [
     ((2, 8, 8, 17), 2, 1, (0, 1, 1, 0), 3),
     ((1, 9, 9, 33), 7, 1, SAME, 0),
     ((1, 7, 11, 18), (3, 1), (1, 2), SAME, 2),
+    ((1, 9, 10, 28), 3, 2, SAME, 0),              # a last block of 12 channels: 8 stored whole, 4 masked
+    ((1, 8, 7, 46), 3, 1, SAME, 3),               # 14
     ((1, 6, 6, 130), 1, 1, VALID, 1),
     ((1, 13, 17, 160), 3, (2, 1), SAME, 3),       # stride 2 down, 1 across: the unrolled stride-1 form
 ]

@@ -203,3 +203,54 @@ def test_packed_weights_start_on_a_cache_line_and_narrow_last_tiles_take_sixteen
         assert d.weights.ctypes.data % 64 == 0
         assert d.weights.size == 40 * (2 * fc_float.TILE + 16) + 70 * 16
         _assert_matches_reference(model, c, _inputs(model, rng))
+
+
+@pytest.mark.parametrize("rows,columns,budget", [(8, 2, 16), (8, 2, 6), (8, 1, 6), (7, 2, 6), (2, 8, 6), (1, 8, 6),
+                                                  (4, 4, 6), (3, 1, 2), (1, 1, 1)])
+def test_tile_parts_cover_every_sum_once_within_the_register_budget(rows, columns, budget):
+    parts = fc_float.tile_passes(rows, columns, budget)
+    covered = [(r, c) for part_rows, part_columns in parts for r in part_rows for c in part_columns]
+    assert sorted(covered) == [(r, c) for r in range(rows) for c in range(columns)]
+    assert all(len(r) * len(c) <= budget for r, c in parts)
+    assert len(parts) == 1 if rows * columns <= budget else len(parts) > 1
+
+
+def _tile_runner(rows: int, vectors: int, streams: int, budget: int):
+    import numba
+    tile = fc_float._tile_of(vectors, streams, budget)
+
+    @numba.njit
+    def run(w, x, k, b, lo, hi, out, n_out, count):
+        tile(rows, w, 0, x, 0, k, b, 0, lo, hi, out, 0, n_out, count, 1)
+    return run
+
+
+@pytest.mark.parametrize("rows,vectors,streams,count", [(8, 2, 1, 32), (8, 2, 1, 21), (6, 2, 1, 24), (5, 2, 1, 16),
+                                                         (7, 1, 1, 16), (6, 1, 1, 9), (4, 1, 1, 3),
+                                                         (2, 2, 4, 32), (1, 2, 2, 32)])
+def test_a_tile_run_in_parts_computes_what_one_part_computes(rows, vectors, streams, count):
+    """A tile with more sums than AVX2's registers keep (budget 6) runs as several K loops; on any
+    CPU it gives the bytes of the one-loop tile (the same fused multiply-adds in K order) and
+    leaves the columns past ``count`` alone; both within CTS's float32 criteria of the float64
+    product, as the reference computes it."""
+    rng = np.random.default_rng(rows * 100 + vectors * 10 + streams)
+    k, width = 37, vectors * fc_float.LANES
+    n = streams * width
+    weights = rng.standard_normal((n, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    packed = fc_float.pack(weights)
+    outs = []
+    for budget in (6, 64):
+        out = np.full((rows, n), np.nan, np.float32)
+        _tile_runner(rows, vectors, streams, budget)(packed, x.reshape(-1), k, bias, np.float32(-2.5),
+                                                     np.float32(3.0), out.reshape(-1), n, count)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    want = np.clip(x.astype(np.float64) @ weights.T.astype(np.float64) + bias, -2.5, 3.0)
+    stored = np.zeros(n, bool)
+    for s in range(streams):
+        stored[s * width:s * width + count] = True
+    got = outs[0]
+    assert np.isnan(got[:, ~stored]).all()
+    np.testing.assert_allclose(got[:, stored], want[:, stored], rtol=5 * 2.0 ** -23, atol=1e-5)

@@ -33,7 +33,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from hal.backends.numba_kernels import vnni
-from hal.backends.numba_kernels.simd import counted_loop
+from hal.backends.numba_kernels.simd import counted_loop, cpu_features
 
 #: Bytes of k one tile row covers, and rows per tile.
 TILE_K = 64
@@ -56,7 +56,7 @@ def _tile_permission() -> bool:
 
 
 #: Whether the AMX tile instructions are compiled (numba targets a CPU with them).
-COMPILED = vnni.AVAILABLE and {"amx-tile", "amx-int8"} <= vnni._cpu_features()
+COMPILED = vnni.AVAILABLE and {"amx-tile", "amx-int8"} <= cpu_features()
 #: Whether plans use them: compiled, the OS lets this process use them, not turned off.
 AVAILABLE = COMPILED and os.environ.get("NNHAL_AMX", "1") != "0" and _tile_permission()
 

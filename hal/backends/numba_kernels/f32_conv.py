@@ -4,10 +4,11 @@ convolution's residual ADD and its PRELU applied to its sums in registers, befor
 Why: a float CNN's 1x1 convolutions are matrix products of the NHWC activations (rows: pixels;
 columns: channels) by the filter, which fc_float's tiles compute at the core's fused multiply-add
 rate (8 rows × 32 output channels of sums in registers, each weight vector loaded once for the 8
-rows). Run here rather than in onnxruntime, the layer's output never changes layout, and what
-follows it in a landmark network (the residual ADD, then a per-channel PRELU) is applied to the
-sums still in registers (fc_float's fused tiles; pixels gathered at an image's edge: to the rows
-just computed, in one pass) instead of as two more passes over memory.
+rows; on AVX2 in parts of at most 6 × 16, fc_float's ``tile_passes``). Run here rather than in
+onnxruntime, the layer's output never changes layout, and what follows it in a landmark network
+(the residual ADD, then a per-channel PRELU) is applied to the sums still in registers
+(fc_float's fused tiles; pixels gathered at an image's edge: to the rows just computed, in one
+pass) instead of as two more passes over memory.
 
 How the rows are found (the geometry's ``mode``, ``FIELDS``):
 - ``IN_PLACE``: a 1x1, stride-1, unpadded convolution: the input is already the rows, K = C.

@@ -48,15 +48,20 @@ from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.f32_activations import activation_of
 from hal.backends.numba_kernels.f32_lanes import ACT_NONE, activate
 from hal.backends.numba_kernels.f32_layout import PADS, image_of
+from hal.backends.numba_kernels.f32_simd import store_first
 from hal.backends.numba_kernels.fixedpoint import ro, rw
-from hal.backends.numba_kernels.simd import _data, counted_loop, splat
+from hal.backends.numba_kernels.simd import ACCUMULATORS, _data, counted_loop, splat
 from hal.operations.conv import BIAS, DW, FILTER, INPUT, ConvParams
 from hal.registry import OperationContext
 from hal.types import OperandType
 
 LANES = 16
-#: Output pixels per group of the unrolled kernels, by (filter size, stride across).
-UNROLL = {(3, 1): 8, (3, 2): 4, (5, 1): 4, (5, 2): 4}
+#: Output pixels per group of the unrolled kernels, by (filter size, stride across). A group keeps
+#: its taps' weights and its pixels' sums in registers: AVX2's 16 registers of 8 lanes hold half of
+#: what AVX-512's 32 of 16 hold (simd's ``ACCUMULATORS``). Measured there (each length on the same
+#: layers, interleaved): 3x3 groups of 4 at stride 1 and 2 at stride 2, 5x5 of 4 and 2.
+UNROLL = ({(3, 1): 8, (3, 2): 4, (5, 1): 4, (5, 2): 4} if ACCUMULATORS >= 16 else
+          {(3, 1): 4, (3, 2): 2, (5, 1): 4, (5, 2): 2})
 #: Channels from which blocks start on the output's cache lines (``_head``); below, the extra
 #: masked block costs more than the split loads it saves (measured).
 ALIGN_FROM = 128
@@ -83,8 +88,6 @@ class _Code:
         self.fma = cgutils.get_or_insert_function(mod, ir.FunctionType(_VF, [_VF] * 3), "llvm.fma.v16f32")
         self.mload = cgutils.get_or_insert_function(
             mod, ir.FunctionType(_VF, [_VF.as_pointer(), _I32, _VM, _VF]), "llvm.masked.load.v16f32.p0")
-        self.mstore = cgutils.get_or_insert_function(
-            mod, ir.FunctionType(ir.VoidType(), [_VF, _VF.as_pointer(), _I32, _VM]), "llvm.masked.store.v16f32.p0")
         self.none, self.all = ir.Constant(_VM, [0] * LANES), ir.Constant(_VM, [1] * LANES)
         self.lo, self.hi = splat(b, lo, _VF), splat(b, hi, _VF)
         # blocks: [0, head) (masked; head 0: none), then whole ones from head, then the rest (masked)
@@ -116,8 +119,8 @@ class _Code:
         for y, at in zip(ys, ats):
             if keep is None:
                 b.store(y, self.vec("out", at), align=4)
-            else:
-                b.call(self.mstore, [y, self.vec("out", at), ir.Constant(_I32, 4), keep])
+            else:  # the head's or the tail's block (``blocks``)
+                store_first(b, y, b.gep(self.ptr["out"], [at]), self.tail if keep is self.tail_keep else self.head)
 
     def inside(self, v, n):
         return self.b.and_(self.b.icmp_signed(">=", v, _i(0)), self.b.icmp_signed("<", v, n))

@@ -19,7 +19,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from hal.backends.numba_kernels.simd import _data, counted_loop, splat
+from hal.backends.numba_kernels.simd import ACCUMULATORS, _data, counted_loop, splat
 
 LANES = 16
 _F, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
@@ -35,6 +35,49 @@ def _lanes_below(builder, left):
                                         ir.Constant(_I64, 0)), _I32)
     vi = ir.VectorType(_I32, LANES)
     return builder.icmp_signed("<", ir.Constant(vi, list(range(LANES))), splat(builder, left, vi))
+
+
+#: Whether a masked store is one instruction (AVX-512's mask registers); elsewhere (AVX2's
+#: ``vmaskmovps``) it is microcoded on some cores, dozens of cycles, so ``store_first`` stores whole
+#: halves plainly and masks only the half a row ends in.
+MASKED_STORE_IS_CHEAP = ACCUMULATORS >= 16
+
+
+def store_first(builder, value, ptr, n) -> None:
+    """Store lanes k < ``n`` (an i64: none where n <= 0, every lane from 16) of the 16-lane float
+    ``value`` at ``ptr``, nothing past them."""
+    i64 = ir.IntType(64)
+    if MASKED_STORE_IS_CHEAP:
+        with builder.if_else(builder.icmp_signed(">=", n, ir.Constant(i64, LANES))) as (whole, part):
+            with whole:
+                _store(builder, value, ptr)
+            with part:
+                _store(builder, value, ptr, _lanes_below(builder, n))
+        return
+    half = LANES // 2
+    vh = ir.VectorType(_F, half)
+    halves = [builder.shuffle_vector(value, value, ir.Constant(ir.VectorType(_I32, half), list(range(h, h + half))))
+              for h in (0, half)]
+    ptrs = [builder.bitcast(builder.gep(ptr, [ir.Constant(i64, h)]), vh.as_pointer()) for h in (0, half)]
+    masked = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [vh, vh.as_pointer(), _I32, ir.VectorType(ir.IntType(1), half)]),
+        "llvm.masked.store.v8f32.p0")
+
+    def first(m):
+        lanes = ir.Constant(ir.VectorType(_I32, half), list(range(half)))
+        return builder.icmp_signed("<", lanes, splat(builder, builder.trunc(m, _I32), ir.VectorType(_I32, half)))
+    with builder.if_else(builder.icmp_signed(">=", n, ir.Constant(i64, LANES))) as (whole, part):
+        with whole:
+            _store(builder, value, ptr)
+        with part:
+            with builder.if_else(builder.icmp_signed(">=", n, ir.Constant(i64, half))) as (high, low):
+                with high:
+                    builder.store(halves[0], ptrs[0], align=4)
+                    builder.call(masked, [halves[1], ptrs[1], ir.Constant(_I32, 4),
+                                          first(builder.sub(n, ir.Constant(i64, half)))])
+                with low:
+                    with builder.if_then(builder.icmp_signed(">", n, ir.Constant(i64, 0))):
+                        builder.call(masked, [halves[0], ptrs[0], ir.Constant(_I32, 4), first(n)])
 
 
 def _load(builder, ptr, keep=None, passthru=None):
@@ -139,8 +182,8 @@ def _window_run(kind: str):
                     return [s for g in range(group) for s in combine(state[g * per:(g + 1) * per], load(at, g))]
 
                 ch, _, close_c = counted_loop(builder, "ch", c_v, step=LANES * group)
-                keeps = [_lanes_below(builder, builder.sub(c_v, builder.add(ch, ir.Constant(_I64, g * LANES))))
-                         for g in range(group)]
+                left = [builder.sub(c_v, builder.add(ch, ir.Constant(_I64, g * LANES))) for g in range(group)]
+                keeps = [_lanes_below(builder, n) for n in left]
                 p, _, close_p = counted_loop(builder, "pixel", npix_v)
                 base = builder.add(builder.add(first_v, ch), builder.mul(p, step_v))
                 state = []
@@ -163,7 +206,7 @@ def _window_run(kind: str):
                         y = builder.fdiv(y, count_s) if kind == "avg" else builder.fmul(y, count_s)
                     y = builder.select(builder.fcmp_ordered("<", y, lo_s), lo_s, y)  # NaN passes
                     y = builder.select(builder.fcmp_ordered(">", y, hi_s), hi_s, y)
-                    _store(builder, y, builder.gep(op, [builder.add(at, ir.Constant(_I64, g * LANES))]), keeps[g])
+                    store_first(builder, y, builder.gep(op, [builder.add(at, ir.Constant(_I64, g * LANES))]), left[g])
                 close_p()
                 close_c()
 

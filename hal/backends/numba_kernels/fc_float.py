@@ -9,7 +9,11 @@ floats contiguous, a layer's last tile only ``LANES`` wide when that holds its r
 weights start on a 64-byte boundary, so each 16-float load reads one cache line, never two.
 Every row's ``TILE`` sums stay in vector registers while the tile's K rows stream past: per K
 step one load of the weights, shared by the batch's rows, and one fused multiply-add per 16
-weights and row; then the activation's clamp and one (masked) store per 16 outputs. Whole tiles
+weights and row; then the activation's clamp and one store per 16 outputs (masked only in a
+tile that ends past the layer's last unit: a masked store is microcoded on some x86 cores).
+Where the registers hold fewer sums than a tile has (AVX2: 16 registers of 8 lanes, simd's
+``ACCUMULATORS``), the tile runs in parts, each its own K loop over a few rows and columns
+(``tile_passes``): the same multiply-adds in the same order, so the same bytes. Whole tiles
 run four (1-2 rows) or two at a time, a quarter or a half of the layer apart, so the weights come
 as that many sequential streams, which the core fetches in parallel (one stream is slower). A
 chain runs every layer in one compiled call, its intermediate rows in a scratch buffer.
@@ -32,8 +36,9 @@ from numba.extending import intrinsic
 
 from hal import quant
 from hal.backends.numba_kernels.f32_lanes import activate, when
+from hal.backends.numba_kernels.f32_simd import store_first
 from hal.backends.numba_kernels.fixedpoint import ro, rw
-from hal.backends.numba_kernels.simd import _data, counted_loop, splat
+from hal.backends.numba_kernels.simd import ACCUMULATORS, _data, counted_loop, splat
 from hal.operations.fully_connected import BIAS, WEIGHTS, FullyConnectedParams
 from hal.registry import OperationContext
 
@@ -50,7 +55,28 @@ def _vector_ptr(builder, ptr, at, vec):
     return builder.bitcast(builder.gep(ptr, [at]), vec.as_pointer())
 
 
-def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool, fused: bool = False):
+def _split(n: int, parts: int) -> list[range]:
+    """``range(n)`` cut into ``parts`` consecutive runs whose lengths differ by one at most."""
+    cuts = [n * i // parts for i in range(parts + 1)]
+    return [range(a, b) for a, b in zip(cuts, cuts[1:])]
+
+
+def tile_passes(rows: int, columns: int, budget: int = ACCUMULATORS) -> list[tuple[range, range]]:
+    """How a tile of ``rows`` × ``columns`` 16-lane vectors of sums is computed: (rows, columns)
+    parts, each one K loop keeping its rows × columns sums in registers, at most ``budget`` of
+    them (whole columns first: each part's weights are loaded once per K step for all its rows).
+    One part where the tile fits (every tile on AVX-512); column parts outside, row parts inside,
+    so a column part's weights are still in the cache for its next rows."""
+    if rows * columns <= budget:
+        return [(range(rows), range(columns))]
+    per = max(1, min(columns, budget // rows))
+    column_parts = _split(columns, -(-columns // per))
+    per_row = max(1, budget // max(len(c) for c in column_parts))
+    return [(r, c) for c in column_parts for r in _split(rows, -(-rows // per_row))]
+
+
+def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool, fused: bool = False,
+                  budget: int = ACCUMULATORS):
     """The code of ``_tile_of``'s intrinsics: a row tile's K loop, clamp and masked stores. With
     ``segmented``, row r's K values are not one run at x_off + r·K: they start at x_off +
     r·x_stride and come in runs of ``seg_len`` floats, each next run ``seg_gap`` floats after
@@ -60,8 +86,10 @@ def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool, fused:
     [lo2, hi2], then PRELU's slope alpha[channel] scales it where it is not >= 0 (flags & 2),
     then the activation flags >> 2 (f32_lanes' ``ACT_*``) is applied: a convolution's residual
     ADD, PRELU and activation applied in registers (f32_conv's ``conv_epilogue``; each part a
-    branch the layer's flags take or skip: ``_epilogue_code``)."""
+    branch the layer's flags take or skip: ``_epilogue_code``). A tile with more sums than the
+    registers keep runs as ``tile_passes``' parts, each its own K loop and stores."""
     width = vectors * LANES
+    columns = [(s, v) for s in range(streams) for v in range(vectors)]
 
     def codegen(context, builder, signature, args):
         w_arr, w_off_v, x_arr, x_off_v, k_v, b_arr, b_off_v, lo_v, hi_v, o_arr, o_off_v, o_step, count_v, \
@@ -83,68 +111,74 @@ def _tile_codegen(rows: int, vectors: int, streams: int, segmented: bool, fused:
         w_base = [builder.add(w_off_v, builder.mul(const(s), builder.mul(step, k_v))) for s in range(streams)]
         b_base = [builder.add(b_off_v, builder.mul(const(s), step)) for s in range(streams)]
         o_base = [builder.add(o_off_v, builder.mul(const(s), step)) for s in range(streams)]
-        bias = [[load(bp, builder.add(b_base[s], const(v * LANES))) for v in range(vectors)]
-                for s in range(streams)]
-        if segmented:
-            x_stride, seg_len, seg_gap = args[15:18]
-            carried = [x_off_v, const(0)]  # the K step's x offset of row 0, its place in the run
-        else:
-            x_stride, carried = k_v, []
-        k, phis, close = counted_loop(builder, "fc", k_v,
-                                      carried + [b for _ in range(rows) for per in bias for b in per])
-        at = phis[0] if segmented else builder.add(x_off_v, k)
-        flat = phis[len(carried):]
-        per_row = streams * vectors  # sums[row][stream][vector]: phi (row·streams + stream)·vectors + vector
-        sums = [[flat[r * per_row + s * vectors:r * per_row + (s + 1) * vectors] for s in range(streams)]
-                for r in range(rows)]
-        kw = builder.mul(k, const(width))
-        weights = [[load(wp, builder.add(builder.add(w_base[s], kw), const(v * LANES))) for v in range(vectors)]
-                   for s in range(streams)]
-        new = []
-        for r in range(rows):  # each weight loaded once, used by every row
-            xi = builder.add(at, builder.mul(const(r), x_stride))
-            xk = splat(builder, builder.load(builder.gep(xp, [xi])), vf)
-            new.extend(builder.call(fma, [xk, weights[s][v], sums[r][s][v]])
-                       for s in range(streams) for v in range(vectors))
-        if segmented:  # the next float of the run, or the next run's first
-            j = builder.add(phis[1], const(1))
-            wrap = builder.icmp_signed("==", j, seg_len)
-            skip = builder.select(wrap, builder.add(seg_gap, const(1)), const(1))
-            new = [builder.add(phis[0], skip), builder.select(wrap, const(0), j)] + new
-        close(new)
+        x_stride = args[15] if segmented else k_v
         lo_s, hi_s = splat(builder, lo_v, vf), splat(builder, hi_v, vf)
         lanes = ir.Constant(ir.VectorType(i32, LANES), list(range(LANES)))
-        mask = ir.VectorType(ir.IntType(1), LANES)
-        store = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, mask]),
-            "llvm.masked.store.v16f32.p0")
-        stores = []  # (value, offset, lanes)
-        for v in range(vectors):
-            left = builder.trunc(builder.sub(count_v, const(v * LANES)), i32)
-            keep = builder.icmp_signed("<", lanes, splat(builder, left, ir.VectorType(i32, LANES)))
-            for r in range(rows):
-                for s in range(streams):
+        for part_rows, part_columns in tile_passes(rows, len(columns), budget):
+            cols = [columns[c] for c in part_columns]
+            bias = {(s, v): load(bp, builder.add(b_base[s], const(v * LANES))) for s, v in cols}
+            if segmented:
+                seg_len, seg_gap = args[16:18]
+                carried = [x_off_v, const(0)]  # the K step's x offset of row 0, its place in the run
+            else:
+                carried = []
+            k, phis, close = counted_loop(builder, "fc", k_v, carried + [bias[c] for _ in part_rows for c in cols])
+            at = phis[0] if segmented else builder.add(x_off_v, k)
+            flat = iter(phis[len(carried):])
+            sums = {(r, c): next(flat) for r in part_rows for c in cols}
+            kw = builder.mul(k, const(width))
+            weights = {(s, v): load(wp, builder.add(builder.add(w_base[s], kw), const(v * LANES))) for s, v in cols}
+            new = []
+            for r in part_rows:  # each weight loaded once, used by every row of the part
+                xi = builder.add(at, builder.mul(const(r), x_stride))
+                xk = splat(builder, builder.load(builder.gep(xp, [xi])), vf)
+                new.extend(builder.call(fma, [xk, weights[c], sums[r, c]]) for c in cols)
+            if segmented:  # the next float of the run, or the next run's first
+                j = builder.add(phis[1], const(1))
+                wrap = builder.icmp_signed("==", j, seg_len)
+                skip = builder.select(wrap, builder.add(seg_gap, const(1)), const(1))
+                new = [builder.add(phis[0], skip), builder.select(wrap, const(0), j)] + new
+            close(new)
+            clamped = []  # (value, offset, vector)
+            for s, v in sorted(cols, key=lambda c: c[1]):
+                for r in part_rows:
                     # NaN stays NaN (both comparisons false), as the reference's clip keeps it
-                    y = sums[r][s][v]
+                    y = sums[r, (s, v)]
                     y = builder.select(builder.fcmp_ordered("<", y, lo_s), lo_s, y)
                     y = builder.select(builder.fcmp_ordered(">", y, hi_s), hi_s, y)
                     o = builder.add(o_base[s], builder.add(builder.mul(const(r), o_step), const(v * LANES)))
-                    stores.append((y, o, keep, v))
-        if fused:
-            ys = _epilogue_code(context, builder, sa, args, [y for y, _, _, _ in stores],
-                                [(o, keep, b_base[0], v) for _, o, keep, v in stores])
-            stores = [(y, o, keep, v) for y, (_, o, keep, v) in zip(ys, stores)]
-        for y, o, keep, _ in stores:
-            builder.call(store, [y, _vector_ptr(builder, op, o, vf), ir.Constant(i32, 4), keep])
+                    clamped.append((y, o, v))
+
+            def emit(clamped, keeps):
+                """The epilogue and the stores, of lanes ``keeps[v]`` (None: every lane, plain
+                moves: a masked store is microcoded on some x86 cores)."""
+                ys = [y for y, _, _ in clamped]
+                if fused:
+                    ys = _epilogue_code(context, builder, sa, args, ys,
+                                        [(o, keeps and keeps[v], b_base[0], v) for _, o, v in clamped])
+                for y, (_, o, v) in zip(ys, clamped):
+                    if keeps is None:
+                        builder.store(y, _vector_ptr(builder, op, o, vf), align=4)
+                    else:
+                        store_first(builder, y, builder.gep(op, [o]), builder.sub(count_v, const(v * LANES)))
+            with builder.if_else(builder.icmp_signed(">=", count_v, const(width))) as (whole, partial):
+                with whole:
+                    emit(clamped, None)
+                with partial:
+                    keeps = {}
+                    for v in range(vectors):
+                        left = builder.trunc(builder.sub(count_v, const(v * LANES)), i32)
+                        keeps[v] = builder.icmp_signed("<", lanes, splat(builder, left, ir.VectorType(i32, LANES)))
+                    emit(clamped, keeps)
         return context.get_dummy_value()
     return codegen
 
 
 def _epilogue_code(context, builder, sa, args, ys: list, where: list) -> list:
     """A fused tile's epilogue on its clamped sums ``ys`` (``where``: each one's output offset,
-    lanes, bias offset and vector): the residual ADD and its clamp (flags & 1), PRELU (flags & 2),
-    the activation (flags >> 2), each a branch taken or not for the whole call (the flags are the
-    layer's), so that a layer pays only for what it fuses."""
+    lanes (None: all), bias offset and vector): the residual ADD and its clamp (flags & 1), PRELU
+    (flags & 2), the activation (flags >> 2), each a branch taken or not for the whole call (the
+    flags are the layer's), so that a layer pays only for what it fuses."""
     f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
     vf = ir.VectorType(f32, LANES)
     res_arr, alpha_arr, flags_v, lo2_v, hi2_v = args[18:23]
@@ -155,6 +189,8 @@ def _epilogue_code(context, builder, sa, args, ys: list, where: list) -> list:
     zero = ir.Constant(vf, [0.0] * LANES)
 
     def load(ptr, at, keep):
+        if keep is None:
+            return builder.load(_vector_ptr(builder, ptr, at, vf), align=4)
         return builder.call(masked_load, [_vector_ptr(builder, ptr, at, vf), ir.Constant(i32, 4), keep, zero])
 
     def flag(bit):
@@ -188,15 +224,15 @@ def _rows_of(n_rows) -> int:
     return n_rows.literal_value
 
 
-def _tile_of(vectors: int = VECTORS, streams: int = 1):
+def _tile_of(vectors: int = VECTORS, streams: int = 1, budget: int = ACCUMULATORS):
     """The intrinsic for tiles of ``vectors`` × 16 units, ``streams`` tiles at once (see
     ``run_chain``); its first argument, the row count, must be a compile-time constant: the code
-    is unrolled for it, one specialisation per count."""
+    is unrolled for it, one specialisation per count. ``budget``: ``tile_passes``' (tests set it)."""
 
     @intrinsic
     def tile(typingctx, n_rows, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart):
         sig = types.void(n_rows, w, w_off, x, x_off, k_count, b, b_off, lo, hi, out, o_off, o_stride, count, apart)
-        return sig, _tile_codegen(_rows_of(n_rows), vectors, streams, False)
+        return sig, _tile_codegen(_rows_of(n_rows), vectors, streams, False, budget=budget)
     return tile
 
 

@@ -19,6 +19,8 @@ depthwise weights, is only compiled where the CPU has AVX-512 VNNI (depthwise.py
 """
 from __future__ import annotations
 
+import llvmlite.binding as llvm
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -26,6 +28,20 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 LANES = 16
+
+
+def cpu_features() -> set[str]:
+    """The features numba compiles for: $NUMBA_CPU_FEATURES if set, else the host's."""
+    text = numba.config.CPU_FEATURES or llvm.get_host_cpu_features().flatten()
+    return {f[1:] for f in text.split(",") if f.startswith("+")}
+
+
+#: How many 16-lane vectors of sums a register tile may keep (fc_float's ``_tile_codegen`` splits
+#: a larger tile into passes that each keep at most this many). AVX-512's 32 registers hold one
+#: such vector each: 16 leave room for the weights and the broadcast inputs. AVX2's 16 registers
+#: hold 8 lanes, two per vector: 6 vectors (12 registers) leave a weight vector and a broadcast
+#: its registers too; a tile that keeps more spills its sums to the stack at every step.
+ACCUMULATORS = 16 if "avx512f" in cpu_features() else 6
 
 
 def splat(builder, value, vec_type):

@@ -24,7 +24,6 @@ plan (VNNI-packed or not) a compilation cache entry holds.
 """
 from __future__ import annotations
 
-import llvmlite.binding as llvm
 import numba
 from llvmlite import ir
 from numba import types
@@ -32,17 +31,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from hal.backends.numba_kernels.simd import TABLE_INT64, byte_blocks, counted_loop, masked_load, masked_store
+from hal.backends.numba_kernels.simd import cpu_features as _cpu_features
 from hal.backends.numba_kernels.simd import multiply_lanes_planned as _multiply
 from hal.backends.numba_kernels.simd import splat as _splat
 
 _REQUIRED = ("avx512f", "avx512bw", "avx512vnni")
-
-
-def _cpu_features() -> set[str]:
-    """The features numba compiles for: $NUMBA_CPU_FEATURES if set, else the host's."""
-    text = numba.config.CPU_FEATURES or llvm.get_host_cpu_features().flatten()
-    return {f[1:] for f in text.split(",") if f.startswith("+")}
-
 
 #: Whether the VNNI kernels exist on this machine (else the backend's float32 BLAS path runs).
 AVAILABLE = (numba.config.CPU_NAME in (None, "host")) and all(f in _cpu_features() for f in _REQUIRED)
