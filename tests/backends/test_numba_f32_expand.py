@@ -75,8 +75,10 @@ def block_model(shape, expand, k, stride, *, conv_act=3, activation=None, dw_act
 
 @pytest.fixture
 def any_size(monkeypatch):
-    """Blocks of test size fused (by default only expansions that outgrow L2 are)."""
+    """Blocks of test size fused (by default only expansions that outgrow L2 are, and only on a
+    machine whose L2 holds the ring: ``FUSES``)."""
     from hal.backends.numba_kernels import f32_expand
+    monkeypatch.setattr(f32_expand, "FUSES", True)
     monkeypatch.setattr(f32_expand, "MIN_BYTES", 0)
     monkeypatch.setattr(f32_expand, "MIN_WIDTH", 1)
 
@@ -128,12 +130,22 @@ def test_the_fused_block_gives_the_unfused_steps_bytes(shape, expand, k, stride,
 
 @pytest.mark.parametrize("shape,expand,fused", [((1, 28, 28, 32), 192, False), ((1, 56, 56, 24), 144, True),
                                                 ((1, 14, 14, 160), 1440, False)])
-def test_only_expansions_that_outgrow_the_cache_are_fused(shape, expand, fused):
+@pytest.mark.parametrize("l2_holds_the_ring", [True, False])
+def test_only_expansions_that_outgrow_the_cache_are_fused(shape, expand, fused, l2_holds_the_ring, monkeypatch):
     """MobileNetV2's 56x56x144 expansion (1.8 MB) is fused; its 28x28x192 one (0.6 MB) is not, nor
-    a 14-pixel-wide one whatever its size."""
+    a 14-pixel-wide one whatever its size; none is where the core's L2 cannot hold the ring."""
+    from hal.backends.numba_kernels import f32_expand
+    monkeypatch.setattr(f32_expand, "FUSES", l2_holds_the_ring)
     model = block_model(shape, expand, 3, 1, rng=np.random.default_rng(2))
     patterns = _patterns(compile_model(model, backend_order=ORDER))
-    assert ("expand_depthwise" in patterns) == fused, patterns
+    assert ("expand_depthwise" in patterns) == (fused and l2_holds_the_ring), patterns
+
+
+@pytest.mark.parametrize("text,size", [("512K", 512 << 10), ("2048K\n", 2 << 20), ("32M", 32 << 20), ("64", 64)])
+def test_cache_sizes_read_as_sysfs_writes_them(text, size):
+    from hal.backends.numba_kernels.simd import cache_size_bytes, l2_bytes
+    assert cache_size_bytes(text) == size
+    assert l2_bytes() is None or l2_bytes() >= 64 << 10
 
 
 def test_an_expansion_read_elsewhere_stays_its_own_step(any_size):

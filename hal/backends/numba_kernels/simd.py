@@ -19,6 +19,8 @@ depthwise weights, is only compiled where the CPU has AVX-512 VNNI (depthwise.py
 """
 from __future__ import annotations
 
+import pathlib
+
 import llvmlite.binding as llvm
 import numba
 import numpy as np
@@ -34,6 +36,25 @@ def cpu_features() -> set[str]:
     """The features numba compiles for: $NUMBA_CPU_FEATURES if set, else the host's."""
     text = numba.config.CPU_FEATURES or llvm.get_host_cpu_features().flatten()
     return {f[1:] for f in text.split(",") if f.startswith("+")}
+
+
+def cache_size_bytes(text: str) -> int:
+    """A cache size as Linux's sysfs writes it ("512K", "2048K", "32M") in bytes."""
+    t = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1], 1)
+    return int(t.rstrip("KMG")) * scale
+
+
+def l2_bytes() -> int | None:
+    """The first core's L2 cache (data or unified), from sysfs; None where that cannot be read."""
+    try:
+        for index in sorted(pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+            if (index / "level").read_text().strip() == "2" and \
+                    (index / "type").read_text().strip() in ("Unified", "Data"):
+                return cache_size_bytes((index / "size").read_text())
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 #: How many 16-lane vectors of sums a register tile may keep (fc_float's ``_tile_codegen`` splits
