@@ -118,24 +118,24 @@ def test_landmark_networks_reorder_only_for_their_heads(builder):
 
 
 def _partial_block_chain():
-    """24 channels (not whole blocks: their padding channels must stay zero): a residual ADD with
-    RELU6, a MUL by a per-channel constant and an ADD of a scalar (both laid out with zeros in the
-    padding channels), a max pool, the shortcut widened 24 -> 48 by PAD (the padding channels
-    become channels), a 2x bilinear upsampling (half-pixel centers) added to a projection, and a
-    LOGISTIC, which does not keep zeros (read in NCHW)."""
-    m = _Chain((1, 8, 6, 24), seed=9)
+    """20 channels (not whole blocks of 8 or 16: their padding channels must stay zero): a residual
+    ADD with RELU6, a MUL by a per-channel constant and an ADD of a scalar (both laid out with
+    zeros in the padding channels), a max pool, the shortcut widened 20 -> 40 by PAD (the padding
+    channels become channels), a 2x bilinear upsampling (half-pixel centers) added to a projection,
+    and a LOGISTIC, which does not keep zeros (read in NCHW)."""
+    m = _Chain((1, 8, 6, 20), seed=9)
     a = _identity_depthwise(m, m.inputs[0])
-    b = m._out(Op.ADD, [m.conv(a, 24, k=1), a, m.b.add_int32(3)], (1, 8, 6, 24))  # RELU6
-    c = m.binary(Op.MUL, b, m._f32(m.rng.normal(0, 2, 24)))
+    b = m._out(Op.ADD, [m.conv(a, 20, k=1), a, m.b.add_int32(3)], (1, 8, 6, 20))  # RELU6
+    c = m.binary(Op.MUL, b, m._f32(m.rng.normal(0, 2, 20)))
     d = m.binary(Op.ADD, c, m._f32([0.5]))
-    e = m.max_pool(d)  # 4x3x24
-    wide = m.pad(e, [(0, 0), (0, 0), (0, 0), (0, 24)])
-    f = m.binary(Op.ADD, m.conv(e, 48, k=1), wide)
+    e = m.max_pool(d)  # 4x3x20
+    wide = m.pad(e, [(0, 0), (0, 0), (0, 0), (0, 20)])
+    f = m.binary(Op.ADD, m.conv(e, 40, k=1), wide)
     up = m.resize(f, Op.RESIZE_BILINEAR, 8, 6, half=True)
-    g = m.binary(Op.ADD, up, m.conv(d, 48, k=1))
+    g = m.binary(Op.ADD, up, m.conv(d, 40, k=1))
     y = m.conv(g, 16, k=1)
     z = m.conv(m.unary(Op.LOGISTIC, c), 16, k=1)
-    inputs = [np.random.default_rng(10).normal(0, 4, (1, 8, 6, 24)).astype(np.float32)]
+    inputs = [np.random.default_rng(10).normal(0, 4, (1, 8, 6, 20)).astype(np.float32)]
     return m.finish([y, z]), inputs
 
 

@@ -107,7 +107,11 @@ def test_hard_sigmoid_form_is_exact_on_special_values():
     _assert_matches_reference(model, inputs)
 
 
-@pytest.mark.parametrize("builder", ["efficientnet_b0", "mobilenet_v3_small"])
+@pytest.mark.parametrize("builder", [pytest.param("efficientnet_b0", marks=pytest.mark.xfail(
+    ort_backend.blocked.block_size() == 8, strict=True,
+    reason="where onnxruntime's NCHWc block is 8 (AVX2, no AVX-512) it fuses each swish into QuickGelu, which has "
+           "no NCHWc kernel: reordered to NCHW, the gate's Mul with it (measured in process: the same time with "
+           "that fusion disabled)")), "mobilenet_v3_small"])
 def test_networks_with_squeeze_excite_blocks_reorder_no_gate(builder):
     """EfficientNet-B0 (LOGISTIC gates) and MobileNetV3-small (hard-sigmoid gates) at 64x64: no
     NCHWc reorder feeds a gate's Mul or reads its product, and the output is within 1e-4 of its
