@@ -9,7 +9,8 @@ sample drivers and ARM NN's driver do (fixed or configured numbers, not a benchm
 gives TFLite users) with one thread and its default op resolver (XNNPACK, float and 8-bit). A
 client on another runtime (tflite-runtime 2.14, whose 8-bit kernels are about 20x slower) converts
 through the anchor: delegate.cost estimates the service from LiteRT's CPU rates and the CPU from
-its own. Each built-in backend's figures are in ``MEASURED``, whole-model ratios against LiteRT 1
+its own. Each built-in backend's figures are in ``MEASURED`` (``BY_VERSION`` where the backend's
+version is a kind of CPU that measured otherwise: ``stated``), whole-model ratios against LiteRT 1
 thread from ``make bench`` (bench/results.md; its "stated vs measured" table shows when they
 drift), and the device's figure for a type is that of the first backend in the preference order
 that has one. They live here, not in the backends' packages, because a
@@ -73,6 +74,17 @@ MEASURED: dict[str, dict[int, float]] = {
                          OperandType.TENSOR_QUANT8_ASYMM: 26.0},
 }
 
+#: Figures for one version of a backend, where its version names a kind of CPU its plans are for
+#: and that kind measured differently: numba "2" is a machine without AVX-512 VNNI, whose 8-bit
+#: convolutions and FULLY_CONNECTED run the float32 BLAS path (per step, unbound). Measured
+#: 2026-11-29 on an AMD EPYC (Zen 3: AVX2, no AVX-512), one `make bench` through the delegate
+#: against LiteRT 1 thread: int8 MobileNetV2 3.29, EfficientNet-B0 3.03, MobileNetV3-small 2.55,
+#: BlazeFace-style 4.44; uint8 2.02, 2.25, 2.07, 2.88 -> stated 3.0 and 2.1: slower than the CPU,
+#: so the delegate's cost rule leaves such models to LiteRT there.
+BY_VERSION: dict[tuple[str, str], dict[int, float]] = {
+    ("numba", "2"): {OperandType.TENSOR_QUANT8_ASYMM_SIGNED: 3.0, OperandType.TENSOR_QUANT8_ASYMM: 2.1},
+}
+
 #: The figure when no backend of the order has one: the CPU's (the anchor's).
 CPU = 1.0
 #: A performance file is a few lines; anything this large is not one.
@@ -84,10 +96,20 @@ def exec_times(order: Iterable[str] | None = None, measured: dict[str, dict[int,
     """NNAPI operand type (SUBGRAPH aside) -> exec_time for a service whose backend preference is
     ``order`` (default: the process's preference). ``measured`` (``read_measured``) replaces the
     built-in figures of the backends it names."""
-    table = {**MEASURED, **(measured or {})}
-    stated = [table[b.name] for b in backends.candidates(order) if b.name in table and not b.opt_in]
-    worst = max((v for p in stated for v in p.values()), default=CPU)
-    return {int(t): next((p[t] for p in stated if t in p), worst) for t in OperandType if t != OperandType.SUBGRAPH}
+    candidates = [b for b in backends.candidates(order) if not b.opt_in]
+    table = {**{b.name: stated(b.name) for b in candidates}, **(measured or {})}
+    stated_ = [table[b.name] for b in candidates if table.get(b.name)]
+    worst = max((v for p in stated_ for v in p.values()), default=CPU)
+    return {int(t): next((p[t] for p in stated_ if t in p), worst) for t in OperandType if t != OperandType.SUBGRAPH}
+
+
+def stated(name: str) -> dict[int, float]:
+    """Backend ``name``'s built-in figures as it is on this machine: ``BY_VERSION``'s where its
+    version has its own, else ``MEASURED``'s (empty: it states none)."""
+    b = backends.get(name)
+    if b is not None and (name, b.version) in BY_VERSION:
+        return BY_VERSION[name, b.version]
+    return MEASURED.get(name, {})
 
 
 def slowest(times: dict[int, float]) -> float:

@@ -29,7 +29,7 @@ def _cmd_backends(args: argparse.Namespace) -> int:
                 for spec, types in backends.support_matrix()]
         rows.append({"name": b.name, "version": b.version, "identity": b.identity(), "priority": b.priority,
                      "enabled": b.name in order, "description": b.description,
-                     "performance": {OperandType(t).name: v for t, v in performance.MEASURED.get(b.name, {}).items()},
+                     "performance": {OperandType(t).name: v for t, v in performance.stated(b.name).items()},
                      "operations": [r for r in runs if r["operand_types"]]})
     times = performance.exec_times(order)
     if args.json:

@@ -111,11 +111,11 @@ def test_backends_cli():
     assert ref["identity"].startswith("reference@") and ref["enabled"] and rows["preference"][-1] == "reference"
     assert sum(len(o["operand_types"]) for o in ref["operations"]) == len(ops_matrix())
     # The speeds getCapabilities states for this preference (hal.performance), and each backend's own.
-    from hal.performance import MEASURED, exec_times
+    from hal.performance import exec_times, stated
     from hal.types import OperandType
     assert rows["exec_time"] == {OperandType(t).name: v for t, v in exec_times(rows["preference"]).items()}
     for b in rows["backends"]:
-        assert b["performance"] == {OperandType(t).name: v for t, v in MEASURED.get(b["name"], {}).items()}
+        assert b["performance"] == {OperandType(t).name: v for t, v in stated(b["name"]).items()}
 
 
 def test_service_reports_the_assignment_and_reasons(server):
