@@ -73,8 +73,9 @@ def store_first(builder, value, ptr, n) -> None:
             with builder.if_else(builder.icmp_signed(">=", n, ir.Constant(i64, half))) as (high, low):
                 with high:
                     builder.store(halves[0], ptrs[0], align=4)
-                    builder.call(masked, [halves[1], ptrs[1], ir.Constant(_I32, 4),
-                                          first(builder.sub(n, ir.Constant(i64, half)))])
+                    rest = builder.sub(n, ir.Constant(i64, half))
+                    with builder.if_then(builder.icmp_signed(">", rest, ir.Constant(i64, 0))):
+                        builder.call(masked, [halves[1], ptrs[1], ir.Constant(_I32, 4), first(rest)])
                 with low:
                     with builder.if_then(builder.icmp_signed(">", n, ir.Constant(i64, 0))):
                         builder.call(masked, [halves[0], ptrs[0], ir.Constant(_I32, 4), first(n)])
