@@ -212,12 +212,12 @@ def criteria(r: dict) -> list[tuple[str, str, bool]]:
     f = r["faults"]
     c = f["counts"]
     phases = r["throughput"] + [f]
-    bad = [x for p in phases for x in p["fates"] if x]
+    bad = [f"{p['tag']} client {k}: {x}" for p in phases for k, x in enumerate(p["fates"]) if x]
     failed = sum(p["counts"]["failed"] + p["counts"]["create_failed"] for p in phases)
     wrong = sum(p["counts"]["wrong"] for p in phases)
     out = [("failed invokes or Interpreter creations (every phase)", str(failed), failed == 0),
            ("wrong outputs (every phase)", str(wrong), wrong == 0),
-           ("client crashes or hangs", str(len(bad)), not bad),
+           ("client crashes or hangs", f"{len(bad)} ({'; '.join(bad)})" if bad else "0", not bad),
            ("replica deaths not caused by the run, failed restarts", str(len(r["replica_failures"])),
             not r["replica_failures"]),
            ("invokes on a service during the fault run", f"{c['on_service']:,}", c["on_service"] > 0)]
