@@ -98,9 +98,9 @@ def exec_times(order: Iterable[str] | None = None, measured: dict[str, dict[int,
     built-in figures of the backends it names."""
     candidates = [b for b in backends.candidates(order) if not b.opt_in]
     table = {**{b.name: stated(b.name) for b in candidates}, **(measured or {})}
-    stated_ = [table[b.name] for b in candidates if table.get(b.name)]
-    worst = max((v for p in stated_ for v in p.values()), default=CPU)
-    return {int(t): next((p[t] for p in stated_ if t in p), worst) for t in OperandType if t != OperandType.SUBGRAPH}
+    figures = [table[b.name] for b in candidates if table.get(b.name)]
+    worst = max((v for p in figures for v in p.values()), default=CPU)
+    return {int(t): next((p[t] for p in figures if t in p), worst) for t in OperandType if t != OperandType.SUBGRAPH}
 
 
 def stated(name: str) -> dict[int, float]:
