@@ -16,6 +16,9 @@ setup: $(BIN)/nnhal $(PROTO_OUT)  ## Create .venv (LiteRT 2.3, numpy 2), install
 # Editable installs of nnhal and its extensions; setuptools' "Editable installation" notice once, not per project.
 EDITABLE := --no-deps -e . -e extensions/mediapipe $(foreach d,$(wildcard extensions/examples/*/pyproject.toml),-e $(dir $(d)))
 QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
+#: The two venvs' editable installs write the same egg-info in the source tree: one at a time where
+#: both are made at once (make -j2 setup setup-tflite-runtime, as CI does).
+ONE_AT_A_TIME := $(if $(shell command -v flock),flock $(CURDIR)/.setup.lock,)
 
 #: torch (the cuda backend, nnhal[cuda]) only where it runs: a GPU the NVIDIA driver shows, or NNHAL_CUDA=1
 #: (CI: the cuda backend's lowering tested on torch's CPU device).
@@ -26,7 +29,7 @@ $(BIN)/nnhal: pyproject.toml requirements.lock requirements-cuda.lock extensions
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.lock
 	$(if $(WANT_CUDA),$(BIN)/pip install -q -r requirements-cuda.lock)
-	$(QUIET_EDITABLE) $(BIN)/pip install -q $(EDITABLE)
+	$(QUIET_EDITABLE) $(ONE_AT_A_TIME) $(BIN)/pip install -q $(EDITABLE)
 	$(BIN)/python -c "from hal import backends; backends.ensure_loaded()"  # compile the numba kernels for this machine, once
 	@touch $@
 
@@ -95,7 +98,7 @@ $(TFLRT_BIN)/nnhal: pyproject.toml requirements-tflite-runtime.lock extensions/m
 	$(PY) -m venv $(TFLRT_VENV)
 	$(TFLRT_BIN)/pip install -q --upgrade pip
 	$(TFLRT_BIN)/pip install -q -r requirements-tflite-runtime.lock
-	$(QUIET_EDITABLE) $(TFLRT_BIN)/pip install -q $(EDITABLE)
+	$(QUIET_EDITABLE) $(ONE_AT_A_TIME) $(TFLRT_BIN)/pip install -q $(EDITABLE)
 	$(TFLRT_BIN)/python -c "from hal import backends; backends.ensure_loaded()"  # its numba's kernels, once
 	@touch $@
 

@@ -482,6 +482,8 @@ def _compile_validated(model: Model, copy_constants: bool, order: tuple[str, ...
             plan = make_plan(model, base, {}, order, subgraphs, referenced)
         except RuntimeValueNeeded:
             runtime_values = True
+    if plan is not None:
+        ready(plan)
     if plan is None:  # still check now that every operation is one this driver has
         prefixes = model_prefixes(model)
         for k, op in enumerate(sg.operations):
@@ -491,6 +493,18 @@ def _compile_validated(model: Model, copy_constants: bool, order: tuple[str, ...
                          input_indexes=list(sg.input_indexes), output_indexes=list(sg.output_indexes),
                          base_infos=base, static_plan=plan, backend_order=order, runtime_values=runtime_values,
                          subgraphs=subgraphs, referenced=referenced)
+
+
+def ready(plan: Plan) -> None:
+    """Each backend's ``Backend.ready`` with the kernels its steps of ``plan`` run: a plan made or
+    loaded from the cache has what it runs loaded before its first execution."""
+    by_backend: dict[str, list] = {}
+    for step in plan.steps:
+        by_backend.setdefault(step.backend, []).append(step.kernel)
+    for name, kernels in by_backend.items():
+        backend = backends.get(name)
+        if backend is not None and backend.ready is not None:
+            backend.ready(kernels)
 
 
 def inputs_static(model: Model, infos: list[OperandInfo]) -> bool:

@@ -28,7 +28,7 @@ import numpy as np
 from hal import backends
 from hal.backends import Backend
 from hal.backends.graph import GraphBackend
-from hal.compiler import CompiledModel, Subgraphs, make_plan
+from hal.compiler import CompiledModel, Subgraphs, make_plan, ready
 from hal.extension_registry import extension_dtype, extension_name, lookup_in_model, model_prefixes
 from hal.fusion import fuse
 from hal.model import (
@@ -466,6 +466,7 @@ def _load_plan(model: Model, tree: dict, dec: "_Decoder", by_name: dict[str, Bac
         plan = Plan(steps, infos, keep=keep, make_program=program)
     else:
         plan = Plan(steps, infos, keep=keep, program=_program(model, steps, infos, tree["partitions"], dec))
+    ready(plan)
     return CompiledModel(model=model, constants=constants, input_indexes=list(sg.input_indexes),
                          output_indexes=list(sg.output_indexes), base_infos=base, static_plan=plan,
                          backend_order=order, subgraphs=subgraphs)

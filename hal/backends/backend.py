@@ -43,6 +43,10 @@ class Backend:
         #: backend (``Kernel.bind``'s) as equivalent runners, fewer where the backend can make
         #: several calls as one (``hal.bound_program``); None: each runner is called.
         self.chain: Callable[[list[Callable[[], object]]], list[Callable[[], object]]] | None = None
+        #: ``ready(kernels)``: called with the kernels of a plan's steps once the plan is made or
+        #: loaded from the compilation cache (``hal.compiler.ready``): a backend that loads its code
+        #: when first used loads what they run, so that no execution does; None: nothing to load.
+        self.ready: Callable[[list[Kernel]], None] | None = None
         #: ``loop(condition runners, flag, body runners, copies)``: a bound WHILE's trips as one
         #: call of this backend's (``hal.bound_loop``): ``run(until_ns)`` runs the condition's
         #: runners, stops when ``flag[0]`` is false, else runs the body's and copies each (dst,

@@ -137,22 +137,50 @@ def test_table_driven_binary_operations_broadcast_like_the_reference(op, dtype, 
     assert_matches_reference(model, [random_tensor(rng, a_shape, dtype), random_tensor(rng, b_shape, dtype)], "numba")
 
 
-def test_no_kernel_compiles_on_the_execution_path():
-    """Every kernel is compiled for its signatures at import; a call with other types is an error,
-    never a compilation in the middle of an execution."""
+def _kernels() -> list:
+    """Every compiled (not inlined) kernel the package's modules declare."""
     import numba
-    dispatchers = [obj for mod in list(sys.modules.values()) if mod and mod.__name__.startswith(numba_kernels.__name__)
-                   for obj in vars(mod).values() if isinstance(obj, numba.core.registry.CPUDispatcher)]
-    dispatchers = [d for d in dispatchers if d.targetoptions.get("inline") != "always"]  # inlined helpers
-    assert dispatchers
-    for d in dispatchers:
+    modules = [m for m in list(sys.modules.values()) if m and m.__name__.startswith(numba_kernels.__name__)]
+    found = {id(obj): obj for m in modules for obj in vars(m).values()
+             if isinstance(obj, numba.core.registry.CPUDispatcher)}
+    return [d for d in found.values() if d.targetoptions.get("inline") != "always"]
+
+
+def test_no_kernel_compiles_on_the_execution_path():
+    """Every kernel is declared with its signatures and, loaded, runs those alone: a call with
+    other types is an error, never a compilation in the middle of an execution; and loading them
+    from the filled cache compiles none."""
+    from hal.backends.numba_kernels import lazy
+    assert lazy.materialize_all() == len(lazy._declared)
+    kernels = _kernels()
+    assert kernels and all(isinstance(d, lazy.LazyDispatcher) for d in kernels), \
+        [d.py_func.__qualname__ for d in kernels if not isinstance(d, lazy.LazyDispatcher)]
+    for d in kernels:
         assert d.signatures and not d._can_compile, d.py_func.__qualname__
+        assert len(d.signatures) == len(d._declared_signatures), d.py_func.__qualname__
+        assert not any(d._cache_misses.values()), f"{d.py_func.__qualname__} was compiled, not loaded"
 
 
-def test_a_corrupt_cache_file_costs_its_module_a_compilation_not_the_backend(tmp_path):
-    """Every cache file of lut (which conv and others import: the failure surfaces while importing
-    another module) is garbage: lut's kernels are compiled again, every other module's files are
-    loaded as they were, and the backend has all its kernels."""
+def test_a_started_process_loads_a_kernel_when_it_is_first_used():
+    """Importing the package over a filled cache loads no kernel; a kernel's first call loads
+    its declared signatures (and only those: a call with other types is numba's TypeError)."""
+    one = next(d for d in _kernels() if len(d._declared_signatures) == 1 and "." not in d.py_func.__qualname__)
+    module, qualname = one.py_func.__module__, one.py_func.__qualname__
+    arity = len(one._declared_signatures[0].args)
+    code = (f"import sys, importlib\nfrom hal.backends.numba_kernels import lazy\n"
+            f"k = getattr(importlib.import_module({module!r}), {qualname!r})\n"
+            "print(lazy.pending() == len(lazy._declared), len(k.signatures))\n"
+            f"try:\n    k(*['not its types'] * {arity})\nexcept TypeError:\n    print('TypeError')\n"
+            "print(len(k.signatures), k._can_compile, lazy.pending() == len(lazy._declared) - 1)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "0", "TypeError", "1", "False", "True"], out.stdout + out.stderr
+
+
+def test_a_corrupt_cache_file_costs_its_kernel_a_compilation_not_the_backend(tmp_path):
+    """Every cache file of lut is garbage: lut's kernels are compiled again when loaded, every
+    other kernel's files are loaded as they were, and the backend has all its kernels."""
     cache = pathlib.Path(numba_kernels.CACHE)
     copy = tmp_path / "numba" / cache.name
     shutil.copytree(cache, copy)
@@ -162,12 +190,69 @@ def test_a_corrupt_cache_file_costs_its_module_a_compilation_not_the_backend(tmp
     for f in mine:
         f.write_bytes(b"garbage")
     env = dict(os.environ, NNHAL_NUMBA_CACHE_DIR=str(tmp_path / "numba"), PYTHONPATH=os.getcwd())
-    code = "import hal.backends.numba_kernels as k; print(len(k.BACKEND.kernels))"
+    code = ("import hal.backends.numba_kernels as k\nfrom hal.backends.numba_kernels import lazy\n"
+            "print(len(k.BACKEND.kernels), lazy.materialize_all() == len(lazy._declared), lazy.pending())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
-    assert int(out.stdout.strip()) == len(BACKEND.kernels)
-    assert "numba cache of hal.backends.numba_kernels.lut unreadable" in out.stderr, out.stderr
-    assert out.stderr.count("unreadable") == 1, out.stderr  # lut alone: not the whole cache
+    assert out.stdout.split() == [str(len(BACKEND.kernels)), "True", "0"], out.stdout
+    warned = [line for line in out.stderr.splitlines() if "unreadable" in line]
+    assert warned and all("numba cache of hal.backends.numba_kernels.lut." in line for line in warned), out.stderr
     rewritten = [f for f in copy.rglob("lut.*") if f.suffix in (".nbi", ".nbc")]
     assert rewritten and all(f.read_bytes() != b"garbage" for f in rewritten)
     assert all(f.read_bytes() == data for f, data in others.items())  # loaded, not compiled again
+
+
+_FIRST_USE = """
+import pickle, sys
+import numpy as np
+from delegate.mapping import convert_partition
+from delegate.mapping.host_runtime import TFLITE_RUNTIME_2_14
+from delegate.tfl import read_model
+from hal import backends
+from hal.compiler import compile_model
+from hal.executor import bind, execute
+from hal.serialize import dump_compiled, load_compiled
+from hal.backends.numba_kernels import lazy
+from nnhal.examples import mlp, mobilenet_like
+from nnhal.examples_quantized import small_cnn
+backends.set_compute_threads(1)
+step, path = sys.argv[1], sys.argv[2]
+models = {"int8 cnn": (small_cnn(np.int8, 32), np.int8, (1, 32, 32, 3)),
+          "float cnn": (mobilenet_like(np.float32, 32, 16), np.float32, (1, 32, 32, 3)),
+          "float mlp": (mlp(), np.float32, (1, 256))}
+dumped = {} if step == "compile" else pickle.load(open(path, "rb"))
+for name, (tfl, dtype, shape) in models.items():
+    start = lazy.pending()
+    if step == "compile":
+        compiled = compile_model(convert_partition(read_model(tfl), runtime=TFLITE_RUNTIME_2_14).model)
+        dumped[name] = dump_compiled(compiled)
+    else:
+        compiled = load_compiled(*dumped[name])
+    prepared = lazy.pending()
+    plan = compiled.static_plan
+    x = np.random.default_rng(0).integers(-128, 127, shape).astype(dtype)
+    execute(compiled, [x])
+    outs = [np.empty(plan.infos[o].shape, plan.infos[o].dtype) for o in compiled.output_indexes]
+    bind(compiled, [x], outs)()
+    numba_steps = sum(s.backend == "numba" for s in plan.steps)
+    print(f"{name}|{numba_steps}|{start - prepared}|{prepared - lazy.pending()}")
+if step == "compile":
+    pickle.dump(dumped, open(path, "wb"))
+"""
+
+
+def test_a_model_prepared_or_loaded_from_the_cache_runs_without_loading_a_kernel(tmp_path):
+    """Kernels load when a plan that runs them is made or loaded from the compilation cache
+    (Backend.ready), not in its first execution, whose time would then hold the loading (and
+    whose slowest time a client's wait bound is made of). Fresh processes: nothing loaded before."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    for step in ("compile", "load"):
+        out = subprocess.run([sys.executable, "-c", _FIRST_USE, step, str(tmp_path / "plans.pickle")], env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        rows = [line.split("|") for line in out.stdout.splitlines()]
+        assert len(rows) == 3, out.stdout + out.stderr
+        for name, numba_steps, _, in_executions in rows:
+            assert int(numba_steps) > 0, f"{step} {name}: no step on numba"
+            assert int(in_executions) == 0, f"{step} {name}: {in_executions} kernels loaded by executions"
+        assert sum(int(r[2]) for r in rows) > 0, f"{step}: no kernel loaded at all"

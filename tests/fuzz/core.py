@@ -183,7 +183,10 @@ class Service:
         d = tempfile.mkdtemp(prefix=f"nnhal-fuzz-{self.label}-")
         self.dirs.append(d)
         # --parent-pid: the service stops when this process ends, however it ends (a killed run leaves none)
-        self.server = ServerProcess(Path(d), "--parent-pid", str(os.getpid()), *self.extra)
+        # every numba kernel loaded at start: the RSS bound (RSS_GROWTH_LIMIT) is on what a run grows
+        # from there, and kernels loaded for the first model that runs them are not growth
+        self.server = ServerProcess(Path(d), "--parent-pid", str(os.getpid()), *self.extra,
+                                    env=dict(os.environ, NNHAL_NUMBA_EAGER="1"))
         self.address = self.server.address
         self.client = Client.connect(self.address)
         self.pid = self.server.proc.pid

@@ -17,7 +17,7 @@ from service.client import Client, answers
 
 
 class ServerProcess:
-    def __init__(self, tmp_path, *extra: str):
+    def __init__(self, tmp_path, *extra: str, env: dict[str, str] | None = None):
         self.socket = str(tmp_path / "nnhal.sock")
         self.address = "unix:" + self.socket
         self.log_path = tmp_path / "server.log"
@@ -25,7 +25,7 @@ class ServerProcess:
         self.cache_dir = str(tmp_path / "cache")
         self.proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "--socket", self.socket,
                                       "--cache-dir", self.cache_dir, "--log-level", "warning", *extra],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 30
         while not answers(self.address):
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -54,13 +54,15 @@ loops do not vectorise over a few dozen channels, nor find ``vpdpbusd``.
 Operations or forms it does not take (other float operations, NCHW, non-constant filters, ...) fall back to the
 next backend of the preference order, ultimately the reference backend.
 
-Kernels are compiled for their exact signatures when this package is imported (service start,
-``make setup``'s warm-up), never during an execution, and cached on disk by numba in a per-user
-directory ($NNHAL_NUMBA_CACHE_DIR, else $XDG_CACHE_HOME/nnhal/numba or ~/.cache/nnhal/numba), one
-subdirectory per (sources, numba, Python) so that two environments (LiteRT's numpy 2 and
-tflite-runtime's numpy 1) never overwrite each other's kernels. A cache that cannot be read is
-discarded and the kernels compiled again. A compilation says so on stderr: it takes tens of seconds,
-once per machine and environment.
+Kernels are compiled for their exact signatures the first time this package is imported on a
+machine (``make setup``'s warm-up, else a service's start), never during an execution, and cached
+on disk by numba in a per-user directory ($NNHAL_NUMBA_CACHE_DIR, else $XDG_CACHE_HOME/nnhal/numba
+or ~/.cache/nnhal/numba), one subdirectory per (sources, numba, Python) so that two environments
+(LiteRT's numpy 2 and tflite-runtime's numpy 1) never overwrite each other's kernels. Once that
+directory is filled, a process loads each kernel from it when the kernel is first used (lazy.py):
+a process pays for the kernels its models run, not for all of them. A kernel whose cache files
+cannot be read is compiled again. A compilation says so on stderr: it takes tens of seconds, once
+per machine and environment.
 """
 from __future__ import annotations
 
@@ -117,6 +119,7 @@ numba.config.CACHE_DIR = str(CACHE)  # numba is imported: its config reads the v
 
 from hal.backends import Backend, register_backend  # noqa: E402
 from hal.backends.numba_kernels import amx as _amx  # noqa: E402 - CPU features and the OS's AMX grant
+from hal.backends.numba_kernels import lazy as _lazy  # noqa: E402
 from hal.backends.numba_kernels import vnni as _vnni  # noqa: E402 - CPU features only, compiles nothing
 from hal.types import OperandType, OperationType  # noqa: E402
 
@@ -191,79 +194,37 @@ class _FillLock:
             os.close(self.fd)  # releases the lock
 
 
+#: $NNHAL_NUMBA_EAGER=1: every kernel is loaded when the package is imported, not when a plan first
+#: runs it: for a service whose first prepares should load nothing, or whose memory is measured from
+#: its start (tests.fuzz's RSS bound).
+EAGER_VARIABLE = "NNHAL_NUMBA_EAGER"
+
+
 def _load() -> None:
-    """Import (and so compile or load from numba's cache) every kernel module, the first time into
-    this cache directory under ``_FillLock``. A cache file that cannot be read (truncated, corrupt,
-    written by another numba) costs its module a compilation, never the backend: that module's
-    files are removed and its kernels compiled again; where the culprit cannot be told, the whole
-    cache is removed and everything compiled afresh."""
-    with _FillLock():
-        _import_all()
-
-
-def _import_all() -> None:
+    """Import every kernel module, the first time into this cache directory under ``_FillLock`` and
+    compiling every kernel as it is declared; into a filled directory, each kernel is loaded from
+    it when first used (lazy.py). A cache file that cannot be read costs its kernel a compilation,
+    never the backend (lazy.py too)."""
     import importlib
-    import logging
     import pkgutil
-    import shutil
     import time
     names = [f"{__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)]
-    compiling = not any(CACHE.rglob("*.nbi"))
-    if compiling:  # a first start on this machine: tens of seconds in which nothing else is said
-        print(f"nnhal: compiling the numba kernels once for this machine and environment (into {CACHE})...",
-              file=sys.stderr, flush=True)
-    t0 = time.monotonic()
-    try:
-        for name in names:
-            _import_mending(name)
-    except Exception as e:  # noqa: BLE001 - numba raises whatever unpickling a bad file raises
-        logging.getLogger("nnhal.backends").warning("numba cache %s unreadable (%r): recompiling", CACHE, e)
-        shutil.rmtree(CACHE, ignore_errors=True)
-        CACHE.mkdir(parents=True, exist_ok=True)
-        for name in names:
-            sys.modules.pop(name, None)
-        BACKEND.kernels.clear()
-        BACKEND.fusions.clear()
+    with _FillLock():
+        _lazy.EAGER = not (CACHE / FILLED_MARKER).exists() or os.environ.get(EAGER_VARIABLE) == "1"
+        compiling = not any(CACHE.rglob("*.nbi"))
+        if compiling:  # a first start on this machine: tens of seconds in which nothing else is said
+            print(f"nnhal: compiling the numba kernels once for this machine and environment (into {CACHE})...",
+                  file=sys.stderr, flush=True)
+        t0 = time.monotonic()
         for name in names:
             importlib.import_module(name)
-    if compiling:
-        print(f"nnhal: numba kernels compiled in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-
-
-def _import_mending(name: str) -> None:
-    """Import kernel module ``name``. When loading a kernel from the cache fails, the module whose
-    kernel it was (the innermost of this package's frames in the traceback: a module ``name``
-    imports, maybe) loses its cache files and is compiled again, once per module; the modules the
-    failed import left half-initialised are imported afresh. Anything else is raised."""
-    import importlib
-    import logging
-    import traceback
-    mended: set[str] = set()
-    while True:
-        before = set(sys.modules)
-        try:
-            importlib.import_module(name)
-            return
-        except Exception as e:  # noqa: BLE001 - numba raises whatever unpickling a bad file raises
-            here = pathlib.Path(__file__).parent
-            frames = [pathlib.Path(f.f_code.co_filename) for f, _ in traceback.walk_tb(e.__traceback__)]
-            ours = [f.stem for f in frames if f.parent == here and f.name != "__init__.py"]
-            culprit = ours[-1] if ours else None
-            if culprit is None or culprit in mended:
-                raise
-            mended.add(culprit)
-            logging.getLogger("nnhal.backends").warning("numba cache of %s.%s unreadable (%r): recompiling its kernels",
-                                                        __name__, culprit, e)
-            for f in CACHE.rglob(f"{culprit}.*"):
-                f.unlink(missing_ok=True)
-            for m in set(sys.modules) - before:
-                if m.startswith(__name__ + "."):
-                    del sys.modules[m]
+        if compiling:
+            print(f"nnhal: numba kernels compiled in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
 _load()
 from hal.backends.numba_kernels.native_chain import chain as _chain  # noqa: E402 - loaded by _load
 from hal.backends.numba_kernels.native_chain import loop as _loop  # noqa: E402
 
-BACKEND.chain, BACKEND.loop = _chain, _loop
+BACKEND.chain, BACKEND.loop, BACKEND.ready = _chain, _loop, _lazy.ready
 register_backend(BACKEND)

@@ -25,6 +25,7 @@ import numpy as np
 
 from hal.backends.numba_kernels import amx, gemm
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 
 I64 = numba.int64
 
@@ -71,7 +72,7 @@ def plan(values: np.ndarray, w_zp: int, bias: np.ndarray, x_dtype: np.dtype, x_z
 _SIG_PAD = numba.void(ro(np.uint8, 1), *[I64] * 10, rw(np.uint8, 1))
 
 
-@numba.njit(_SIG_PAD, cache=True, nogil=True)
+@njit(_SIG_PAD, cache=True, nogil=True)
 def _pad_rows(x, n_b, h, w, c, top, left, hp, wp, pad_byte, xor, xp):
     """xp[n, yp, xq, :] = x[n, yp − top, xq − left, :] XOR ``xor`` inside the image, else
     ``pad_byte`` XOR ``xor`` (the flat NHWC bytes of both; xp's last bytes are left as they are)."""
@@ -104,7 +105,7 @@ _SIG_CONV = numba.void(ro(np.uint8, 1), *[I64] * 10, ro(np.int8, 1), I64, ro(np.
 if amx.COMPILED:
     from hal.backends.numba_kernels.amx_blocks import requantize_sums
 
-    @numba.njit(_SIG_CONV, cache=True, nogil=True)
+    @njit(_SIG_CONV, cache=True, nogil=True)
     def _conv_rows(xp, hp, wp, c, fh, sh, sw, dh, run_chunks, out_h, out_w, w, n, bias, mult, left, rq,
                    out_zp, lo, hi, amx_w, out, r0, r1, table, general):
         """Output rows [r0, r1) (row = n · out_h + oy, ``out_w · n`` bytes each) from the padded

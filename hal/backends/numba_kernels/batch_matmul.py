@@ -25,6 +25,7 @@ import numpy as np
 from hal import backends
 from hal.backends.numba_kernels import BACKEND, gemm, vnni
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.operations.batch_matmul import BATCH_MATMUL, LHS, RHS, BatchMatmulParams
 from hal.operations.common import QS8
 from hal.registry import OperationContext
@@ -82,7 +83,7 @@ def _plan(d: IntBatchMatmul, w2d: np.ndarray) -> gemm.GemmPlan:
                           per_column(d.multiplier), per_column(d.shift), d.output_zp, -128, 127)
 
 
-@numba.njit(numba.void(ro(np.int8, 2), numba.boolean, numba.int64, numba.int64, rw(np.int8, 1), rw(np.int32, 1)),
+@njit(numba.void(ro(np.int8, 2), numba.boolean, numba.int64, numba.int64, rw(np.int8, 1), rw(np.int32, 1)),
             cache=True, nogil=True)
 def _pack(w, transposed, kq, x_term, packed, bias):
     """gemm.make_plan's packing of a [depth, cols] slice (stored [cols, depth] where ``transposed``)
@@ -104,7 +105,7 @@ if vnni.AVAILABLE:
     _NO_AMX, _NO_TABLE = np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.uint8)
     I64 = numba.int64
 
-    @numba.njit(numba.void(ro(np.uint8, 1), I64, ro(np.int8, 3), numba.boolean, I64, I64, rw(np.int8, 1),
+    @njit(numba.void(ro(np.uint8, 1), I64, ro(np.int8, 3), numba.boolean, I64, I64, rw(np.int8, 1),
                            ro(np.int32, 1), rw(np.int32, 1), I64, I64, I64, ro(np.int32, 1), ro(np.int32, 1),
                            ro(np.int64, 1), I64, I64, rw(np.uint8, 1), I64), cache=True, nogil=True)
     def _computed_slices(x, depth, ys, transposed, kq, x_term, packed, template_bias, bias, rows, cols, row_coef,

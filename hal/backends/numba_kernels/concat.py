@@ -20,6 +20,7 @@ from hal import backends
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.gemm import in_order
+from hal.backends.numba_kernels.lazy import njit
 from hal.operations.common import QUANT8
 from hal.operations.concatenation import axis_input
 from hal.registry import OperationContext, lookup
@@ -71,7 +72,7 @@ def plan(ctx: OperationContext) -> ConcatTables:
 _SIGS = [numba.void(ro(np.uint8, 2), ro(np.uint8, 1), numba.int64, rw(np.uint8, 2))]
 
 
-@numba.njit(_SIGS, cache=True, nogil=True)
+@njit(_SIGS, cache=True, nogil=True)
 def _place(x, table, offset, out):
     """out[:, offset:offset + width] = table[x] for x [outer, width] (raw bytes)."""
     width = x.shape[1]
@@ -82,7 +83,7 @@ def _place(x, table, offset, out):
             dst[j] = table[src[j]]
 
 
-@numba.njit(_SIGS[:1], cache=True, nogil=True)
+@njit(_SIGS[:1], cache=True, nogil=True)
 def _copy(x, table, offset, out):
     """out[:, offset:offset + width] = x (``table`` unused: the signature of _place)."""
     width = x.shape[1]

@@ -18,6 +18,7 @@ import numpy as np
 from hal import quant
 from hal.backends.numba_kernels import BACKEND, amx, amx_conv, depthwise, fc_float, gemm, lut, row_segments, vnni
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, multiply_right_shift, ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.operations.common import F32 as FLOAT32
 from hal.operations.common import QPC, QS8, QU8, QUANT8
 from hal.operations.conv import BIAS, CONV, DW, FILTER, GROUPED, INPUT, ConvParams
@@ -244,7 +245,7 @@ Q8 = (np.int8, np.uint8)
 _SIGS_IM2COL = [numba.void(ro(t, 4), F32, *[I64] * 11, rw(np.float32, 2)) for t in Q8]
 
 
-@numba.njit(_SIGS_IM2COL, cache=True, nogil=True)
+@njit(_SIGS_IM2COL, cache=True, nogil=True)
 def _im2col(x, pad_value, shift0, fh, fw, sh, sw, dh, dw, top, left, out_h, out_w, cols):
     """cols[(n, oy, ox), (fy, fx, c)] = x[n, iy, ix, c] - shift0, or pad_value outside the image."""
     n_b, h, w, c = x.shape
@@ -270,7 +271,7 @@ def _im2col(x, pad_value, shift0, fh, fw, sh, sw, dh, dw, top, left, out_h, out_
 _SIGS_CAST = [numba.void(ro(t, 2), I64, rw(np.float32, 2)) for t in Q8]
 
 
-@numba.njit(_SIGS_CAST, cache=True, nogil=True)
+@njit(_SIGS_CAST, cache=True, nogil=True)
 def _to_float(x, shift0, out):
     for i in range(x.shape[0]):
         for j in range(x.shape[1]):
@@ -281,7 +282,7 @@ _SIGS_REQ = [numba.void(ro(acc, 2), ro(np.int64, 1), ro(np.int64, 1), ro(np.int6
              for acc in (np.float32, np.float64) for t in Q8]
 
 
-@numba.njit(_SIGS_REQ, cache=True, nogil=True)
+@njit(_SIGS_REQ, cache=True, nogil=True)
 def _requantize(acc, bias, mult, shift, out_zp, lo, hi, out):
     """out = clamp(MultiplyByQuantizedMultiplier(acc + bias) + zero point) per output channel."""
     for i in range(acc.shape[0]):
@@ -290,7 +291,7 @@ def _requantize(acc, bias, mult, shift, out_zp, lo, hi, out):
             out[i, c] = clamp(multiply_by_quantized_multiplier(v, mult[c], shift[c]) + out_zp, lo, hi)
 
 
-@numba.njit(_SIGS_REQ, cache=True, nogil=True)
+@njit(_SIGS_REQ, cache=True, nogil=True)
 def _requantize_right(acc, bias, mult, shift, out_zp, lo, hi, out):
     """_requantize for layers whose every shift is <= 0 (a multiplier below 1, the usual case) and
     multipliers are non-negative int32: the int32 accumulator times the multiplier is a 32x32->64

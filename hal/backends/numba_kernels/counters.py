@@ -19,6 +19,7 @@ import numpy as np
 
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.operations.comparison import COMPARISONS, EQUAL, GREATER, GREATER_EQUAL, LESS, LESS_EQUAL, NOT_EQUAL
 from hal.operations.elementwise import ADD, MUL, SUB
 from hal.operations.quantization import CAST
@@ -32,7 +33,7 @@ COMPARE = {LESS: 0, LESS_EQUAL: 1, GREATER: 2, GREATER_EQUAL: 3, EQUAL: 4, NOT_E
 _I64 = numba.int64
 
 
-@numba.njit(numba.void(_I64, ro(np.int32, 1), ro(np.int32, 1), rw(np.int32, 1)), cache=True, nogil=True)
+@njit(numba.void(_I64, ro(np.int32, 1), ro(np.int32, 1), rw(np.int32, 1)), cache=True, nogil=True)
 def arithmetic(op, a, b, out):
     """out = a op b (int32, wrapping), an input of one element broadcast."""
     sa, sb = 1 if a.shape[0] > 1 else 0, 1 if b.shape[0] > 1 else 0
@@ -44,7 +45,7 @@ def arithmetic(op, a, b, out):
 _COMPARE_SIGS = [numba.void(_I64, ro(t, 1), ro(t, 1), rw(np.bool_, 1)) for t in (np.int32, np.float32)]
 
 
-@numba.njit(_COMPARE_SIGS, cache=True, nogil=True)
+@njit(_COMPARE_SIGS, cache=True, nogil=True)
 def compare(op, a, b, out):
     """out = a op b, an input of one element broadcast."""
     sa, sb = 1 if a.shape[0] > 1 else 0, 1 if b.shape[0] > 1 else 0
@@ -67,7 +68,7 @@ def compare(op, a, b, out):
 _COPY_SIGS = [numba.void(ro(t, 1), rw(t, 1)) for t in (np.int32, np.float32)]
 
 
-@numba.njit(_COPY_SIGS, cache=True, nogil=True)
+@njit(_COPY_SIGS, cache=True, nogil=True)
 def copy(a, out):
     """CAST to its own type: the values, unchanged."""
     for i in range(out.shape[0]):

@@ -22,6 +22,7 @@ import numpy as np
 from hal.backends.numba_kernels import vnni
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, ro, rw
 from hal.backends.numba_kernels.gemm import lookup_in_place
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import dw_run_3x3, dw_run_5x5, floor_at_zero_point
 from hal.operations.common import QPC
 from hal.operations.conv import BIAS, FILTER, INPUT, ConvParams
@@ -203,7 +204,7 @@ _SIGS_DW = [numba.void(ro(t, 4), ro(np.int32, 3), ro(np.int32, 1), I64, I64, ro(
                        *[I64] * 9, rw(t, 4)) for t in Q8]
 
 
-@numba.njit(_SIGS_DW, cache=True, nogil=True)
+@njit(_SIGS_DW, cache=True, nogil=True)
 def _depthwise(x, w, bias, input_zp, depth_mult, mult, shift, out_zp, lo, hi, sh, sw, dh, dw, top, left, out):
     n_b, h, width, c = x.shape
     fh, fw, out_c = w.shape
@@ -241,7 +242,7 @@ _SIGS_DW_PIXELS = [numba.void(ro(t, 1), ro(np.int16 if vnni.AVAILABLE else np.in
                               ro(np.uint8, 1)) for t in Q8]
 
 
-@numba.njit(_SIGS_DW_PIXELS, cache=True, nogil=True)
+@njit(_SIGS_DW_PIXELS, cache=True, nogil=True)
 def _depthwise_pixels(x, w, bias, mult, left, right, n_b, h, width, c, fh, fw, input_zp, out_zp, lo, hi, sh, sw, dh,
                       dw, top, left_pad, out_h, out_w, out, table):
     """DEPTHWISE_CONV_2D with depth multiplier 1 and a 3x3 or 5x5 filter (flat NHWC ``x`` and
@@ -311,7 +312,7 @@ if vnni.AVAILABLE:
         dw_row_5x5_s2,
     )
 
-    @numba.njit(_SIGS_DW_ROWS, cache=True, nogil=True)
+    @njit(_SIGS_DW_ROWS, cache=True, nogil=True)
     def _depthwise_rows(x, w, bias, mult, left, right, w64, bias64, mult64, left64, right64, n_b, h, width, c, fh,
                         input_zp, xor, out_zp, lo, hi, sh, sw, dh, top, left_pad, out_h, out_w, general, out, table):
         """DEPTHWISE_CONV_2D with depth multiplier 1, a 3x3 or 5x5 filter, dilation 1 across and

@@ -25,6 +25,7 @@ from hal import quant
 from hal.backends.numba_kernels import BACKEND, vnni
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.gemm import in_order
+from hal.backends.numba_kernels.lazy import njit
 from hal.registry import OperationContext
 
 EXTENSION = "com.nnhal.litert"
@@ -85,7 +86,7 @@ def plan(ctx: OperationContext) -> DoubleRequantGemv | None:
 _SIGS = [numba.void(ro(t, 2), numba.int64, ro(np.int16, 2), rw(np.int64, 2)) for t in (np.int8, np.uint8)]
 
 
-@numba.njit(_SIGS, cache=True, nogil=True)
+@njit(_SIGS, cache=True, nogil=True)
 def _sums(x, x_zp, w, out):
     """out[b, c] = Σ_k (x[b, k] − x_zp)·w[c, k], int32 sums (plan bounds them) widened to int64."""
     batch, k = x.shape
@@ -120,7 +121,7 @@ def _requantize_one(v, scale, zp, lo, hi):
     return lo if y < lo else (hi if y > hi else y)
 
 
-@numba.njit(_SIG_REQ, cache=True, nogil=True)
+@njit(_SIG_REQ, cache=True, nogil=True)
 def _requantize(acc, bias, scales, zp, lo, hi, out):
     """out[b, c] (raw bytes) = requantized acc[b, c] + bias[c] (``bias`` empty: none)."""
     with_bias = bias.shape[0] > 0
@@ -135,7 +136,7 @@ _SIG_VNNI = numba.void(ro(np.uint8, 2), numba.int64, ro(np.int8, 1), ro(np.int64
 if vnni.AVAILABLE:
     from hal.backends.numba_kernels.vnni import row_sums
 
-    @numba.njit(_SIG_VNNI, cache=True, nogil=True)
+    @njit(_SIG_VNNI, cache=True, nogil=True)
     def _fc_vnni(x, xor, w, unit_terms, bias, scales, zp, lo, hi, out):
         """out[b, :] (raw bytes): row b of ``x`` (bytes, 4·kq a row) against the packed ``w``, its
         int32 sums plus ``unit_terms`` wrapped to int32 (exact: plan bounds Σ (x − x_zp)·w),

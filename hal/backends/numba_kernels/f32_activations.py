@@ -36,6 +36,7 @@ from hal.backends.numba_kernels.f32_lanes import (
 )
 from hal.backends.numba_kernels.f32_simd import LANES, _lanes_below, _load, _store
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import _data, counted_loop
 from hal.operations.activations import HARD_SWISH, LOGISTIC, TANH, ActivationParams
 from hal.registry import OperationContext
@@ -74,22 +75,22 @@ _logistic_run, _hard_swish_run, _swish_run, _tanh_run = (
     _unary_run(f) for f in (sigmoid_lanes, hard_swish_lanes, swish_lanes, tanh_lanes))
 
 
-@numba.njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
+@njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
 def logistic(x, out):
     _logistic_run(x, out, out.shape[0])
 
 
-@numba.njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
+@njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
 def hard_swish(x, out):
     _hard_swish_run(x, out, out.shape[0])
 
 
-@numba.njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
+@njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
 def swish(x, out):
     _swish_run(x, out, out.shape[0])
 
 
-@numba.njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
+@njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
 def tanh(x, out):
     _tanh_run(x, out, out.shape[0])
 

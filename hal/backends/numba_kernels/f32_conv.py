@@ -57,6 +57,7 @@ from hal.backends.numba_kernels.fc_float import (
     _window_tile,
 )
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import copy_bytes, fill_copy
 from hal.operations.conv import BIAS, FILTER, INPUT, ConvParams
 from hal.registry import OperationContext
@@ -95,7 +96,7 @@ _FUSED_BLOCK_SIG = [numba.void(_RO, _I64, _I64, _RO, _RO, _I64, _F32, _F32, _RW,
 def _block_of(rows: int):
     """Column tiles t0..t1 of ``rows`` rows (a constant of the compiled code, as fc_float's chains)."""
 
-    @numba.njit(_BLOCK_SIG, cache=True, nogil=True)
+    @njit(_BLOCK_SIG, cache=True, nogil=True)
     def block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1):
         for t in range(t0, t1):
             count = min(TILE, n - t * TILE)
@@ -111,7 +112,7 @@ _B8, _B7, _B6, _B5, _B4, _B2, _B1 = (_block_of(r) for r in ROW_BLOCKS)
 _FC_ROW = fc_float.CHAINS[0]
 
 
-@numba.njit([numba.types.UniTuple(_I64, 3)(_I64)], cache=True, nogil=True)
+@njit([numba.types.UniTuple(_I64, 3)(_I64)], cache=True, nogil=True)
 def _row_split(rows: int) -> tuple[int, int, int]:
     """``rows`` as (whole 8-row blocks, then a block of ``a`` rows, then one of ``b``; 0: none),
     each tail block at least 4 rows where ``rows`` allows: a block of r rows keeps 2·r chains of
@@ -128,7 +129,7 @@ def _row_split(rows: int) -> tuple[int, int, int]:
     return full, rem, 0
 
 
-@numba.njit([numba.void(*_BLOCK_SIG[0].args, _I64)], cache=True, nogil=True)
+@njit([numba.void(*_BLOCK_SIG[0].args, _I64)], cache=True, nogil=True)
 def _block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, rows):
     """``_block_of(rows)``'s block (``rows`` in ROW_BLOCKS)."""
     if rows == 8:
@@ -147,7 +148,7 @@ def _block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, rows):
         _B1(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1)
 
 
-@numba.njit(_GEMM_SIG, cache=True, nogil=True)
+@njit(_GEMM_SIG, cache=True, nogil=True)
 def _gemm(a, a_off, rows, k, w, bias, n, lo, hi, out, o_off, group):
     """out[o_off + r·n:][:n] = clamp(a[a_off + r·k:][:k] @ W + bias, lo, hi) for r < rows."""
     tiles = (n + TILE - 1) // TILE
@@ -164,7 +165,7 @@ def _gemm(a, a_off, rows, k, w, bias, n, lo, hi, out, o_off, group):
                 r += m
 
 
-@numba.njit([numba.void(_RW, _I64, _I64, _I64, _RO, _F32, _F32, _RO, _I64)], cache=True, nogil=True)
+@njit([numba.void(_RW, _I64, _I64, _I64, _RO, _F32, _F32, _RO, _I64)], cache=True, nogil=True)
 def _epilogue(out, o_off, pixels, n, res, lo, hi, alpha, flags):
     """The fused ADD (of ``res``, the same positions), its clamp, then PRELU (``alpha`` per
     channel), on ``pixels`` rows of ``n`` channels from ``o_off``, in one pass; then the
@@ -206,7 +207,7 @@ def _epilogue(out, o_off, pixels, n, res, lo, hi, alpha, flags):
         _swish_run(o, o, pixels * n)
 
 
-@numba.njit([numba.void(_RO, _GEOMETRY, _I64, _I64, _I64, _I64, _RW)], cache=True, nogil=True)
+@njit([numba.void(_RO, _GEOMETRY, _I64, _I64, _I64, _I64, _RW)], cache=True, nogil=True)
 def _gather(x, g, b, oy, ox0, ox1, scratch):
     """Pixels ox0 .. ox1 - 1 of output row ``oy`` of batch ``b``: each pixel's window as one
     scratch row (zeros outside). A window row wholly inside the image (no dilation) is one
@@ -239,7 +240,7 @@ def _gather(x, g, b, oy, ox0, ox1, scratch):
 def _window_block_of(rows: int):
     """``_block_of`` for rows that are windows read in place (fc_float's window tiles)."""
 
-    @numba.njit(_WINDOW_BLOCK_SIG, cache=True, nogil=True)
+    @njit(_WINDOW_BLOCK_SIG, cache=True, nogil=True)
     def block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap):
         for t in range(t0, t1):
             count = min(TILE, n - t * TILE)
@@ -255,7 +256,7 @@ def _window_block_of(rows: int):
 _W8, _W7, _W6, _W5, _W4, _W2, _W1 = (_window_block_of(r) for r in ROW_BLOCKS)
 
 
-@numba.njit([numba.void(*_WINDOW_BLOCK_SIG[0].args, _I64)], cache=True, nogil=True)
+@njit([numba.void(*_WINDOW_BLOCK_SIG[0].args, _I64)], cache=True, nogil=True)
 def _window_block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, rows):
     """``_window_block_of(rows)``'s block (``rows`` in ROW_BLOCKS)."""
     if rows == 8:
@@ -277,7 +278,7 @@ def _window_block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride,
 def _fused_block_of(rows: int):
     """``_window_block_of`` with the epilogue applied in registers (fc_float's fused tiles)."""
 
-    @numba.njit(_FUSED_BLOCK_SIG, cache=True, nogil=True)
+    @njit(_FUSED_BLOCK_SIG, cache=True, nogil=True)
     def block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2):
         for t in range(t0, t1):
             count = min(TILE, n - t * TILE)
@@ -293,7 +294,7 @@ def _fused_block_of(rows: int):
 _F8, _F7, _F6, _F5, _F4, _F2, _F1 = (_fused_block_of(r) for r in ROW_BLOCKS)
 
 
-@numba.njit([numba.void(*_FUSED_BLOCK_SIG[0].args, _I64)], cache=True, nogil=True)
+@njit([numba.void(*_FUSED_BLOCK_SIG[0].args, _I64)], cache=True, nogil=True)
 def _fused_block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2,
                  rows):
     """``_fused_block_of(rows)``'s block (``rows`` in ROW_BLOCKS)."""
@@ -313,7 +314,7 @@ def _fused_block(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, 
         _F1(a, a_off, k, w, bias, n, lo, hi, out, o_off, t0, t1, a_stride, run, gap, res, alpha, flags, lo2, hi2)
 
 
-@numba.njit(_WINDOWS_SIG, cache=True, nogil=True)
+@njit(_WINDOWS_SIG, cache=True, nogil=True)
 def _gemm_windows(x, x_off, rows, k, w, bias, n, lo, hi, out, o_off, group, x_stride, run, gap, res, alpha, flags,
                   lo2, hi2):
     """``_gemm`` whose row r is the window at x[x_off + r·x_stride:], read in place: K floats in
@@ -345,7 +346,7 @@ def _gemm_windows(x, x_off, rows, k, w, bias, n, lo, hi, out, o_off, group, x_st
                 r += m
 
 
-@numba.njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _I64, _I64, _F32, _F32, _RW, _I64, _RW, _RO, _RO, _I64, _F32,
+@njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _I64, _I64, _F32, _F32, _RW, _I64, _RW, _RO, _RO, _I64, _F32,
                         _F32)], cache=True, nogil=True)
 def _windows_row(x, w, bias, g, b, oy, lo, hi, out, o_off, scratch, res, alpha, flags, lo2, hi2):
     """Output row ``oy`` of batch ``b`` (GATHERED), then its epilogue (``flags``): where its
@@ -383,7 +384,7 @@ _LAYER = numba.types.Array(_I64, 2, "C")
 _BOUNDS = numba.types.Array(_F32, 2, "C")
 
 
-@numba.njit([numba.types.Tuple((_LAYER, _BOUNDS))(_I64, _I64, _F32, _F32)], cache=True, nogil=True)
+@njit([numba.types.Tuple((_LAYER, _BOUNDS))(_I64, _I64, _F32, _F32)], cache=True, nogil=True)
 def _row_layer(k, n, lo, hi):
     """fc_float's description of a K -> N layer clamped to [lo, hi], for ``_one_row``."""
     layer = np.zeros((1, 4), np.int64)
@@ -393,7 +394,7 @@ def _row_layer(k, n, lo, hi):
     return layer, bounds
 
 
-@numba.njit([numba.void(_RO, _I64, _RO, _RO, _LAYER, _BOUNDS, _RW, _I64, _RO, _RO, _I64, _F32, _F32)], cache=True,
+@njit([numba.void(_RO, _I64, _RO, _RO, _LAYER, _BOUNDS, _RW, _I64, _RO, _RO, _I64, _F32, _F32)], cache=True,
             nogil=True)
 def _one_row(x, x_off, w, bias, layer, bounds, out, o_off, res, alpha, flags, lo2, hi2):
     """out[o_off:][:N] = clamp(x[x_off:][:K] @ W + bias) (``_row_layer``'s K, N and clamp), then its
@@ -405,7 +406,7 @@ def _one_row(x, x_off, w, bias, layer, bounds, out, o_off, res, alpha, flags, lo
         _epilogue(out, o_off, 1, n, res, lo2, hi2, alpha, flags)
 
 
-@numba.njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _RO, _RO, _RO, _I64, _RW)], cache=True, nogil=True)
+@njit([numba.void(_RO, _RO, _RO, _GEOMETRY, _RO, _RO, _RO, _I64, _RW)], cache=True, nogil=True)
 def conv_rows(x, w, bias, g, clamps, res, alpha, flags, out):
     """The convolution of ``x`` (NHWC, flat) into ``out``: geometry ``g`` (``FIELDS``), packed
     weights ``w``, padded ``bias``, clamps = (conv lo, hi, epilogue lo, hi); then the epilogue

@@ -50,6 +50,7 @@ from hal.backends.numba_kernels.f32_lanes import ACT_NONE, activate
 from hal.backends.numba_kernels.f32_layout import PADS, image_of
 from hal.backends.numba_kernels.f32_simd import store_first
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import ACCUMULATORS, _data, counted_loop, splat
 from hal.operations.conv import BIAS, DW, FILTER, INPUT, ConvParams
 from hal.registry import OperationContext
@@ -269,7 +270,7 @@ def _unrolled(size: int, stride: int):
     ``_rows``; numba's cache keys a closure on its cells, which hold those ints only)."""
     unroll = UNROLL[(size, stride)]
 
-    @numba.njit(_SIG, cache=True, nogil=True)
+    @njit(_SIG, cache=True, nogil=True)
     def run(x, w, b, geom, clamp, out):
         """The layer on ``geom[N]`` images: x [N, H, W, C] and out [N, OH, OW, C], flat."""
         per_x, per_o = geom[H] * geom[W] * geom[C], geom[OH] * geom[OW] * geom[C]
@@ -278,7 +279,7 @@ def _unrolled(size: int, stride: int):
     return run
 
 
-@numba.njit(_SIG, cache=True, nogil=True)
+@njit(_SIG, cache=True, nogil=True)
 def _run_any(x, w, b, geom, clamp, out):
     """``run`` for other filters and strides."""
     per_x, per_o = geom[H] * geom[W] * geom[C], geom[OH] * geom[OW] * geom[C]

@@ -34,6 +34,7 @@ import numpy as np
 from hal import quant
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.operations.elementwise import ADD, MUL, PRELU
 from hal.registry import OperationContext
 from hal.types import OperandType
@@ -69,7 +70,7 @@ def _rows_of(op, a, row, width, lo, hi, out):
 I64, F32 = numba.int64, numba.float32
 
 
-@numba.njit(numba.void(I64, ro(np.float32, 1), ro(np.float32, 1), rw(np.float32, 1), F32, F32, rw(np.float32, 1)),
+@njit(numba.void(I64, ro(np.float32, 1), ro(np.float32, 1), rw(np.float32, 1), F32, F32, rw(np.float32, 1)),
             cache=True, nogil=True)
 def _rows(op, a, b, wide, lo, hi, out):
     """out = act(a op b), flat, ``b`` repeating along ``out`` (its size divides out's); ``wide``
@@ -85,7 +86,7 @@ def _rows(op, a, b, wide, lo, hi, out):
         _rows_of(op, a, b, p, lo, hi, out)
 
 
-@numba.njit(numba.void(I64, ro(np.float32, 1), ro(np.float32, 1), I64, F32, F32, rw(np.float32, 1)),
+@njit(numba.void(I64, ro(np.float32, 1), ro(np.float32, 1), I64, F32, F32, rw(np.float32, 1)),
             cache=True, nogil=True)
 def _blocks(op, a, b, blk, lo, hi, out):
     """out = act(a op b) for ``out`` as [R, P, Q] (flat), ``b`` [P] and blocks of ``blk`` = Q."""

@@ -38,6 +38,7 @@ from hal.backends.numba_kernels.f32_conv import (
     _gemm_windows,
 )
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import copy_bytes, l2_bytes
 
 #: The expansions fused: at least this many bytes per image (a smaller one stays in L2 between the
@@ -68,7 +69,7 @@ def _driver_of(kernel: int):
     size, stride = (3, 1) if general else list(dw.UNROLL)[kernel]
     unroll = dw.UNROLL[(size, stride)]
 
-    @numba.njit(_SIG, cache=True, nogil=True)
+    @njit(_SIG, cache=True, nogil=True)
     def run(x, cw, cbias, cg, clamps, flags, dw_w, dw_b, dg, dw_clamp, window, ring, out):
         """x [N, H, W, Cin] flat through the 1x1 layer (``cg``, packed ``cw``, ``cbias``, clamps,
         epilogue ``flags``: its activation) into ``ring`` (whole rows of W·E, at least 2·kh), and

@@ -36,6 +36,7 @@ from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.f32_simd import avg_windows, max_windows, move_rows, scaled_windows
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.gemm import in_order
+from hal.backends.numba_kernels.lazy import njit
 from hal.operations.concatenation import axis_input
 from hal.operations.pooling import AVG, MAX, PoolParams
 from hal.operations.strided_slice import StridedSliceParams
@@ -64,7 +65,7 @@ _POOL_SIG = numba.void(numba.boolean, ro(np.float32, 1), *[I64] * 12, numba.floa
                        rw(np.float32, 1))
 
 
-@numba.njit(_POOL_SIG, cache=True, nogil=True)
+@njit(_POOL_SIG, cache=True, nogil=True)
 def _pool(avg, x, n_b, h, w, c, fh, fw, sh, sw, top, left, out_h, out_w, lo, hi, out):
     """Flat NHWC ``x`` [n_b, h, w, c] pooled into flat ``out`` [n_b, out_h, out_w, c]: per output
     row, the edge pixels one by one (windows clamped), the interior ones as one run."""
@@ -137,7 +138,7 @@ def bind_pool(ctx: OperationContext, inputs: list, outputs: list):
 
 # ---- PAD / PAD_V2 -------------------------------------------------------------------------------
 
-@numba.njit(numba.void(ro(np.float32, 1), ro(np.int64, 1), ro(np.int64, 2), numba.float32, rw(np.float32, 1)),
+@njit(numba.void(ro(np.float32, 1), ro(np.int64, 1), ro(np.int64, 2), numba.float32, rw(np.float32, 1)),
             cache=True, nogil=True)
 def _pad4(x, shape, window, value, out):
     """Flat ``out`` (``shape``, rank 4) = ``value`` with flat ``x`` in ``window`` ([4, 2]: start,
@@ -244,14 +245,14 @@ def bind_pad(ctx: OperationContext, inputs: list, outputs: list):
 
 # ---- CONCATENATION, RESHAPE ---------------------------------------------------------------------
 
-@numba.njit(numba.void(ro(np.float32, 1), I64, I64, I64, rw(np.float32, 1)), cache=True, nogil=True)
+@njit(numba.void(ro(np.float32, 1), I64, I64, I64, rw(np.float32, 1)), cache=True, nogil=True)
 def _place(x, width, offset, total, out):
     """Rows of ``width`` floats of flat ``x`` into the rows of ``total`` of flat ``out``, from column
     ``offset``."""
     move_rows(out, offset, total, x, 0, width, width, width, np.float32(0), x.shape[0] // width)
 
 
-@numba.njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
+@njit(numba.void(ro(np.float32, 1), rw(np.float32, 1)), cache=True, nogil=True)
 def _copy(x, out):
     move_rows(out, 0, 0, x, 0, 0, x.shape[0], x.shape[0], np.float32(0), 1)
 
@@ -310,7 +311,7 @@ def bind_reshape(ctx: OperationContext, inputs: list, outputs: list):
 MAX_SLICE_ROWS = 1 << 20
 
 
-@numba.njit(numba.void(ro(np.float32, 1), ro(np.int64, 1), I64, I64, rw(np.float32, 1)), cache=True, nogil=True)
+@njit(numba.void(ro(np.float32, 1), ro(np.int64, 1), I64, I64, rw(np.float32, 1)), cache=True, nogil=True)
 def _slice_rows(x, starts, count, stride, out):
     """Output row r: ``count`` elements of x from ``starts[r]`` every ``stride``."""
     for r in range(starts.shape[0]):

@@ -34,6 +34,7 @@ import numpy as np
 
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.reference import resize as reference_resize
 from hal.operations.reduce import MEAN, ReduceParams
 from hal.operations.resize import BILINEAR, ResizeParams
@@ -48,7 +49,7 @@ LANES = 16
 
 # ---- MEAN --------------------------------------------------------------------------------------
 
-@numba.njit(numba.void(ro(np.float32, 3), rw(np.float32, 2)), cache=True, nogil=True, error_model="numpy")
+@njit(numba.void(ro(np.float32, 3), rw(np.float32, 2)), cache=True, nogil=True, error_model="numpy")
 def _mean_run(x, out):
     """x [outer, count, inner] -> out [outer, inner]: float64 sums over axis 1 (count > 0)."""
     outer, count, inner = x.shape
@@ -93,7 +94,7 @@ def _mean_run(x, out):
             res[i] = np.float32(acc[i] / count)
 
 
-@numba.njit(numba.void(ro(np.float32, 4), ro(np.int64, 1), I64, rw(np.float64, 1), rw(np.float32, 1)),
+@njit(numba.void(ro(np.float32, 4), ro(np.int64, 1), I64, rw(np.float64, 1), rw(np.float32, 1)),
             cache=True, nogil=True, error_model="numpy")
 def _mean_any(x, strides, count, acc, out):
     """x (as rank 4) -> out (flat): x[i] added into acc[Σ i_k · strides[k]] (strides[k] 0 along a
@@ -171,7 +172,7 @@ def bind_mean(ctx: OperationContext, inputs: list, outputs: list):
 I1, F1 = ro(np.int64, 1), ro(np.float32, 1)
 
 
-@numba.njit(numba.void(ro(np.float32, 4), I1, I1, F1, F1, I1, I1, F1, F1, rw(np.float32, 4)),
+@njit(numba.void(ro(np.float32, 4), I1, I1, F1, F1, I1, I1, F1, F1, rw(np.float32, 4)),
             cache=True, nogil=True, error_model="numpy")
 def _bilinear(x, ylo, yhi, wy0s, wy1s, xlo, xhi, wx0s, wx1s, out):
     n_b, in_h, in_w, c = x.shape

@@ -24,6 +24,7 @@ from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.f32_lanes import const, exp_lanes, when
 from hal.backends.numba_kernels.f32_simd import _VF, LANES, _lanes_below, _load, _store
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import _data, counted_loop, splat
 from hal.operations.softmax import SoftmaxParams
 from hal.registry import OperationContext
@@ -33,7 +34,7 @@ F32 = OperandType.TENSOR_FLOAT32
 _F, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
 
 
-@numba.njit([numba.void(ro(np.float32, 3), numba.float32, rw(np.float32, 3))], cache=True, nogil=True)
+@njit([numba.void(ro(np.float32, 3), numba.float32, rw(np.float32, 3))], cache=True, nogil=True)
 def softmax(x, beta, out):
     """Over axis 1 of [outer, n, inner]."""
     outer, n, inner = x.shape
@@ -109,7 +110,7 @@ def _row(typingctx, x, x_off, out, o_off, n, beta):
     return sig, codegen
 
 
-@numba.njit([numba.void(ro(np.float32, 2), numba.float32, rw(np.float32, 2))], cache=True, nogil=True)
+@njit([numba.void(ro(np.float32, 2), numba.float32, rw(np.float32, 2))], cache=True, nogil=True)
 def softmax_rows(x, beta, out):
     """Over the last axis of [rows, n]."""
     n = x.shape[1]

@@ -38,6 +38,7 @@ from hal import quant
 from hal.backends.numba_kernels.f32_lanes import activate, when
 from hal.backends.numba_kernels.f32_simd import store_first
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import ACCUMULATORS, _data, counted_loop, splat
 from hal.operations.fully_connected import BIAS, WEIGHTS, FullyConnectedParams
 from hal.registry import OperationContext
@@ -289,7 +290,7 @@ def _chain_of(rows: int):
     that int only: numba's cache keys a closure on its cells' pickle, and a kernel's or a jitted
     function's pickle differs per process, which would recompile at every start."""
 
-    @numba.njit(_SIG, cache=True, nogil=True)
+    @njit(_SIG, cache=True, nogil=True)
     def run_chain(x, weights, biases, layers, clamps, widest, out):
         """Every layer of a chain on ``rows`` rows: layer l (``layers[l]`` = K, N, its packed
         weights' offset in ``weights``, its padded bias's offset in ``biases``; ``clamps[l]`` = its

@@ -32,6 +32,7 @@ from hal import backends
 from hal.backends.numba_kernels import amx, vnni
 from hal.backends.numba_kernels.amx_blocks import rows_on_tiles
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.native_chain import InOrder
 from hal.backends.numba_kernels.simd import copy_bytes, floor_at_zero_point, requant_table
 
@@ -165,19 +166,19 @@ AMX_BLOCK_BYTES = 32768
 
 _SIG_LOOKUP = numba.void(rw(np.uint8, 1), I64, I64, ro(np.uint8, 1))
 if VBMI:
-    @numba.njit(_SIG_LOOKUP, cache=True, nogil=True)
+    @njit(_SIG_LOOKUP, cache=True, nogil=True)
     def lookup_in_place(buf, start, count, table):
         """``buf[start:start + count] = table[buf[start:start + count]]`` (a 256-byte table)."""
         lookup_run(buf, start, table, buf, start, count)
 else:
-    @numba.njit(_SIG_LOOKUP, cache=True, nogil=True)
+    @njit(_SIG_LOOKUP, cache=True, nogil=True)
     def lookup_in_place(buf, start, count, table):
         """``buf[start:start + count] = table[buf[start:start + count]]`` (a 256-byte table)."""
         for i in range(start, start + count):
             buf[i] = table[buf[i]]
 
 
-@numba.njit(numba.void(ro(np.uint8, 1), rw(np.uint8, 1)), cache=True, nogil=True)
+@njit(numba.void(ro(np.uint8, 1), rw(np.uint8, 1)), cache=True, nogil=True)
 def flip_into(src, dst):
     """``dst = src XOR 0x80``: int8 activations as the tiles' unsigned operand (value + 128), in one
     vectorised pass (a block of rows, ``_gemm_rows``; a convolution's input whose taps the tiles
@@ -330,7 +331,7 @@ if vnni.AVAILABLE:
                 r0, r1, table, general, corr, kq * 64, np.empty(0, np.int32), np.empty(0, np.uint8), amx_w, chunks,
                 np.empty(0, np.uint8))
 
-    @numba.njit(_SIG_GEMM, cache=True, nogil=True)
+    @njit(_SIG_GEMM, cache=True, nogil=True)
     def _gemm_rows(a, a_off, lda, rows, a_xor, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo, hi, amx_w,
                    chunks, out, o_off, ldo, r0, r1, table, general):
         """Rows [r0, r1) of the requantized product: the n bytes at ``out[o_off + m·ldo]`` from row m of
@@ -363,7 +364,7 @@ if vnni.AVAILABLE:
             _unsigned_rows(buf, -b0 * width, width, rows, w, kq, n, bias, row_coef, mult, left, rq, out_zp, lo,
                            hi, amx_w, chunks, out, o_off, ldo, b0, b1, table, general)
 
-    @numba.njit(_SIG_GEMM_IND, cache=True, nogil=True)
+    @njit(_SIG_GEMM_IND, cache=True, nogil=True)
     def _gemm_rows_indirect(a, ind, zeros, segs, seg_valid, rows, w, kq, n, bias, row_coef, mult, left, rq,
                             out_zp, lo, hi, amx_w, chunks, out, o_off, ldo, r0, r1, table, general):
         """``_gemm_rows`` with row m made of the ``segs`` segments of ``4·kq`` bytes at
@@ -398,7 +399,7 @@ def _fill(dst, at, value, count):
         j += np.uint64(1)
 
 
-@numba.njit(_SIG_GATHER, cache=True, nogil=True)
+@njit(_SIG_GATHER, cache=True, nogil=True)
 def _gather_rows(x, n_b, h, w, c, pad_byte, k_pad_byte, fh, fw, sh, sw, dh, dw, top, left, out_h, out_w, cols):
     """The im2col rows (flat, ``lda`` = len(cols) / rows bytes each): row (n, oy, ox), column
     (fy, fx, c) = x[n, iy, ix, c] (flat NHWC bytes), the zero point's byte outside the image, and

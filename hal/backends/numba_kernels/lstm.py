@@ -22,6 +22,7 @@ import numpy as np
 
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.reference.lstm import LAYER_NORM_EPSILON, check_runnable
 from hal.backends.reference.sequence_lstm import bidirectional, unidirectional
 from hal.operations.common import F16, F32
@@ -223,7 +224,7 @@ def _add_rows(acc, v, w, n):
         k += 1
 
 
-@numba.njit(_SIG, cache=True, nogil=True, fastmath=True, error_model="numpy")
+@njit(_SIG, cache=True, nogil=True, fastmath=True, error_model="numpy")
 def _sequence(xs, aux, w_in, w_aux, recurrent, bias, peep, layer_norm, proj, proj_bias, cifg, peephole, use_ln, act,
               reverse, projection, cell_clip, proj_clip, h0, c0, out, h_out, c_out):
     steps, batch, n_in = xs.shape

@@ -32,6 +32,7 @@ import numpy as np
 from hal import backends
 from hal.backends.numba_kernels import BACKEND, vnni
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import add_run, mul_run
 
 if vnni.VBMI:
@@ -113,20 +114,20 @@ _BINARY_SIGS = [numba.void(ro(np.uint8, 1), numba.int64, ro(np.uint8, 1), numba.
                 for t in _Q8]
 
 
-@numba.njit(_UNARY_SIGS, cache=True, nogil=True)
+@njit(_UNARY_SIGS, cache=True, nogil=True)
 def _lookup1(x, table, out):
     for i in range(x.shape[0]):
         out[i] = table[x[i]]
 
 
 if vnni.VBMI:
-    @numba.njit(numba.void(ro(np.uint8, 1), ro(np.uint8, 1), rw(np.uint8, 1)), cache=True, nogil=True)
+    @njit(numba.void(ro(np.uint8, 1), ro(np.uint8, 1), rw(np.uint8, 1)), cache=True, nogil=True)
     def _lookup_bytes(x, table, out):
         """_lookup1 for an 8-bit table (raw bytes), 64 elements per step (vnni.lookup_run)."""
         lookup_run(x, 0, table, out, 0, x.shape[0])
 
 
-@numba.njit(_BINARY_SIGS, cache=True, nogil=True)
+@njit(_BINARY_SIGS, cache=True, nogil=True)
 def _lookup2(a, period_a, b, period_b, table, out):
     # out is walked in blocks of the shorter period (which divides the longer): no division per element
     block = min(period_a, period_b)
@@ -165,7 +166,7 @@ def _whole(mul, a, b, period, params, out, n):
         add_run(a, 0, b, 0, params, out, 0, n, period)
 
 
-@numba.njit(_ARITH_SIGS, cache=True, nogil=True)
+@njit(_ARITH_SIGS, cache=True, nogil=True)
 def _arith(mul, a, period_a, b, period_b, params, out):
     """The binary operation computed: in one call where an operand is whole and the other whole
     or repeating (a per-channel scale, a squeeze-excite gate: its period one row of the call,

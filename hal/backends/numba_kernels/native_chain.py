@@ -39,6 +39,8 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
 
+from hal.backends.numba_kernels.lazy import materialize
+
 _I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 #: numba's return codes a call that returned normally gives (callconv.RETCODE_OK, RETCODE_NONE).
 _RETURNED = (0, -2)
@@ -208,6 +210,7 @@ def _overload(dispatcher: Dispatcher, args: tuple):
     """The compiled overload a call with ``args`` runs: the one for exactly their types, else the
     one overload every argument's type converts to (None where several do: the dispatcher's
     choice among them is left to it, a Python call), compiled now where none does."""
+    materialize(dispatcher)  # a kernel not used yet: its declared signatures, not the arguments' types
     try:
         argtys = tuple(dispatcher.typeof_pyval(a) for a in args)
     except (ValueError, TypeError):

@@ -16,6 +16,7 @@ import numpy as np
 
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import fill_copy
 from hal.backends.reference import pad as reference
 from hal.operations.common import QUANT8
@@ -25,7 +26,7 @@ from hal.types import OperationType
 I64 = numba.int64
 
 
-@numba.njit([numba.void(ro(t, 1), ro(np.int64, 1), ro(np.int64, 2), I64, rw(t, 1)) for t in (np.int8, np.uint8)],
+@njit([numba.void(ro(t, 1), ro(np.int64, 1), ro(np.int64, 2), I64, rw(t, 1)) for t in (np.int8, np.uint8)],
             cache=True, nogil=True)
 def _pad4(x, out_shape, window, value, out):
     """Flat NHWC ``out`` (``out_shape``) = ``value`` with flat ``x`` in ``window`` ([4, 2]: start,

@@ -28,6 +28,7 @@ from numba.extending import intrinsic
 from hal import quant
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import masked_load, masked_store, splat
 from hal.operations.common import QUANT8
 from hal.operations.pooling import AVG, MAX, PoolParams
@@ -120,7 +121,7 @@ def _window_max(typingctx, row, first, count, c, lo, hi, out, o):
 _SIGS_MAX = [numba.void(ro(t, 1), *[I64] * 14, rw(t, 1)) for t in Q8]
 
 
-@numba.njit(_SIGS_MAX, cache=True, nogil=True)
+@njit(_SIGS_MAX, cache=True, nogil=True)
 def _max_pool_rows(x, n_b, h, w, c, fh, fw, sh, sw, top, left, out_h, out_w, lo, hi, out):
     """Flat NHWC bytes. Per output row: the maximum over the window's input rows, over whole rows
     (contiguous, vectorised), then over each window's columns (``_window_max``). Indexes are
@@ -154,7 +155,7 @@ def _max_pool_rows(x, n_b, h, w, c, fh, fw, sh, sw, top, left, out_h, out_w, lo,
                 o += c
 
 
-@numba.njit(_SIGS, cache=True, nogil=True)
+@njit(_SIGS, cache=True, nogil=True)
 def _avg_pool(x, fh, fw, sh, sw, top, left, lo, hi, out):
     """One output row at a time: int32 window sums ``acc[ox, :]``, then the rounded division."""
     n_b, h, w, c = x.shape

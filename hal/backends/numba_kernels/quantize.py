@@ -21,6 +21,7 @@ import numpy as np
 from hal import backends, quant
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.operations.common import F16, F32
 from hal.operations.quantization import QUANTIZE
 from hal.registry import OperationContext, lookup
@@ -59,7 +60,7 @@ _F = numba.float32
 _SIGS = [numba.void(ro(np.float32, 1), _F, _F, _F, numba.int64, rw(t, 1)) for t in (np.uint8, np.int8)]
 
 
-@numba.njit(_SIGS, cache=True, nogil=True)
+@njit(_SIGS, cache=True, nogil=True)
 def _quantize(x, scale, low, high, zero_point, out):
     """Every step in float32 (the integers involved are exact), branch-free: it vectorises."""
     half, one, zero = np.float32(0.5), np.float32(1), np.float32(0)
@@ -77,7 +78,7 @@ def _quantize(x, scale, low, high, zero_point, out):
 _SIGS_F16 = [numba.void(ro(np.uint16, 1), ro(t, 1), rw(t, 1)) for t in (np.uint8, np.int8)]
 
 
-@numba.njit(_SIGS_F16, cache=True, nogil=True)
+@njit(_SIGS_F16, cache=True, nogil=True)
 def _lookup(x, table, out):
     for i in range(x.shape[0]):
         out[i] = table[x[i]]

@@ -27,6 +27,7 @@ from numba.extending import intrinsic
 from hal import quant
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import LANES, counted_loop, masked_load, masked_store, splat
 from hal.backends.reference import reduce as reference
 from hal.operations.common import QUANT8
@@ -128,7 +129,7 @@ def _column_sums(typingctx, x, x_off, rows, inner, sums):
     return sig, codegen
 
 
-@numba.njit([numba.void(ro(t, 3), *[I64] * 6, rw(t, 2)) for t in Q8], cache=True, nogil=True)
+@njit([numba.void(ro(t, 3), *[I64] * 6, rw(t, 2)) for t in Q8], cache=True, nogil=True)
 def _mean_strided(x, bias, mult, shift, out_zp, lo, hi, out):
     """x [outer, count, inner] -> out [outer, inner]: int32 sums over axis 1, inner contiguous."""
     outer, count, inner = x.shape
@@ -141,7 +142,7 @@ def _mean_strided(x, bias, mult, shift, out_zp, lo, hi, out):
             out[o, i] = clamp(v, lo, hi)
 
 
-@numba.njit([numba.void(ro(t, 2), *[I64] * 6, rw(t, 1)) for t in Q8], cache=True, nogil=True)
+@njit([numba.void(ro(t, 2), *[I64] * 6, rw(t, 1)) for t in Q8], cache=True, nogil=True)
 def _mean_rows(x, bias, mult, shift, out_zp, lo, hi, out):
     """x [outer, count] -> out [outer]: one int32 sum per contiguous row."""
     outer, count = x.shape

@@ -20,6 +20,7 @@ import numpy as np
 
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.reference import resize as reference
 from hal.operations.common import QUANT8
 from hal.operations.resize import BILINEAR, NEAREST, ResizeParams
@@ -54,7 +55,7 @@ def plan(ctx: OperationContext) -> reference.ResizeData:
 I1, F1 = ro(np.int64, 1), ro(np.float32, 1)
 
 
-@numba.njit([numba.void(ro(np.uint8, 4), I1, I1, F1, F1, I1, I1, F1, F1, rw(np.uint8, 4))], cache=True, nogil=True)
+@njit([numba.void(ro(np.uint8, 4), I1, I1, F1, F1, I1, I1, F1, F1, rw(np.uint8, 4))], cache=True, nogil=True)
 def _bilinear_float(x, ylo, yhi, wy0s, wy1s, xlo, xhi, wx0s, wx1s, out):
     n_b, _, _, c = x.shape
     out_h, out_w = out.shape[1], out.shape[2]
@@ -72,7 +73,7 @@ def _bilinear_float(x, ylo, yhi, wy0s, wy1s, xlo, xhi, wx0s, wx1s, out):
                     out[n, oy, ox, ch] = np.uint8(np.int32(acc + half))  # static_cast truncates
 
 
-@numba.njit([numba.void(ro(np.int8, 4), I1, I1, I1, I1, I1, I1, I1, I1, rw(np.int8, 4))], cache=True, nogil=True)
+@njit([numba.void(ro(np.int8, 4), I1, I1, I1, I1, I1, I1, I1, I1, rw(np.int8, 4))], cache=True, nogil=True)
 def _bilinear_integer(x, ylo, yhi, wy0s, wy1s, xlo, xhi, wx0s, wx1s, out):
     n_b, _, _, c = x.shape
     out_h, out_w = out.shape[1], out.shape[2]
@@ -90,7 +91,7 @@ def _bilinear_integer(x, ylo, yhi, wy0s, wy1s, xlo, xhi, wx0s, wx1s, out):
                     out[n, oy, ox, ch] = np.int8(q)
 
 
-@numba.njit([numba.void(ro(t, 4), I1, I1, rw(t, 4)) for t in (np.int8, np.uint8)], cache=True, nogil=True)
+@njit([numba.void(ro(t, 4), I1, I1, rw(t, 4)) for t in (np.int8, np.uint8)], cache=True, nogil=True)
 def _nearest(x, ys, xs, out):
     n_b, _, _, c = x.shape
     out_h, out_w = out.shape[1], out.shape[2]

@@ -19,6 +19,7 @@ import numpy as np
 
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.gemm import KSTEP, GemmPlan
+from hal.backends.numba_kernels.lazy import njit
 
 
 @dataclass
@@ -69,7 +70,7 @@ _SIG = numba.void(ro(np.uint8, 1), ro(np.int64, 2), numba.int64, numba.int64, nu
                   rw(np.uint8, 1))
 
 
-@numba.njit(_SIG, cache=True, nogil=True)
+@njit(_SIG, cache=True, nogil=True)
 def _fill(x, edges, w, c, fw, pad, seg, buf):
     """buf: ``seg`` zero-point bytes, then each cut segment's taps (zero point outside the image)."""
     p = np.uint8(pad)

@@ -20,6 +20,7 @@ import numpy as np
 from hal import backends, quant
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import INT32_MAX, INT32_MIN, clamp, ro, rounding_divide_by_pot, rw, srdhm
+from hal.backends.numba_kernels.lazy import njit
 from hal.backends.reference import fixedpoint as fp
 from hal.operations.common import QUANT8
 from hal.operations.softmax import SOFTMAX
@@ -107,7 +108,7 @@ _SIGS = [numba.void(ro(t, 3), ro(np.int64, 1), ro(np.int64, 1), numba.int64, num
          for t in (np.uint8, np.int8)]
 
 
-@numba.njit(_SIGS, cache=True, nogil=True)
+@njit(_SIGS, cache=True, nogil=True)
 def _softmax(x, exps, terms, radius, qmin, qmax, out):
     """x, out: [outer, n, inner], softmax along n."""
     outer, n, inner = x.shape

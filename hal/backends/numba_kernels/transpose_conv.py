@@ -27,6 +27,7 @@ import numpy as np
 from hal import quant
 from hal.backends.numba_kernels import BACKEND
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, multiply_right_shift, ro, rw
+from hal.backends.numba_kernels.lazy import njit
 from hal.operations.common import QPC, QU8, QUANT8
 from hal.operations.transpose_conv import BIAS, FILTER, INPUT, TRANSPOSE_CONV, TransposeConvParams
 from hal.registry import OperationContext
@@ -89,7 +90,7 @@ Q8 = (np.int8, np.uint8)
 _SIGS_CAST = [numba.void(ro(t, 2), I64, rw(np.float32, 2)) for t in Q8]
 
 
-@numba.njit(_SIGS_CAST, cache=True, nogil=True)
+@njit(_SIGS_CAST, cache=True, nogil=True)
 def _to_float(x, zp, out):
     """out = x - zp (exact in float32)."""
     for i in range(x.shape[0]):
@@ -102,7 +103,7 @@ _SIGS_GATHER = [numba.void(ro(acc, 2), I64, I64, ro(np.int32, 1), ro(np.int64, 1
                 for acc in (np.float32, np.int32) for t in Q8]
 
 
-@numba.njit(_SIGS_GATHER, cache=True, nogil=True)
+@njit(_SIGS_GATHER, cache=True, nogil=True)
 def _gather(taps, h, w, bias, mult, shift, right_only, out_zp, lo, hi, fh, fw, sh, sw, top, left, oy0, i0, out):
     """out[n, oy, (ox, oc)] = requantize(bias[oc] + sum of the taps reaching output (oy0 + oy, ox)).
 
