@@ -482,13 +482,13 @@ def _compile_validated(model: Model, copy_constants: bool, order: tuple[str, ...
             plan = make_plan(model, base, {}, order, subgraphs, referenced)
         except RuntimeValueNeeded:
             runtime_values = True
-    if plan is not None:
-        ready(plan)
     if plan is None:  # still check now that every operation is one this driver has
         prefixes = model_prefixes(model)
         for k, op in enumerate(sg.operations):
             if lookup_in_model(op.type, prefixes) is None:
                 raise _not_supported(k, op.type)
+    else:
+        ready(plan)
     return CompiledModel(model=model, constants={i: v.value for i, v in enumerate(base) if v.value is not None},
                          input_indexes=list(sg.input_indexes), output_indexes=list(sg.output_indexes),
                          base_infos=base, static_plan=plan, backend_order=order, runtime_values=runtime_values,
