@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -199,6 +200,50 @@ def test_a_corrupt_cache_file_costs_its_kernel_a_compilation_not_the_backend(tmp
     assert warned and all("numba cache of hal.backends.numba_kernels.lut." in line for line in warned), out.stderr
     rewritten = [f for f in copy.rglob("lut.*") if f.suffix in (".nbi", ".nbc")]
     assert rewritten and all(f.read_bytes() != b"garbage" for f in rewritten)
+    assert all(f.read_bytes() == data for f, data in others.items())  # loaded, not compiled again
+
+
+
+def _blocked_lock_requests(pid: int) -> list[str]:
+    """/proc/locks' lines of ``pid``'s waiting (``->``) flock requests."""
+    return [line for line in pathlib.Path("/proc/locks").read_text().splitlines()
+            if "->" in line and "FLOCK" in line and line.split()[5:6] == [str(pid)]]
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/locks").exists(), reason="reads the kernel's lock table")
+def test_a_kernel_missing_from_a_filled_cache_is_compiled_under_the_exclusive_lock(tmp_path):
+    """lut's cache files are gone from a filled directory: a process loads every other kernel
+    under the shared lock, then waits for the exclusive one to compile lut's (numba's cache is not
+    safe for processes writing it at once), and compiles them once a reader lets go."""
+    import fcntl
+    cache = pathlib.Path(numba_kernels.CACHE)
+    copy = tmp_path / "numba" / cache.name
+    shutil.copytree(cache, copy)
+    lut = [f for f in copy.rglob("lut.*") if f.suffix in (".nbi", ".nbc")]
+    others = {f: f.read_bytes() for f in copy.rglob("*") if f.suffix in (".nbi", ".nbc") and f not in lut}
+    assert lut and others and (copy / numba_kernels.FILLED_MARKER).exists()
+    for f in lut:
+        f.unlink()
+    reader = os.open(copy / ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(reader, fcntl.LOCK_SH)
+    code = ("import hal.backends.numba_kernels as k\nfrom hal.backends.numba_kernels import lazy\n"
+            "print(lazy.materialize_all() == len(lazy._declared), lazy.pending())")
+    env = dict(os.environ, NNHAL_NUMBA_CACHE_DIR=str(tmp_path / "numba"), PYTHONPATH=os.getcwd())
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not _blocked_lock_requests(child.pid) and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        waiting = _blocked_lock_requests(child.pid)
+        assert waiting and all(" WRITE " in line for line in waiting), (waiting, child.poll())
+        assert not [f for f in copy.rglob("lut.*")], "compiled into the directory while a reader held it"
+    finally:
+        os.close(reader)  # lets the child take the exclusive lock
+        out, err = child.communicate(timeout=600)
+    assert child.returncode == 0, err
+    assert out.split() == ["True", "0"], out + err
+    assert [f for f in copy.rglob("lut.*") if f.suffix == ".nbc"], "lut's kernels were not saved"
     assert all(f.read_bytes() == data for f, data in others.items())  # loaded, not compiled again
 
 

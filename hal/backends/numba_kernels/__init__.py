@@ -57,15 +57,17 @@ next backend of the preference order, ultimately the reference backend.
 Kernels are compiled for their exact signatures the first time this package is imported on a
 machine (``make setup``'s warm-up, else a service's start), never during an execution, and cached
 on disk by numba in a per-user directory ($NNHAL_NUMBA_CACHE_DIR, else $XDG_CACHE_HOME/nnhal/numba
-or ~/.cache/nnhal/numba), one subdirectory per (sources, numba, Python) so that two environments
-(LiteRT's numpy 2 and tflite-runtime's numpy 1) never overwrite each other's kernels. Once that
+or ~/.cache/nnhal/numba), one subdirectory per (installation path, sources, numba, Python) so that
+two environments (LiteRT's numpy 2 and tflite-runtime's numpy 1) never overwrite each other's
+kernels, and a second installation is filled by its own first start. Once that
 directory is filled, a process loads each kernel from it when the kernel is first used (lazy.py):
 a process pays for the kernels its models run, not for all of them. A kernel whose cache files
-cannot be read is compiled again. A compilation says so on stderr: it takes tens of seconds, once
-per machine and environment.
+cannot be read is compiled again, by one process at a time (lazy.py's ``LOCK``). A compilation says
+so on stderr: it takes tens of seconds, once per machine, installation and environment.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import sys
@@ -81,15 +83,20 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(base) / "nnhal" / "numba"
 
 
-def _sources_digest() -> str:
-    """Digest of this package's sources, numba's version and Python's. numba keys a cached kernel on
-    its own file only, not on the helpers inlined into it (fixedpoint.py): a directory per source
-    digest makes any edit recompile everything, and leaves nothing stale behind to load. numba
-    drops a cache index written by another numba version, so environments with different numbas
-    sharing one directory would recompile at every start."""
+def _sources_digest(package: pathlib.Path | None = None) -> str:
+    """Digest of this package's place and sources, numba's version and Python's. numba keys a cached
+    kernel on its own file only, not on the helpers inlined into it (fixedpoint.py): a directory per
+    source digest makes any edit recompile everything, and leaves nothing stale behind to load.
+    numba files a kernel under its source file's directory path too, so a second installation (a
+    checkout elsewhere, a wheel) of the same sources has none of the first one's kernels: its own
+    directory, filled by its own first start (FILLED_MARKER) rather than compiled piecemeal by
+    whichever processes first run each kernel. numba drops a cache index written by another numba
+    version, so environments with different numbas sharing one directory would recompile at every
+    start."""
     import hashlib
-    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]}".encode())
-    for p in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+    package = (package or pathlib.Path(__file__).parent).resolve()
+    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]} at {package}".encode())
+    for p in sorted(package.glob("*.py")):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     return h.hexdigest()[:16]
 
@@ -156,42 +163,25 @@ BACKEND.leaves_runs_with = frozenset({OperationType.LOGISTIC})
 
 #: Written into the cache directory once one process has imported every kernel module into it.
 FILLED_MARKER = "filled"
+_lazy.LOCK.path = CACHE / ".lock"
 
 
-class _FillLock:
-    """Held (an exclusive ``flock`` on the cache directory's lock file) while a process imports the
-    kernel modules into a cache directory not yet filled. Why: numba's cache is not safe for
-    processes filling it at once: each picks a data file's number from the index it read, so two
-    processes saving two kernels of one index (a function's several signatures, a factory's
-    closures) can both take number 1, and a third loads the one under the other's entry (a
-    test run's workers and services starting together after an edit computed garbage that way).
-    Once the directory is filled (``FILLED_MARKER``), loading takes no lock. Where the directory
-    cannot be written or locked, nothing is held (numba then does not save either)."""
-
-    def __enter__(self):
-        self.fd = None
-        if (CACHE / FILLED_MARKER).exists():
-            return self
+@contextlib.contextmanager
+def _filling():
+    """Held while a process imports the kernel modules into a cache directory not yet filled: the
+    directory's exclusive lock (lazy.py's ``LOCK``: numba's cache is not safe for processes filling
+    it at once), and, once every module is imported, the FILLED_MARKER. Yields whether the lock is
+    held: not where the directory is filled already (loads then take the shared lock, kernel by
+    kernel), nor where it cannot be locked."""
+    if (CACHE / FILLED_MARKER).exists():
+        yield False
+        return
+    with _lazy.LOCK.hold(exclusive=True) as held:
+        yield held
         try:
-            import fcntl
-            self.fd = os.open(CACHE / ".fill.lock", os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-        except (ImportError, OSError):
-            if self.fd is not None:
-                os.close(self.fd)
-            self.fd = None
-        return self
-
-    def __exit__(self, kind, value, tb):
-        if self.fd is None:
-            return
-        try:
-            if kind is None:
-                (CACHE / FILLED_MARKER).touch()
+            (CACHE / FILLED_MARKER).touch()
         except OSError:
             pass
-        finally:
-            os.close(self.fd)  # releases the lock
 
 
 #: $NNHAL_NUMBA_EAGER=1: every kernel is loaded when the package is imported, not when a plan first
@@ -201,7 +191,7 @@ EAGER_VARIABLE = "NNHAL_NUMBA_EAGER"
 
 
 def _load() -> None:
-    """Import every kernel module, the first time into this cache directory under ``_FillLock`` and
+    """Import every kernel module, the first time into this cache directory under ``_filling`` and
     compiling every kernel as it is declared; into a filled directory, each kernel is loaded from
     it when first used (lazy.py). A cache file that cannot be read costs its kernel a compilation,
     never the backend (lazy.py too)."""
@@ -209,7 +199,7 @@ def _load() -> None:
     import pkgutil
     import time
     names = [f"{__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)]
-    with _FillLock():
+    with _filling():
         _lazy.EAGER = not (CACHE / FILLED_MARKER).exists() or os.environ.get(EAGER_VARIABLE) == "1"
         compiling = not any(CACHE.rglob("*.nbi"))
         if compiling:  # a first start on this machine: tens of seconds in which nothing else is said

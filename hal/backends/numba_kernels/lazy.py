@@ -16,12 +16,16 @@ depends on the cache (``EAGER``, which the package sets before importing its ker
 
 A kernel whose cache files cannot be read (truncated, corrupt, written by another numba) loses
 them and is compiled again, once, with a warning: it costs that kernel a compilation, never the
-backend.
+backend. A process loads from the directory under a shared lock and compiles into it under an
+exclusive one (``LOCK``), so that a kernel missing from a filled directory is compiled by one of
+the processes that need it at once, and the others load it.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
 import pathlib
 import sys
 import types
@@ -30,8 +34,65 @@ from numba.core import config, sigutils, typeinfer
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import CPUDispatcher
 
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: nothing is locked
+    fcntl = None
+
 #: Compile every kernel when it is declared (a cache not yet filled); set by the package.
 EAGER = True
+
+
+class DirectoryLock:
+    """An ``flock`` on the cache directory's lock file, shared or exclusive, re-entrant within the
+    process (one descriptor per process: an exclusive hold covers the shared ones inside it).
+
+    Why: numba's cache is not safe for processes writing it at once. Each picks a data file's number
+    from the index it read, so two processes saving two kernels of one index (a function's several
+    signatures, a factory's closures) can both take number 1, and a third then loads one under the
+    other's entry (a test run's workers and services compiling together once computed garbage that
+    way); and numba writes an index before its data file. So a process compiles into the directory
+    only under the exclusive lock (filling it, mending a kernel), and loads from it under the shared
+    one. Where the lock file cannot be made, nothing is locked (numba then does not save either)."""
+
+    def __init__(self, path: pathlib.Path | None = None):
+        self.path = path
+        self._fd: int | None = None
+        self._pid = 0
+        self._level = 0  # 0 not held, 1 shared, 2 exclusive
+
+    @contextlib.contextmanager
+    def hold(self, exclusive: bool):
+        """Hold the lock (shared, or ``exclusive``) for the block; yields whether it is held."""
+        level = 2 if exclusive else 1
+        if self._level >= level:
+            yield True
+            return
+        if not self._open():
+            yield False
+            return
+        previous = self._level
+        fcntl.flock(self._fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        self._level = level
+        try:
+            yield True
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_SH if previous else fcntl.LOCK_UN)
+            self._level = previous
+
+    def _open(self) -> bool:
+        if self._pid != os.getpid():  # a forked child shares its parent's descriptor, and so its lock
+            self._fd, self._level, self._pid = None, 0, os.getpid()
+        if self._fd is None and self.path is not None and fcntl is not None:
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError:
+                self.path = None
+        return self._fd is not None
+
+
+#: The cache directory's lock; the package names its file.
+LOCK = DirectoryLock()
 
 _declared: list[LazyDispatcher] = []
 
@@ -50,12 +111,32 @@ class LazyDispatcher(CPUDispatcher):
             if not self._pending:
                 return
             with typeinfer.register_dispatcher(self):
-                for sig in self._declared_signatures:
-                    self._load_or_mend(sig)
+                with LOCK.hold(exclusive=False):
+                    missing = [sig for sig in self._declared_signatures if not self._load(sig)]
+                if missing:  # not in the cache, or unreadable there: compiled by one process at a time
+                    with LOCK.hold(exclusive=True):
+                        for sig in missing:
+                            self._load_or_mend(sig)
             self.disable_compile()
             self._pending = False
 
+    def _load(self, sig) -> bool:
+        """Load ``sig`` from the cache as numba's ``compile`` does; False where it is not there or
+        cannot be read (both left to ``_load_or_mend``)."""
+        try:
+            cres = self._cache.load_overload(sig, self.targetctx)
+        except Exception:  # noqa: BLE001 - whatever unpickling a bad file raises
+            return False
+        if cres is None:
+            return False
+        self._cache_hits[sig] += 1
+        self.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+        self.add_overload(cres)
+        return True
+
     def _load_or_mend(self, sig) -> None:
+        """numba's ``compile``: the cache again (another process may have saved ``sig`` while this one
+        waited for the lock), else a compilation, saved; unreadable files are removed first."""
         try:
             super().compile(sig)
         except Exception as e:  # noqa: BLE001 - numba raises whatever unpickling a bad file raises
