@@ -141,3 +141,14 @@ def test_cts_backend_option_runs_the_order_named():
         assert out["operations"]["RELU"]["pass"] > 0 and not out["failures"], out
         if not extra:
             assert out["target"] == "in-process (cuda,reference)"
+
+
+@pytest.mark.parametrize("operations,name", [(["ABS"], None), (["CONV_2D"], None), (["add", "MUL"], None),
+                                             (None, "relu"), (["DEPTHWISE_CONV_2D"], "quant8")])
+def test_a_filtered_load_reads_the_cases_a_whole_load_filters(operations, name):
+    """load_cases skips lines that cannot match before parsing them: it must skip no case that does."""
+    wanted = {o.upper() for o in operations or ()}
+    expected = [c.name for c in _cases()
+                if (not wanted or c.operation in wanted) and (name is None or name in c.name)]
+    assert expected
+    assert [c.name for c in load_cases(operations=operations, name_contains=name)] == expected
