@@ -7,8 +7,10 @@ import logging
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -19,7 +21,8 @@ from tests.service.conftest import HANG_LIMIT_S
 INVOKES = 200
 
 NO_FALLBACK_SCRIPT = """
-import sys
+import faulthandler, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's dump of a hang, exit included
 from delegate import load_delegate
 from delegate.runtime import Interpreter
 d = load_delegate(sys.argv[2], allow_in_process_fallback=False)
@@ -58,6 +61,12 @@ def test_invokes_failing_without_a_service_are_counted_not_repeated(server, tmp_
         server.proc.kill()
         server.proc.wait()
         out, err = p.communicate("go\n", timeout=HANG_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)  # every thread's stack on stderr, even during the exit
+        time.sleep(2)
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError(f"the client hung after printing {out!r}; its threads:\n{err[-8000:]}") from None
     finally:
         p.kill()
     assert p.returncode == 0 and out.splitlines() == [f"failed {INVOKES}"], (out, err)
