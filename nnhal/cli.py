@@ -407,7 +407,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             allow_abbrev=False)
     report.add_argument("--model_file", "--graph", dest="model_file", required=True)
     from nnhal.tool_support import add_delegate_arguments
-    add_delegate_arguments(report)
+    if command in (None, "report"):  # the delegate's options: their choices come from its modules
+        add_delegate_arguments(report)
     report.add_argument("--json", action="store_true")
     report.add_argument("--model-explorer", metavar="FILE", default=None,
                         help="also write Model Explorer overlays (node data): FILE.placement.json, "
@@ -419,7 +420,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     explore = sub.add_parser("explore", help="open a .tflite model in Model Explorer with nnhal's overlays "
                              "(needs the optional ai-edge-model-explorer)")
     explore.add_argument("model_file", metavar="MODEL")
-    add_delegate_arguments(explore)
+    if command in (None, "explore"):
+        add_delegate_arguments(explore)
     explore.add_argument("--benchmark-json", metavar="FILE", default=None,
                          help="nnhal benchmark --json output for this model: adds a latency overlay")
     explore.add_argument("--out-dir", default=None, help="where the overlay files go (default: a temp folder)")

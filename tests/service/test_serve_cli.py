@@ -178,3 +178,15 @@ def test_bind_itself_refuses_a_live_tcp_port(monkeypatch):
             create_server(listen=running.address, insecure=True).stop(grace=0)
     finally:
         running.stop(grace=0)
+
+
+def test_a_service_process_imports_nothing_of_the_delegate():
+    """`nnhal serve`'s command line, service and extension plugins: no module of the delegate nor
+    of TFLite's schema (the layering, and a tenth of a second of every service's start)."""
+    code = ("import sys\nfrom nnhal.cli import build_parser\n"
+            "build_parser('serve').parse_args(['serve'])\n"
+            "import service.server\nfrom extensions.plugins import load_plugins\nload_plugins()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('delegate', 'tflite')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout
