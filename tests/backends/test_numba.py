@@ -179,31 +179,6 @@ def test_a_started_process_loads_a_kernel_when_it_is_first_used():
     assert out.stdout.split() == ["True", "0", "TypeError", "1", "False", "True"], out.stdout + out.stderr
 
 
-def test_a_corrupt_cache_file_costs_its_kernel_a_compilation_not_the_backend(tmp_path):
-    """Every cache file of lut is garbage: lut's kernels are compiled again when loaded, every
-    other kernel's files are loaded as they were, and the backend has all its kernels."""
-    cache = pathlib.Path(numba_kernels.CACHE)
-    copy = tmp_path / "numba" / cache.name
-    shutil.copytree(cache, copy)
-    mine = [f for f in copy.rglob("lut.*") if f.suffix in (".nbi", ".nbc")]
-    others = {f: f.read_bytes() for f in copy.rglob("*") if f.suffix in (".nbi", ".nbc") and f not in mine}
-    assert mine and others
-    for f in mine:
-        f.write_bytes(b"garbage")
-    env = dict(os.environ, NNHAL_NUMBA_CACHE_DIR=str(tmp_path / "numba"), PYTHONPATH=os.getcwd())
-    code = ("import hal.backends.numba_kernels as k\nfrom hal.backends.numba_kernels import lazy\n"
-            "print(len(k.BACKEND.kernels), lazy.materialize_all() == len(lazy._declared), lazy.pending())")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [str(len(BACKEND.kernels)), "True", "0"], out.stdout
-    warned = [line for line in out.stderr.splitlines() if "unreadable" in line]
-    assert warned and all("numba cache of hal.backends.numba_kernels.lut." in line for line in warned), out.stderr
-    rewritten = [f for f in copy.rglob("lut.*") if f.suffix in (".nbi", ".nbc")]
-    assert rewritten and all(f.read_bytes() != b"garbage" for f in rewritten)
-    assert all(f.read_bytes() == data for f, data in others.items())  # loaded, not compiled again
-
-
-
 def _blocked_lock_requests(pid: int) -> list[str]:
     """/proc/locks' lines of ``pid``'s waiting (``->``) flock requests."""
     return [line for line in pathlib.Path("/proc/locks").read_text().splitlines()
@@ -211,23 +186,30 @@ def _blocked_lock_requests(pid: int) -> list[str]:
 
 
 @pytest.mark.skipif(not pathlib.Path("/proc/locks").exists(), reason="reads the kernel's lock table")
-def test_a_kernel_missing_from_a_filled_cache_is_compiled_under_the_exclusive_lock(tmp_path):
-    """lut's cache files are gone from a filled directory: a process loads every other kernel
-    under the shared lock, then waits for the exclusive one to compile lut's (numba's cache is not
-    safe for processes writing it at once), and compiles them once a reader lets go."""
+def test_unreadable_or_missing_kernels_cost_their_compilation_under_the_exclusive_lock(tmp_path):
+    """In a filled copy of the cache, every file of lut is garbage and pad's are gone. A process
+    loads every other kernel as it was, under the shared lock; waits for the exclusive one (numba's
+    cache is not safe for processes writing it at once) while a reader holds the directory; then
+    compiles lut's (with a warning naming them) and pad's, and has every kernel."""
     import fcntl
     cache = pathlib.Path(numba_kernels.CACHE)
     copy = tmp_path / "numba" / cache.name
     shutil.copytree(cache, copy)
-    lut = [f for f in copy.rglob("lut.*") if f.suffix in (".nbi", ".nbc")]
-    others = {f: f.read_bytes() for f in copy.rglob("*") if f.suffix in (".nbi", ".nbc") and f not in lut}
-    assert lut and others and (copy / numba_kernels.FILLED_MARKER).exists()
+
+    def files(stem: str) -> list[pathlib.Path]:
+        return [f for f in copy.rglob(stem + ".*") if f.suffix in (".nbi", ".nbc")]
+
+    lut, pad = files("lut"), files("pad")
+    others = {f: f.read_bytes() for f in copy.rglob("*") if f.suffix in (".nbi", ".nbc") and f not in lut + pad}
+    assert lut and pad and others and (copy / numba_kernels.FILLED_MARKER).exists()
     for f in lut:
+        f.write_bytes(b"garbage")
+    for f in pad:
         f.unlink()
     reader = os.open(copy / ".lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(reader, fcntl.LOCK_SH)
     code = ("import hal.backends.numba_kernels as k\nfrom hal.backends.numba_kernels import lazy\n"
-            "print(lazy.materialize_all() == len(lazy._declared), lazy.pending())")
+            "print(len(k.BACKEND.kernels), lazy.materialize_all() == len(lazy._declared), lazy.pending())")
     env = dict(os.environ, NNHAL_NUMBA_CACHE_DIR=str(tmp_path / "numba"), PYTHONPATH=os.getcwd())
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env)
@@ -237,13 +219,17 @@ def test_a_kernel_missing_from_a_filled_cache_is_compiled_under_the_exclusive_lo
             time.sleep(0.05)
         waiting = _blocked_lock_requests(child.pid)
         assert waiting and all(" WRITE " in line for line in waiting), (waiting, child.poll())
-        assert not [f for f in copy.rglob("lut.*")], "compiled into the directory while a reader held it"
+        assert not files("pad") and all(f.read_bytes() == b"garbage" for f in files("lut")), \
+            "compiled into the directory while a reader held it"
     finally:
         os.close(reader)  # lets the child take the exclusive lock
         out, err = child.communicate(timeout=600)
     assert child.returncode == 0, err
-    assert out.split() == ["True", "0"], out + err
-    assert [f for f in copy.rglob("lut.*") if f.suffix == ".nbc"], "lut's kernels were not saved"
+    assert out.split() == [str(len(BACKEND.kernels)), "True", "0"], out + err
+    warned = [line for line in err.splitlines() if "unreadable" in line]
+    assert warned and all("numba cache of hal.backends.numba_kernels.lut." in line for line in warned), err
+    assert files("lut") and all(f.read_bytes() != b"garbage" for f in files("lut"))
+    assert [f for f in files("pad") if f.suffix == ".nbc"], "pad's kernels were not saved"
     assert all(f.read_bytes() == data for f, data in others.items())  # loaded, not compiled again
 
 

@@ -226,6 +226,7 @@ def test_mobilenet_like_through_the_delegate(server, dtype):
     assert d.report.delegated == len(d.report.nodes) and len(d.report.partitions) == 1
 
 
+@pytest.mark.any_runtime  # the delegate's connection, not the runtime
 def test_reconnects_after_the_service_returns(tmp_path):
     import time as _time
 
@@ -252,6 +253,7 @@ def test_reconnects_after_the_service_returns(tmp_path):
         server.stop()
 
 
+@pytest.mark.any_runtime  # the delegate's service start
 def test_embedded_service_when_nothing_listens(tmp_path):
     """No address and no service on the default socket: the delegate starts its own and stops it."""
     import subprocess
@@ -278,6 +280,7 @@ def test_embedded_service_when_nothing_listens(tmp_path):
     assert not (tmp_path / "nnhal" / "nnhal.sock").exists()
 
 
+@pytest.mark.any_runtime  # the delegate's bounds and in-process run
 @pytest.mark.parametrize("local_burst", [True, False], ids=["local-burst", "grpc"])
 @pytest.mark.parametrize("bound", ["deadline_ms", "default"])
 def test_stopped_service_does_not_hang_invoke(tmp_path, monkeypatch, caplog, local_burst, bound):

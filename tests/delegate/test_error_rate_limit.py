@@ -13,10 +13,14 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from service.logconfig import RepeatedMessages
 from tests.delegate.models import head_model
 from tests.service.conftest import HANG_LIMIT_S
+
+#: The delegate's messages about its service: the same under either TFLite runtime.
+pytestmark = pytest.mark.any_runtime
 
 INVOKES = 200
 

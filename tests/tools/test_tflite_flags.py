@@ -65,6 +65,7 @@ def test_benchmark_model_flags_and_summary_lines(server, model):
     assert "run order" not in quiet.stdout and not PEAK.search(quiet.stdout) and MEMORY.search(quiet.stdout)
 
 
+@pytest.mark.any_runtime  # the tool's loop bounds, not the runtime's
 def test_min_secs_and_max_secs_bound_the_timed_loop(server, model):
     def timed_runs(*flags) -> int:
         r = _cli("benchmark", f"--graph={model}", "--warmup_runs=0", *flags, f"--service_address={server.address}",
@@ -180,6 +181,14 @@ def test_input_layer_value_files(server, tmp_path):
                  f"--service_address={server.address}")
         assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["input_ranges"]["x"] == "file"
+
+
+@pytest.mark.any_runtime  # the tools' checks of their input flags against the model's inputs
+def test_input_flags_that_do_not_fit_the_model_are_one_line_errors(tmp_path):
+    path = tmp_path / "q.tflite"
+    path.write_bytes(quantize_first_model())
+    data = np.arange(8, dtype=np.float32).reshape(1, 8) * 3
+    (tmp_path / "x.bin").write_bytes(data.tobytes())
     (tmp_path / "short.bin").write_bytes(data.tobytes()[:-4])
     for flags, words in (((f"--input_layer_value_files=x:{tmp_path}/short.bin",), "has 28 bytes; input 'x' "
                           "([1, 8], float32) takes 32"),
