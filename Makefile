@@ -11,7 +11,7 @@ help:  ## Show this help
 
 PROTO_OUT := service/proto/nnhal_pb2.py service/proto/nnhal_pb2_grpc.py
 
-setup: $(BIN)/nnhal $(PROTO_OUT)  ## Create .venv (LiteRT 2.3, numpy 2), install pinned deps (+ torch where a GPU is or NNHAL_CUDA=1), nnhal, MediaPipe + example extensions (editable), compile the numba kernels, generate protobuf code
+setup: $(BIN)/nnhal $(PROTO_OUT)  ## Create .venv (LiteRT 2.3, numpy 2), install pinned deps (+ torch where a GPU is or NNHAL_CUDA=1), nnhal, MediaPipe + example extensions (editable), compile the numba kernels, byte-compile the sources, generate protobuf code
 
 # Editable installs of nnhal and its extensions; setuptools' "Editable installation" notice once, not per project.
 EDITABLE := --no-deps -e . -e extensions/mediapipe $(foreach d,$(wildcard extensions/examples/*/pyproject.toml),-e $(dir $(d)))
