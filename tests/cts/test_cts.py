@@ -148,7 +148,7 @@ def test_cts_backend_option_runs_the_order_named():
 
 
 @pytest.mark.parametrize("operations,name", [(["ABS"], None), (["CONV_2D"], None), (["add", "MUL"], None),
-                                             (None, "relu"), (["DEPTHWISE_CONV_2D"], "quant8")])
+                                             (None, "relu"), (["DEPTHWISE_CONV_2D"], "quant8"), (None, "V1_0/add")])
 def test_a_filtered_load_reads_the_cases_a_whole_load_filters(operations, name):
     """load_cases skips lines that cannot match before parsing them: it must skip no case that does."""
     wanted = {o.upper() for o in operations or ()}
