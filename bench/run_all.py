@@ -99,15 +99,16 @@ def _geomean(xs: list[float]) -> float:
 
 
 def stated_vs_measured(rows: list[dict]) -> str:
-    """What the service states per operand type (hal.performance.MEASURED) beside what this run
-    measured: the geometric mean of the backend's whole-model ratios to LiteRT 1 thread. A figure
-    that has drifted is updated by hand in hal/performance.py, or this machine's are stated with
+    """What the service states per operand type on this machine (hal.performance.stated: MEASURED,
+    or BY_VERSION's for a backend version that measured otherwise) beside what this run measured:
+    the geometric mean of the backend's whole-model ratios to LiteRT 1 thread. A figure that has
+    drifted is updated by hand in hal/performance.py, or this machine's are stated with
     `nnhal serve --performance bench/performance.json` (``write_performance``)."""
-    from hal.performance import MEASURED
+    from hal.performance import stated as stated_figures
     lines = ["| backend | operand type | stated exec_time | measured this run (geometric mean) | models |",
              "|---|---|---:|---:|---:|"]
     for (backend, otype), ratios in sorted(measured_speeds(rows).items()):
-        stated = MEASURED.get(backend, {}).get(otype)
+        stated = stated_figures(backend).get(otype)
         lines.append(f"| {backend} | {otype.name} | {'' if stated is None else f'{stated:.2f}'} | "
                      f"{_geomean(ratios):.2f} | {len(ratios)} |")
     return "\n".join(lines)
