@@ -17,6 +17,7 @@ never a hang.
 """
 from __future__ import annotations
 
+import math
 import os
 import platform
 import socket
@@ -37,6 +38,10 @@ BACKSTOP_S = 0.01
 YIELD_AFTER_S = 0.0
 YIELD_EVERY_S = 2e-6
 yield_cpu = getattr(os, "sched_yield", lambda: None)
+#: CPython waits for a socket's timeout with poll(), in whole milliseconds rounded up: a 0.3 ms
+#: timeout sleeps 1 ms and more. A doze therefore sleeps only its whole milliseconds (each timeout
+#: this much under them, so that it is not rounded up to the next) and polls the rest.
+DOZE_UNDER_S = 1e-6
 
 _fence_lock = threading.Lock()
 #: ``_sleep``'s answer when its ``until`` came first.
@@ -69,7 +74,7 @@ class Doorbell:
         self.sock = sock
         self.posted, self.waiting = word(view, posted_at), word(view, waiting_at)
         self.peer_posted, self.peer_waiting = word(view, peer_posted_at), word(view, peer_waiting_at)
-        self.woken, self.polled_s = False, 0.0  # the last wait with a doze's (``wait``)
+        self.woken = False  # the last wait with a doze's (``wait``)
 
     def release(self) -> None:
         """Let go of the shared page (before it is unmapped)."""
@@ -87,36 +92,36 @@ class Doorbell:
 
     def wait(self, last: int, spin_s: float, timeout_s: float | None = None, doze_s: float = 0.0) -> int | None:
         """The peer's posted word once it is not ``last``: slept for on the socket up to ``doze_s``
-        (woken at once by the peer's word), then polled for ``spin_s``, then slept for again, in all
-        at most ``timeout_s`` (TimeoutError after it; None: no bound). None: the peer closed the
-        connection. A doze ends on a timer before the word is due, so the wake-up (on a virtual
-        machine, a halted CPU's) is over when it comes, and polling sees it at once. After a wait
-        with a doze: ``woken`` (the word came during the doze: it was too long) and ``polled_s``
-        (how long after the doze the word was seen)."""
+        (woken at once by the peer's word), then polled until ``spin_s`` after the doze's end,
+        then slept for again, in all at most ``timeout_s`` (TimeoutError after it; None: no
+        bound). None: the peer closed the connection. A doze ends on a timer before the word is
+        due, so the wake-up (on a virtual machine, a halted CPU's) is over when it comes, and
+        polling sees it at once; it sleeps whole milliseconds (``_sleep``), the rest of it is
+        polled. After a wait with a doze: ``woken`` (the word came during the doze: it was too
+        long)."""
         peer = self.peer_posted
         clock = time.perf_counter
         start = clock()
         if doze_s > 0:
-            self.woken, self.polled_s = False, 0.0
+            self.woken = False
             value = self._sleep(last, start, timeout_s, until=start + doze_s)
             if value is not _DOZED:
                 self.woken = True
                 return value
         polling = clock()
-        offer_at = YIELD_AFTER_S
+        end = max(polling, start + doze_s) + spin_s
+        offer_at = polling + YIELD_AFTER_S
         if POLL_MEMORY:
             while True:
                 value = peer[0]
                 if value != last:
-                    if doze_s > 0:
-                        self.polled_s = clock() - polling
                     return value
-                waited = clock() - polling
-                if waited >= spin_s:
+                now = clock()
+                if now >= end:
                     break
-                if waited >= offer_at:
+                if now >= offer_at:
                     yield_cpu()
-                    offer_at = waited + YIELD_EVERY_S
+                    offer_at = now + YIELD_EVERY_S
         else:
             while True:  # poll the socket: each message is one byte on it
                 try:
@@ -124,20 +129,15 @@ class Doorbell:
                         return None
                     value = peer[0]
                     if value != last:
-                        if doze_s > 0:
-                            self.polled_s = clock() - polling
                         return value
                 except BlockingIOError:
-                    waited = clock() - polling
-                    if waited >= spin_s:
+                    now = clock()
+                    if now >= end:
                         break
-                    if waited >= offer_at:
+                    if now >= offer_at:
                         yield_cpu()
-                        offer_at = waited + YIELD_EVERY_S
-        value = self._sleep(last, start, timeout_s)
-        if doze_s > 0:
-            self.polled_s = clock() - polling
-        return value
+                        offer_at = now + YIELD_EVERY_S
+        return self._sleep(last, start, timeout_s)
 
     def _sleep(self, last: int, start: float, timeout_s: float | None, until: float | None = None):
         """The peer's word, slept for on the socket; ``until``: give up then (``_DOZED``)."""
@@ -160,9 +160,10 @@ class Doorbell:
                     raise TimeoutError("no answer on the local burst")
                 limit = left if backstop is None else backstop if left is None else min(backstop, left)
                 if until is not None:
-                    if now >= until:
-                        return _DOZED
-                    limit = until - now if limit is None else min(limit, until - now)
+                    whole_ms = math.floor((until - now) * 1e3)
+                    if whole_ms < 1:
+                        return _DOZED  # what is left of the doze is polled
+                    limit = whole_ms * 1e-3 - DOZE_UNDER_S if limit is None else min(limit, whole_ms * 1e-3 - DOZE_UNDER_S)
                 sock.settimeout(limit)
                 try:
                     # memory: a byte, or several left by wake-ups the peer did not need in the end

@@ -25,15 +25,20 @@ from service.slots import SlotLayout
 SMALL_COPY_BYTES = 4096
 
 #: The client never polls longer than this. Executions expected to take longer than SHORT_S are
-#: slept through (a polling client would hold a core all along) until DOZE_LEAD_S before their
-#: reply is due, then polled for: a blocked client's wake-up on the reply cost 0.17-0.24 ms of
-#: MobileNetV2 int8's 3.5 ms on a 2-vCPU virtual machine (its halted vCPU woken), a timer's
-#: wake-up lands before the reply instead.
+#: slept through (a polling client would hold a core all along) until a lead before their reply is
+#: due, then polled for: a blocked client's wake-up on the reply cost 0.17-0.24 ms of MobileNetV2
+#: int8's 3.5 ms on a 2-vCPU virtual machine (its halted vCPU woken), a timer's wake-up lands
+#: before the reply instead.
 CLIENT_SPIN_MAX_S = 2e-3
 SHORT_S = 1e-3
-DOZE_LEAD_S = 0.5e-3
-#: The polling a doze is fitted to leave before the reply (``WaitStrategy.dozed``).
+#: A doze ends POLL_MARGIN_S plus DOZE_SPREAD of the execution before the earliest reply the last
+#: few executions predict (``WaitStrategy.doze_s``): the wake-up's own delay, and the spread of an
+#: execution's time from one invoke to the next (on a 2-vCPU virtual machine each vCPU ran 25-30%
+#: slower for spells of a fraction of a second to seconds).
 POLL_MARGIN_S = 0.2e-3
+DOZE_SPREAD = 0.1
+#: The executions a doze is predicted from.
+RECENT = 8
 _SHAPE = operator.attrgetter("shape")
 #: struct ucred, SO_PEERCRED's answer: pid, uid, gid.
 PEERCRED = struct.Struct("3i")
@@ -46,10 +51,12 @@ class WaitStrategy:
     service pinned to different cores of 2: 15 us per invoke polling, 41 us blocking), but holds
     a core. So: never when the service's compute threads leave no core free (polling would slow
     the execution it waits for); for executions expected to be long (> SHORT_S), only from
-    shortly before the reply is due (``doze_s``: slept through until then, the doze fitted to
-    where each reply came, ``dozed``) for at most twice DOZE_LEAD_S and a tenth of the expected
-    time; else for about twice the expected time (a moving average of this burst's round trips),
-    so a short execution is caught while polling and a stalled one costs at most
+    shortly before the reply is due (``doze_s``: slept through until a lead before the earliest
+    reply of the last RECENT executions; a reply that came during the doze counts as due by the
+    doze's end, so a doze that was too long is followed by a shorter one) for at most twice that
+    lead and a tenth of the expected time; else for about twice the expected time (a moving
+    average of this burst's round trips), so a short execution is caught while polling and a
+    stalled one costs at most
     CLIENT_SPIN_MAX_S. And not while the service says other clients take turns with this one
     (REPLY_SHARED on the last reply): on 2 cores, two clients looping a 1-op model took 267 us
     per invoke each polling, 107-127 us blocking; one client alone, 35 us polling, 48 us blocking.
@@ -72,12 +79,20 @@ class WaitStrategy:
         self.core_free = ((service_threads > 0 and cores > service_threads)
                           or (known and (not client_cpus & service_cpus or cores == 1)))
         self.expected_s: float | None = None
-        #: The last round trips: the first doze ends DOZE_LEAD_S before the fastest of them (an
-        #: average pulled up by one slow execution would make it end after the reply came).
-        self.recent: collections.deque[float] = collections.deque(maxlen=8)
-        #: The doze, fitted after each one (``dozed``); None: none yet.
+        #: The last executions' replies: each round trip, or for a reply that came during a doze
+        #: (the round trip then includes the client's wake-up) the doze's length, which it came
+        #: within. A doze is predicted from the earliest: the next execution may be as fast as
+        #: the fastest of them, not as one fitted to the latest alone, which on a machine whose
+        #: speed changes from one spell to the next ends after the reply every other time.
+        self.recent: collections.deque[float] = collections.deque(maxlen=RECENT)
+        #: The last doze (``doze_s``); None: the last wait had none.
         self.doze: float | None = None
         self.shared = False  # the last reply's REPLY_SHARED
+
+    @staticmethod
+    def lead_s(due_s: float) -> float:
+        """How long before a reply due after ``due_s`` a doze ends."""
+        return POLL_MARGIN_S + DOZE_SPREAD * due_s
 
     def spin_s(self) -> float:
         """How long to poll (after ``doze_s``) before blocking."""
@@ -86,33 +101,22 @@ class WaitStrategy:
         if self.expected_s is None:
             return SHORT_S  # the first execution: no estimate yet
         if self.expected_s > SHORT_S:
-            return min(CLIENT_SPIN_MAX_S, 2 * DOZE_LEAD_S + 0.1 * self.expected_s)
+            return min(CLIENT_SPIN_MAX_S, 2 * self.lead_s(self.expected_s) + 0.1 * self.expected_s)
         return min(CLIENT_SPIN_MAX_S, 2 * self.expected_s + 20e-6)
 
     def doze_s(self) -> float:
-        """How long to sleep before polling, for a long execution: first the fastest recent round
-        trip less DOZE_LEAD_S, then as ``dozed`` fits it."""
+        """How long to sleep before polling, for a long execution: until ``lead_s`` before the
+        earliest of the recent replies."""
         if not self.core_free or self.shared or self.expected_s is None or self.expected_s <= SHORT_S:
             self.doze = None
             return 0.0
-        if self.doze is None:
-            self.doze = max(0.0, min(self.recent) - DOZE_LEAD_S)
+        due = min(self.recent)
+        self.doze = max(0.0, due - self.lead_s(due))
         return self.doze
 
-    def dozed(self, woken: bool, polled_s: float) -> None:
-        """Fit the doze to the last one: a reply that came during it (``woken``: it waited for the
-        client's wake-up, which a round trip then includes, so round trips alone would keep the
-        doze too long) shortens it by DOZE_LEAD_S; one seen after ``polled_s`` of polling moves
-        its end halfway to POLL_MARGIN_S before the reply."""
-        if self.doze is None:
-            return
-        if woken:
-            self.doze = max(0.0, self.doze - DOZE_LEAD_S)
-        else:
-            self.doze = max(0.0, self.doze + 0.5 * (polled_s - POLL_MARGIN_S))
-
-    def observe(self, seconds: float) -> None:
-        self.recent.append(seconds)
+    def observe(self, seconds: float, woken: bool = False) -> None:
+        """A round trip of ``seconds``; ``woken``: its reply came during the doze."""
+        self.recent.append(self.doze if woken and self.doze is not None else seconds)
         e = self.expected_s
         self.expected_s = seconds if e is None else 0.8 * e + 0.2 * seconds
 
@@ -224,8 +228,6 @@ class LocalBurstChannel:
             self.bell.post(seq)
             doze = self.wait.doze_s()
             posted = self.bell.wait(seq - 1, self.wait.spin_s(), wait_s, doze)
-            if doze:
-                self.wait.dozed(self.bell.woken, self.bell.polled_s)
         except TimeoutError:
             self._close()
             raise
@@ -234,7 +236,7 @@ class LocalBurstChannel:
         if posted != seq:
             raise ConnectionError(f"local burst: the service answered request {posted}, not {seq}")
         self.last_s = time.perf_counter() - t
-        self.wait.observe(self.last_s)
+        self.wait.observe(self.last_s, woken=doze > 0 and self.bell.woken)
 
     def _finish(self, reply: wire.Reply, outputs: list[np.ndarray] | None):
         """``execute``'s answer to ``reply``: the outputs copied out of their slots when it succeeded."""
@@ -353,4 +355,4 @@ def _output_copies(sources: list[np.ndarray], dests: list[np.ndarray]) -> list[t
     return copies
 
 
-__all__ = ["CLIENT_SPIN_MAX_S", "DOZE_LEAD_S", "LocalBurstChannel", "POLL_MARGIN_S", "SHORT_S", "WaitStrategy"]
+__all__ = ["CLIENT_SPIN_MAX_S", "DOZE_SPREAD", "LocalBurstChannel", "POLL_MARGIN_S", "RECENT", "SHORT_S", "WaitStrategy"]

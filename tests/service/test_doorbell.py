@@ -6,6 +6,7 @@ import mmap
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -208,7 +209,37 @@ def test_after_a_doze_the_waiter_polls_a_word_posted_without_a_ring(bells, monke
     assert pending(b.sock) == b""  # not rung: the poller sees the word
     t.join(10)
     assert not t.is_alive() and got == [1] and dozed == [True]
-    assert not b.woken and 0 < b.polled_s < 10  # seen by polling, after the doze
+    assert not b.woken  # seen by polling, after the doze
+
+
+def test_a_doze_sleeps_its_whole_milliseconds_and_polls_the_rest(bells):
+    """CPython waits for a socket's timeout in whole milliseconds rounded up (poll()): a 2.5 ms doze
+    asked of the socket would sleep 3 ms and more, past a reply due at 2.6 ms, and one of 0.4 ms a
+    whole millisecond. So the socket is asked for the doze's whole milliseconds only (a hair under
+    each, not to be rounded up to the next), never past its end, and a doze under 1 ms not at all:
+    the rest is polled (``wait``)."""
+    a, b = bells
+    asked = []
+    real = b.sock
+
+    class Recording:
+        def settimeout(self, t):
+            asked.append(t)
+            real.settimeout(t)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+    b.sock = Recording()
+    start = time.perf_counter()
+    assert b._sleep(0, start, None, until=start + 0.5e-3) is doorbell._DOZED
+    assert asked == []  # under a millisecond: nothing slept on the socket
+    start = time.perf_counter()
+    assert b._sleep(0, start, None, until=start + 2.5e-3) is doorbell._DOZED
+    whole = [round((t + doorbell.DOZE_UNDER_S) * 1e3) for t in asked]
+    assert asked and all(t == pytest.approx(k * 1e-3 - doorbell.DOZE_UNDER_S, abs=1e-12) for t, k in zip(asked, whole))
+    assert all(1 <= k <= 2 for k in whole)  # never past the doze's end at 2.5 ms
+    a.post(1)
+    assert b.wait(0, spin_s=0.0, timeout_s=10, doze_s=0.5e-3) == 1
 
 
 def test_a_doze_counts_against_the_bound(bells):
