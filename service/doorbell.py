@@ -163,7 +163,8 @@ class Doorbell:
                     whole_ms = math.floor((until - now) * 1e3)
                     if whole_ms < 1:
                         return _DOZED  # what is left of the doze is polled
-                    limit = whole_ms * 1e-3 - DOZE_UNDER_S if limit is None else min(limit, whole_ms * 1e-3 - DOZE_UNDER_S)
+                    doze = whole_ms * 1e-3 - DOZE_UNDER_S
+                    limit = doze if limit is None else min(limit, doze)
                 sock.settimeout(limit)
                 try:
                     # memory: a byte, or several left by wake-ups the peer did not need in the end

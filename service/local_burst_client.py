@@ -355,4 +355,5 @@ def _output_copies(sources: list[np.ndarray], dests: list[np.ndarray]) -> list[t
     return copies
 
 
-__all__ = ["CLIENT_SPIN_MAX_S", "DOZE_SPREAD", "LocalBurstChannel", "POLL_MARGIN_S", "RECENT", "SHORT_S", "WaitStrategy"]
+__all__ = ["CLIENT_SPIN_MAX_S", "DOZE_SPREAD", "LocalBurstChannel", "POLL_MARGIN_S", "RECENT", "SHORT_S",
+           "WaitStrategy"]
