@@ -34,7 +34,8 @@ SHORT_S = 1e-3
 #: A doze ends POLL_MARGIN_S plus DOZE_SPREAD of the execution before the earliest reply the last
 #: few executions predict (``WaitStrategy.doze_s``): the wake-up's own delay, and the spread of an
 #: execution's time from one invoke to the next (on a 2-vCPU virtual machine each vCPU ran 25-30%
-#: slower for spells of a fraction of a second to seconds).
+#: slower for spells of a fraction of a second to seconds); at most half CLIENT_SPIN_MAX_S, so
+#: that the polling after it reaches past the predicted reply.
 POLL_MARGIN_S = 0.2e-3
 DOZE_SPREAD = 0.1
 #: The executions a doze is predicted from.
@@ -92,7 +93,7 @@ class WaitStrategy:
     @staticmethod
     def lead_s(due_s: float) -> float:
         """How long before a reply due after ``due_s`` a doze ends."""
-        return POLL_MARGIN_S + DOZE_SPREAD * due_s
+        return min(POLL_MARGIN_S + DOZE_SPREAD * due_s, CLIENT_SPIN_MAX_S / 2)
 
     def spin_s(self) -> float:
         """How long to poll (after ``doze_s``) before blocking."""

@@ -257,9 +257,14 @@ def test_the_doze_ends_a_lead_before_the_earliest_recent_reply():
     during a doze counts as due by the doze's end (its round trip includes the client's wake-up),
     so the next doze ends a lead earlier; other clients taking turns, or a short execution, drop
     the doze."""
-    from service.local_burst_client import DOZE_SPREAD, POLL_MARGIN_S, RECENT, WaitStrategy
+    from service.local_burst_client import CLIENT_SPIN_MAX_S, DOZE_SPREAD, POLL_MARGIN_S, RECENT, WaitStrategy
     w = WaitStrategy(service_threads=1, cores=2)
-    assert w.lead_s(10e-3) == pytest.approx(POLL_MARGIN_S + DOZE_SPREAD * 10e-3)
+    assert w.lead_s(5e-3) == pytest.approx(POLL_MARGIN_S + DOZE_SPREAD * 5e-3)
+    # a long execution's lead stops at half the polling that follows it, which then reaches past
+    # the predicted reply (a 30 ms one's 3.2 ms lead would end the 2 ms of polling before it)
+    assert w.lead_s(30e-3) == CLIENT_SPIN_MAX_S / 2
+    w.observe(30e-3)
+    assert w.spin_s() >= 2 * w.lead_s(30e-3)
     for t in (3e-3, 4e-3) * 3:  # a fast spell's executions among slow ones
         w.observe(t)
     first = w.doze_s()
