@@ -54,6 +54,7 @@ from delegate.simple import (
     SimpleDelegateKernel,
 )
 from delegate.support_probe import op_name, supported_nodes
+from service import native_code
 from service.client import Client, ServiceError, ServiceUnavailableError
 
 log = logging.getLogger("nnhal.delegate")
@@ -94,6 +95,14 @@ class NnhalDelegate(SimpleDelegateInterface):
         #: The connection (ticket handshake, channel, session), started now in a thread: it overlaps
         #: TFLite loading the model and the graph snapshot; the first prepare takes it (connect).
         self._early: Background | None = Background("nnhal-connect", self._connector())
+
+    @property
+    def native_invoke(self) -> bool:
+        """The kernels' steady invokes may run natively (``delegate.native_invoke``): they do
+        through a local burst alone (this user's service on this machine)."""
+        client = self.client
+        return bool(self.options.local_burst and client is not None and client.shared_memory
+                    and native_code.enabled())
 
     # ---- service connection ---------------------------------------------------
     def _connector(self):

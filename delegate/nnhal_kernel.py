@@ -13,6 +13,7 @@ from delegate import capi
 from delegate.delegation_record import PartitionRecord
 from delegate.mapping import MappingError, convert_partition
 from delegate.mapping.shape_inference import convert_with_inferred_shapes
+from delegate.native_invoke import DONE, NOT_CALLED
 from delegate.simple import DelegateContext, KernelParams, SimpleDelegateKernel
 from hal.errors import HalError
 from hal.types import ErrorStatus
@@ -211,6 +212,9 @@ class NnhalKernel(SimpleDelegateKernel):
         self._reopen_burst = False  # unless a Ctrl-C interrupted this too
 
     def eval(self, context: DelegateContext) -> None:
+        # What the native invoke did before handing this one to Python (NOT_CALLED: nothing; else
+        # the local burst's answer for a request it posted: this eval collects that reply).
+        native = self.native_invoke.take() if self.native_invoke is not None else NOT_CALLED
         if self.folded_only:
             for t, value in self.constant_outputs.items():
                 np.copyto(context.tensor(t), value.reshape(context.tensor(t).shape), casting="no")
@@ -227,12 +231,21 @@ class NnhalKernel(SimpleDelegateKernel):
             if self._reopen_burst and self.burst is None:
                 self._open_local_burst()
             runner = self.burst if self.burst is not None else self.remote
+            timeouts = dict(timeout_s=o.deadline_ms / 1e3 if o.deadline_ms else None,
+                            loop_timeout_s=o.loop_timeout_ms / 1e3 if o.loop_timeout_ms else None)
             try:
                 # Every wait is bounded (service.client: the deadline plus a grace, else a default
                 # scaled by this model's slowest execution): a stopped service times out as lost.
-                runner.execute(inputs, outputs, timeout_s=o.deadline_ms / 1e3 if o.deadline_ms else None,
-                               loop_timeout_s=o.loop_timeout_ms / 1e3 if o.loop_timeout_ms else None)
+                resumed = None  # the reply to the request the native invoke posted
+                if native > DONE and runner is self.burst:
+                    resumed = runner.resume_native(native, outputs, **timeouts)
+                if resumed is None:
+                    runner.execute(inputs, outputs, **timeouts)
                 done = True
+                if runner is self.burst and self.native_invoke is not None and not self.constant_outputs:
+                    armed = runner.arm_native(inputs, outputs, **timeouts)
+                    if armed is not None:
+                        self.native_invoke.arm(context.ctx, self._io_tensors, *armed)
             except ServiceError as e:
                 if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
                     raise

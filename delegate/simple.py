@@ -42,6 +42,7 @@ from delegate.live_graph import (
     read_graph,
     unpreparable_nodes,
 )
+from delegate.native_invoke import NativeInvoke, trampoline_address
 from delegate.partition import PartitionOptions, PartitionPlan, choose_partitions
 from delegate.subgraphs import LiveSubgraphs, SubgraphAccessError
 from delegate.tfl.graph import TfLiteGraph
@@ -61,6 +62,10 @@ class KernelParams:
 
 
 class SimpleDelegateKernel:
+    #: The node's native invoke (``delegate.native_invoke``), given by the adapter before ``init``
+    #: when the delegate asks for it (``SimpleDelegateInterface.native_invoke``): the kernel arms it.
+    native_invoke: NativeInvoke | None = None
+
     def init(self, context: "DelegateContext", params: KernelParams) -> None:
         pass
 
@@ -84,6 +89,9 @@ class SimpleDelegateInterface:
     partition_options = PartitionOptions()
     #: Exceptions that describe the model or its use, not a bug: reported in one line, no traceback.
     expected_errors: tuple[type[BaseException], ...] = (ValueError,)
+    #: TFLite calls the kernels through the native trampoline (``delegate.native_invoke``), which
+    #: calls ``eval`` unless the kernel armed its ``native_invoke``; False: ``eval`` always.
+    native_invoke = False
 
     def initialize(self, context: "DelegateContext") -> bool:
         """Called once per Prepare; return False to claim nothing."""
@@ -199,9 +207,9 @@ class PythonDelegate:
     def __init__(self, impl: SimpleDelegateInterface):
         self.impl = impl
         self.kernels: dict[int, tuple[SimpleDelegateKernel, DelegateContext]] = {}
+        self._slots: dict[int, NativeInvoke] = {}  # each kernel's words, by their address (its handle)
         #: Each node's kernel by the node's address, as found at its prepare (cleared when any is freed).
         self._by_node: dict[int, tuple[SimpleDelegateKernel, DelegateContext]] = {}
-        self._next_handle = 1
         self.last_error: str | None = None
         self._name = impl.name.encode()  # referenced by the registration: must outlive it
         # Every callback object is kept on self: the interpreter holds raw pointers to them.
@@ -210,6 +218,8 @@ class PythonDelegate:
         self._free_cb = FreeFn(self._kernel_free)
         self._kprepare_cb = NodeFn(self._kernel_prepare)
         self._invoke_cb = NodeFn(self._kernel_invoke)
+        self._invoke_address = C.cast(self._invoke_cb, C.c_void_p).value
+        self._native_cb = None  # the trampoline, once a Prepare asked for it (``native_invoke``)
         interrupts.guard(self._delegate_prepare, self._kernel_init, self._kernel_free, self._kernel_prepare,
                          self._kernel_invoke)
         self._struct = TfLiteDelegate(None, self._prepare_cb, None, None, None, impl.flags, None)
@@ -305,6 +315,11 @@ class PythonDelegate:
             reg = TfLiteRegistration()
             reg.init, reg.free = self._init_cb, self._free_cb
             reg.prepare, reg.invoke = self._kprepare_cb, self._invoke_cb
+            if self.impl.native_invoke:
+                if self._native_cb is None and (address := trampoline_address()) is not None:
+                    self._native_cb = NodeFn(address)
+                if self._native_cb is not None:
+                    reg.invoke = self._native_cb
             reg.builtin_code = capi.kTfLiteBuiltinDelegate
             reg.custom_name = self._name
             reg.version = 1
@@ -345,11 +360,14 @@ class PythonDelegate:
             context = DelegateContext(ctx_p, self._graphs[ctx_p], plan)
             context.subgraph = self._subgraph_of.get(ctx_p, 0)
             kernel = self.impl.create_kernel()
+            # The node's user_data: the address of its words, which the trampoline reads.
+            slot = NativeInvoke(self._invoke_address)
+            if self.impl.native_invoke:
+                kernel.native_invoke = slot
             kernel.init(context, kp)
-            handle = self._next_handle
-            self._next_handle += 1
-            self.kernels[handle] = (kernel, context)
-            return handle
+            self.kernels[slot.address] = (kernel, context)
+            self._slots[slot.address] = slot
+            return slot.address
         except KeyboardInterrupt:
             return self._interrupted(None)
         except Exception:  # noqa: BLE001
@@ -359,6 +377,9 @@ class PythonDelegate:
     def _kernel_free(self, ctx_p: int, user_data: int) -> None:
         self._by_node.clear()  # a node's address may hold another kernel next
         try:
+            slot = self._slots.pop(user_data or 0, None)
+            if slot is not None:
+                slot.disarm()
             entry = self.kernels.pop(user_data or 0, None)
             if entry is not None and hasattr(entry[0], "free"):
                 entry[0].free()

@@ -34,10 +34,11 @@ HANDSHAKE = struct.Struct("<QI")  # slot memory size, the service's compute thre
 
 REQ = struct.Struct("<4sIQIIIqq")      # magic, version, seq, n_inputs, n_outputs, measure, timeout_ns,
 #                                        loop_timeout_ns (0: NNAPI's default)
-_SEQ_AT = 8                            # the sequence number's offset in REQ
+REQ_SEQ_AT = 8                         # the sequence number's offset in REQ
 IN_DESC = struct.Struct("<I8IQQ")      # rank, dims[8], offset, length
 OUT_DESC = struct.Struct("<QQ")        # offset, capacity
 REP = struct.Struct("<QiIqqI")         # seq, status, message length, time on device, time in driver, flags
+REP_STATUS_AT, REP_FLAGS_AT = 8, 32    # the offsets in REP of the fields a native client reads
 #: Reply flag: the request the service served before this one was another client's. Clients then
 #: block for their reply instead of polling (see ``service.local_burst_client.WaitStrategy``).
 REPLY_SHARED = 1
@@ -116,7 +117,7 @@ def request_key(view: memoryview, header: RequestHeader) -> tuple[bytes, bytes, 
     """The bytes of the request ``header`` was read from (``view``), but its sequence number: what
     ``same_request`` compares a later request with."""
     raw = bytes(view[:REQ.size + len(header.layout)])
-    return raw[:_SEQ_AT], raw[_SEQ_AT + 8:], len(raw)
+    return raw[:REQ_SEQ_AT], raw[REQ_SEQ_AT + 8:], len(raw)
 
 
 def same_request(view: memoryview, key: tuple[bytes, bytes, int]) -> int | None:
@@ -125,7 +126,7 @@ def same_request(view: memoryview, key: tuple[bytes, bytes, int]) -> int | None:
     first, whose header then needs no decoding."""
     raw = bytes(view[:key[2]])
     if raw.endswith(key[1]) and raw.startswith(key[0]):  # the key's parts are len(raw) bytes but 8
-        return int.from_bytes(raw[_SEQ_AT:_SEQ_AT + 8], "little")
+        return int.from_bytes(raw[REQ_SEQ_AT:REQ_SEQ_AT + 8], "little")
     return None
 
 

@@ -65,6 +65,11 @@ class FleetBurst:
             self._open(remote)
             return (self._inner or remote).execute(inputs, outputs, **kw)
 
+    def arm_native(self, inputs: list[np.ndarray], outputs: list[np.ndarray], **kw) -> None:
+        """None: no native round trip (``LocalBurst.arm_native``) across a fleet, whose every
+        execution may fail over to another replica (``execute``)."""
+        return None
+
     def abort(self, replica) -> None:
         """Wake an execution waiting on a local burst on ``replica``, which was lost: its socket is
         shut down, the wait ends as a broken connection, the slots are never read again (it moves)."""

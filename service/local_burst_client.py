@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from service import burst_wire as wire
+from service import native_burst
 from service.doorbell import Doorbell
 from service.slots import SlotLayout
 
@@ -155,6 +156,9 @@ class LocalBurstChannel:
         self.bell = Doorbell(self.sock, self.view, wire.REQUEST_POSTED, wire.CLIENT_WAITING, wire.REPLY_POSTED,
                              wire.SERVICE_WAITING)
         self.last_s = 0.0
+        #: The native steady round trip's frame (``arm_native``), and the slowest round trip it made.
+        self.native: native_burst.Frame | None = None
+        self.native_slowest_s = 0.0
         self.seq = 0
         self.lock = threading.Lock()
         self.closed = False
@@ -186,6 +190,8 @@ class LocalBurstChannel:
         with self.lock:
             if self.closed:
                 raise ConnectionError("local burst: the channel is closed")
+            if self.native is not None:
+                self._take_native()
             view = self.view
             key = [(a.dtype, a.shape) for a in inputs]
             if key != self._inputs_key:  # new shapes: new descriptors and slot views (cached for the next)
@@ -209,18 +215,104 @@ class LocalBurstChannel:
             if self.closed or not self._out_copies or not _same(inputs, self._in_from) \
                     or not _same(outputs, self._out_to) or list(map(_SHAPE, inputs)) != self._in_shapes:
                 return None
+            if self.native is not None:
+                self._take_native()
             view = self.view
             _write_inputs(view, self._in_slots, inputs, self._in_bytes)
             seq = self.seq = self.seq + 1
             wire.write_header(view, seq, len(inputs), self._n_outputs, False, timeout_ns, loop_timeout_ns)
             self._round_trip(seq, wait_s)
-            reply = wire.read_success(view, self._shapes_known)
-            if reply is None:  # a failure, or other output shapes
-                return self._finish(wire.read_reply(view, self._n_outputs, self._shapes_known), outputs)
-            self.wait.shared = reply.shared
-            for dst, src in self._out_copies:
-                dst[:] = src
-            return reply, outputs
+            return self._steady_reply(outputs)
+
+    def _steady_reply(self, outputs: list[np.ndarray]):
+        """``execute_steady``'s answer once the reply is in: the outputs copied into ``outputs``."""
+        reply = wire.read_success(self.view, self._shapes_known)
+        if reply is None:  # a failure, or other output shapes
+            return self._finish(wire.read_reply(self.view, self._n_outputs, self._shapes_known), outputs)
+        self.wait.shared = reply.shared
+        for dst, src in self._out_copies:
+            dst[:] = src
+        return reply, outputs
+
+    def arm_native(self, inputs: list[np.ndarray], outputs: list[np.ndarray], timeout_ns: int,
+                   loop_timeout_ns: int) -> tuple[int, int] | None:
+        """Arm the native steady round trip (``service.native_burst``) for the next requests with
+        these very arrays, as the last ``execute_steady`` (or ``execute``) into ``outputs`` laid
+        them out: (its function's address, its frame's address), called as ``fn(frame)``; until
+        the channel's next Python call, which disarms it and takes in what it did. None where the
+        wait strategy would not poll for the next reply (``WaitStrategy``: no core free, turns
+        shared, executions longer than SHORT_S, no estimate yet), an array is not contiguous
+        plain bytes, or native code is unavailable."""
+        with self.lock:
+            w = self.wait
+            if self.closed or not w.core_free or w.shared or w.expected_s is None or w.expected_s > SHORT_S \
+                    or not self._out_copies or not _same(inputs, self._in_from) \
+                    or not _same(outputs, self._out_to) or list(map(_SHAPE, inputs)) != self._in_shapes \
+                    or not all(a.flags.c_contiguous for a in inputs) \
+                    or not all(o.flags.c_contiguous and o.flags.writeable for o in outputs):
+                return None
+            fn = native_burst.steady_address()
+            if fn is None:
+                return None
+            if self.native is None:
+                self.native = native_burst.Frame(_address_of(self.mem), self.sock.fileno())
+            self._take_native()
+            wire.write_header(self.view, self.seq, len(inputs), self._n_outputs, False, timeout_ns, loop_timeout_ns)
+            base = _address_of(self.mem)
+            ins = [(base + start, a.ctypes.data, a.nbytes) for (start, _, _), a in zip(self._in_slots, inputs)]
+            outs = [(o.ctypes.data, v.ctypes.data, o.nbytes) for o, v in zip(outputs, self._out_views)]
+            self.native.arm(ins, outs, self._shapes_known[0], self.seq, w.expected_s, CLIENT_SPIN_MAX_S, SHORT_S)
+            return fn, self.native.address
+
+    def resume_native(self, code: int, outputs: list[np.ndarray], wait_s: float | None):
+        """``execute_steady``'s answer for the request a native round trip posted and handed back
+        with ``code`` (``service.native_burst``: PENDING, its reply not seen yet: waited for here
+        as ``execute`` waits; OTHER: a reply it does not decode); None for NOT_RUN (nothing was
+        sent: ``execute`` serves it)."""
+        if code == native_burst.NOT_RUN:
+            return None
+        with self.lock:
+            if self.closed:
+                raise ConnectionError("local burst: the channel is closed")
+            self._take_native()
+            seq, words = self.seq, self.native.words
+            posted_at = int(words[native_burst.POSTED_AT_NS])
+            if code == native_burst.PENDING:
+                # the rest of the wait ``_round_trip`` would make since the request was posted: its
+                # polling was spent natively, so this blocks (a stalled or dead service: the bound)
+                elapsed = (_monotonic_ns() - posted_at) / 1e9
+                left = None if wait_s is None else max(0.0, wait_s - elapsed)
+                try:
+                    posted = self.bell.wait(seq - 1, max(0.0, self.wait.spin_s() - elapsed), left)
+                except TimeoutError:
+                    self._close()
+                    raise
+            else:
+                posted = int(self.bell.peer_posted[0])
+            self._replied(seq, posted, (_monotonic_ns() - posted_at) / 1e9)
+            return self._steady_reply(outputs)
+
+    @property
+    def native_runs(self) -> int:
+        """The round trips the native path made whole (``arm_native``)."""
+        return 0 if self.native is None else int(self.native.words[native_burst.RUNS])
+
+    def _take_native(self) -> None:
+        """Disarm the native round trip and take in what it did: the sequence numbers it posted,
+        and its round trips (the wait strategy's estimate, the last reply's REPLY_SHARED)."""
+        frame = self.native
+        frame.disarm()
+        words = frame.words
+        self.seq = max(self.seq, int(words[native_burst.SEQ]))
+        runs = int(words[native_burst.RUNS])
+        if runs != frame.runs:
+            frame.runs = runs
+            wait = self.wait
+            wait.expected_s = words[native_burst.EXPECTED_NS] / 1e9
+            self.last_s = words[native_burst.LAST_NS] / 1e9
+            wait.recent.append(self.last_s)
+            wait.shared = bool(words[native_burst.SHARED])
+            self.native_slowest_s = max(self.native_slowest_s, words[native_burst.SLOWEST_NS] / 1e9)
 
     def _round_trip(self, seq: int, wait_s: float | None) -> None:
         """Post request ``seq`` (its slots and header written) and wait for its reply."""
@@ -232,12 +324,16 @@ class LocalBurstChannel:
         except TimeoutError:
             self._close()
             raise
+        self._replied(seq, posted, time.perf_counter() - t, woken=doze > 0 and self.bell.woken)
+
+    def _replied(self, seq: int, posted: int | None, seconds: float, woken: bool = False) -> None:
+        """Request ``seq``'s wait ended with the service's posted word ``posted`` after ``seconds``."""
         if posted is None:
             raise ConnectionError("local burst: the service closed the connection")
         if posted != seq:
             raise ConnectionError(f"local burst: the service answered request {posted}, not {seq}")
-        self.last_s = time.perf_counter() - t
-        self.wait.observe(self.last_s, woken=doze > 0 and self.bell.woken)
+        self.last_s = seconds
+        self.wait.observe(seconds, woken)
 
     def _finish(self, reply: wire.Reply, outputs: list[np.ndarray] | None):
         """``execute``'s answer to ``reply``: the outputs copied out of their slots when it succeeded."""
@@ -283,6 +379,8 @@ class LocalBurstChannel:
         if self.closed:
             return  # the fd number may belong to someone else by now
         self.closed = True
+        if self.native is not None:
+            self.native.disarm()  # no native round trip reads the slots from here on
         self._in_slots, self._out_views, self._inputs_key, self._shapes_known = [], [], None, None
         self._in_from, self._in_bytes, self._out_to, self._out_copies = [], [], [], []
         try:
@@ -305,6 +403,16 @@ def cpus_of(pid: int | None) -> set[int] | None:
         return os.sched_getaffinity(pid)
     except OSError:  # gone, or not ours to ask about
         return None
+
+
+def _address_of(mem: mmap.mmap) -> int:
+    """The address of a mapping's first byte (the view taking it is released on return)."""
+    return np.frombuffer(mem, np.uint8, 1).ctypes.data
+
+
+def _monotonic_ns() -> int:
+    """CLOCK_MONOTONIC, the clock the native round trip stamps its requests with."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
 def _peer_pid(sock: socket.socket) -> int | None:

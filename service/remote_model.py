@@ -223,7 +223,8 @@ class LocalBurst:
                 loop_timeout_s: float | None = None) -> ExecutionOutput:
         """As RemotePreparedModel.execute, through the shared-memory slots."""
         bound = self.pm.wait_s(timeout_s, loop_timeout_s)
-        try:
+
+        def run():
             done = None
             if outputs is not None and not measure_timing:  # the arrays of the last execution, as a rule
                 done = self.channel.execute_steady(inputs, outputs, _timeout_ns(timeout_s), bound,
@@ -231,6 +232,30 @@ class LocalBurst:
             if done is None:
                 done = self.channel.execute([np.ascontiguousarray(x) for x in inputs], outputs, measure_timing,
                                             _timeout_ns(timeout_s), bound, _timeout_ns(loop_timeout_s))
+            return done
+        return self._answer(run, bound, measure_timing)
+
+    def resume_native(self, code: int, outputs: list[np.ndarray], *, timeout_s: float | None = None,
+                      loop_timeout_s: float | None = None) -> ExecutionOutput | None:
+        """``execute``'s answer for a request the native round trip (``arm_native``) posted and
+        handed back with ``code`` (``LocalBurstChannel.resume_native``); None: it posted nothing."""
+        bound = self.pm.wait_s(timeout_s, loop_timeout_s)
+        return self._answer(lambda: self.channel.resume_native(code, outputs, bound), bound, False)
+
+    def arm_native(self, inputs: list[np.ndarray], outputs: list[np.ndarray], *, timeout_s: float | None = None,
+                   loop_timeout_s: float | None = None) -> tuple[int, int] | None:
+        """``LocalBurstChannel.arm_native`` for requests with these timeouts; the slowest round trip
+        it made is observed (``RemotePreparedModel.observe``) when the channel next runs Python."""
+        self.pm.observe(self.channel.native_slowest_s)
+        return self.channel.arm_native(inputs, outputs, _timeout_ns(timeout_s), _timeout_ns(loop_timeout_s))
+
+    def _answer(self, run, bound: float, measure_timing: bool) -> ExecutionOutput | None:
+        """``run()``'s (reply, outputs) as an ExecutionOutput (None for None), its failures as
+        ServiceErrors."""
+        try:
+            done = run()
+            if done is None:
+                return None
             reply, outs = done
         except TimeoutError:  # the channel closed itself: the service may still write its slots
             raise ServiceTimeoutError(f"the nnhal service did not answer the local burst within {bound:g} s; "

@@ -1,0 +1,152 @@
+"""The local burst's native steady round trip (service.native_burst) against a real server process:
+the same results, sequence numbers and records as the Python path, every hand-back finished in
+Python, and a channel never unmapped under it."""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+
+from hal.types import ErrorStatus
+from service import native_burst
+from service.client import ServiceError
+from tests.service.models import add_chain, add_model
+
+pytestmark = pytest.mark.skipif(native_burst.steady_address() is None,
+                                reason="native code unavailable here (not x86-64 Linux, or NNHAL_NATIVE_INVOKE=0)")
+
+STEADY = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
+
+
+def _arm(lb, inputs, outputs, **timeouts):
+    """The native round trip armed for these arrays, the strategy set to poll (the policy itself is
+    WaitStrategy's, tested with it): (callable, frame address)."""
+    w = lb.channel.wait
+    w.core_free, w.shared, w.expected_s = True, False, 50e-6
+    armed = lb.arm_native(inputs, outputs, **timeouts)
+    assert armed is not None
+    fn, frame = armed
+    return STEADY(fn), frame
+
+
+def test_native_round_trips_match_the_python_path_and_share_its_sequence(client):
+    """Native round trips and Python executions interleaved on one burst: every result right, each
+    request answered once (the perf records count them all), a hand-back finished in Python."""
+    pm = client.prepare_model(add_model((3, 4)))
+    rng = np.random.default_rng(11)
+    a, b = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
+    out = np.empty((3, 4), np.float32)
+    executions = 0
+    with pm.local_burst() as lb:
+        lb.execute([a, b], [out])
+        executions += 1
+        for k in range(200):
+            if k % 40 == 0:  # a Python execution between (it disarms), then armed again
+                a += 1
+                lb.execute([a, b], [out])
+                executions += 1
+                np.testing.assert_array_equal(out, a + b)
+                steady, frame = _arm(lb, [a, b], [out])
+            a[k % 3, k % 4] = k  # in place: the slots read the input anew
+            code = steady(frame)
+            executions += 1
+            if code != native_burst.DONE:  # its reply came after the polling, or it stood down
+                assert code == native_burst.PENDING, code
+                assert lb.resume_native(code, [out]).outputs[0] is out
+                steady, frame = _arm(lb, [a, b], [out])
+            np.testing.assert_array_equal(out, a + b)
+        assert lb.channel.native_runs > 100
+        lb.execute([a, b], [out])  # the sequence goes on in Python
+        np.testing.assert_array_equal(out, a + b)
+    assert pm.perf_info().executions == executions + 1
+
+
+def test_a_reply_not_seen_while_polling_is_waited_for_in_python(client):
+    pm = client.prepare_model(add_chain(3))  # y = 4x
+    x, out = np.ones((8, 8), np.float32), np.empty((8, 8), np.float32)
+    with pm.local_burst() as lb:
+        lb.execute([x], [out])
+        steady, frame = _arm(lb, [x], [out])
+        lb.channel.native.words[native_burst.SPIN_MAX_NS] = 0  # hands back as soon as it posted
+        x += 2
+        code = steady(frame)
+        assert code == native_burst.PENDING
+        assert lb.resume_native(code, [out]).outputs[0] is out
+        np.testing.assert_array_equal(out, 4 * x)
+        assert lb.channel.native_runs == 0
+        x += 1
+        lb.execute([x], [out])
+        np.testing.assert_array_equal(out, 4 * x)
+
+
+def test_a_failure_reply_is_decoded_in_python(client):
+    """The service's answer to a request past its deadline is a status: handed back (OTHER), raised
+    by the Python path as any local burst failure, and the next request is answered right."""
+    pm = client.prepare_model(add_model((2, 3)))
+    a, b, out = np.ones((2, 3), np.float32), np.full((2, 3), 2, np.float32), np.empty((2, 3), np.float32)
+    with pm.local_burst() as lb:
+        lb.execute([a, b], [out])
+        steady, frame = _arm(lb, [a, b], [out], timeout_s=1e-9)  # every request late on arrival
+        code = steady(frame)
+        assert code in (native_burst.OTHER, native_burst.PENDING)  # PENDING: it came after the polling
+        with pytest.raises(ServiceError) as e:
+            lb.resume_native(code, [out], timeout_s=1e-9)
+        assert e.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
+        a += 5
+        lb.execute([a, b], [out])
+        np.testing.assert_array_equal(out, a + b)
+
+
+def test_the_native_path_stands_down_when_the_strategy_would_not_poll(client):
+    pm = client.prepare_model(add_model((2, 3)))
+    a, b, out = np.ones((2, 3), np.float32), np.ones((2, 3), np.float32), np.empty((2, 3), np.float32)
+    with pm.local_burst() as lb:
+        lb.execute([a, b], [out])
+        w = lb.channel.wait
+        for setting in ({"core_free": False}, {"shared": True}, {"expected_s": 5e-3}):
+            w.core_free, w.shared, w.expected_s = True, False, 50e-6
+            for name, value in setting.items():
+                setattr(w, name, value)
+            assert lb.arm_native([a, b], [out]) is None, setting
+        assert lb.arm_native([a.copy(), b], [out]) is None  # not the arrays the slots were laid out for
+        steady, frame = _arm(lb, [a, b], [out])
+        lb.channel.native.words[native_burst.SHORT_NS] = 0  # every execution now "long"
+        code = steady(frame)
+        if code == native_burst.PENDING:
+            lb.resume_native(code, [out])
+        else:  # done, and disarmed: the next one is Python's (it would doze)
+            assert code == native_burst.DONE and steady(frame) == native_burst.NOT_RUN
+            assert lb.resume_native(native_burst.NOT_RUN, [out]) is None
+        np.testing.assert_array_equal(out, a + b)
+        lb.execute([a, b], [out])
+        np.testing.assert_array_equal(out, a + b)
+
+
+def test_closing_waits_for_a_native_round_trip_and_stops_the_next(client):
+    """A close from another thread while native round trips run: it returns only once none is
+    under way (the slots are unmapped after), and every round trip after it sends nothing."""
+    pm = client.prepare_model(add_model((64, 64)))
+    a, b, out = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32), np.empty((64, 64), np.float32)
+    lb = pm.local_burst()
+    lb.execute([a, b], [out])
+    steady, frame = _arm(lb, [a, b], [out])
+    codes: list[int] = []
+    started = threading.Event()
+
+    def loop():
+        while True:
+            code = steady(frame)
+            codes.append(code)
+            started.set()
+            if code != native_burst.DONE:
+                return
+
+    t = threading.Thread(target=loop)
+    t.start()
+    started.wait(10)
+    lb.close()
+    t.join(10)
+    assert not t.is_alive() and codes[-1] in (native_burst.NOT_RUN, native_burst.PENDING), codes[-5:]
+    assert steady(frame) == native_burst.NOT_RUN
