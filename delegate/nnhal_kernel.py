@@ -17,6 +17,7 @@ from delegate.native_invoke import DONE, NOT_CALLED
 from delegate.simple import DelegateContext, KernelParams, SimpleDelegateKernel
 from hal.errors import HalError
 from hal.types import ErrorStatus
+from service import native_burst
 from service.client import Client, ServiceError, ServiceUnavailableError
 from service.driver import Driver
 from service.token import model_token
@@ -207,6 +208,8 @@ class NnhalKernel(SimpleDelegateKernel):
     def _open_local_burst(self) -> None:
         try:
             self.burst = self.remote.local_burst()
+            if self.native_invoke is not None:
+                native_burst.steady_address()  # compiled now (once per process), not in an invoke
         except ServiceError as e:
             log.info("local burst unavailable (%s); using gRPC", e)
         self._reopen_burst = False  # unless a Ctrl-C interrupted this too
