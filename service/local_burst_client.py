@@ -239,13 +239,13 @@ class LocalBurstChannel:
         """Arm the native steady round trip (``service.native_burst``) for the next requests with
         these very arrays, as the last ``execute_steady`` (or ``execute``) into ``outputs`` laid
         them out: (its function's address, its frame's address), called as ``fn(frame)``; until
-        the channel's next Python call, which disarms it and takes in what it did. None where the
-        wait strategy would not poll for the next reply (``WaitStrategy``: no core free, turns
-        shared, executions longer than SHORT_S, no estimate yet), an array is not contiguous
-        plain bytes, or native code is unavailable."""
+        the channel's next Python call, which disarms it and takes in what it did. It waits as
+        the wait strategy would now (a long execution: its doze and polling). None where that
+        strategy would not poll for the next reply (``WaitStrategy``: no core free, turns shared,
+        no estimate yet), an array is not contiguous plain bytes, or native code is unavailable."""
         with self.lock:
             w = self.wait
-            if self.closed or not w.core_free or w.shared or w.expected_s is None or w.expected_s > SHORT_S \
+            if self.closed or not w.core_free or w.shared or w.expected_s is None \
                     or not self._out_copies or not _same(inputs, self._in_from) \
                     or not _same(outputs, self._out_to) or list(map(_SHAPE, inputs)) != self._in_shapes \
                     or not all(a.flags.c_contiguous for a in inputs) \
@@ -261,7 +261,8 @@ class LocalBurstChannel:
             base = _address_of(self.mem)
             ins = [(base + start, a.ctypes.data, a.nbytes) for (start, _, _), a in zip(self._in_slots, inputs)]
             outs = [(o.ctypes.data, v.ctypes.data, o.nbytes) for o, v in zip(outputs, self._out_views)]
-            self.native.arm(ins, outs, self._shapes_known[0], self.seq, w.expected_s, CLIENT_SPIN_MAX_S, SHORT_S)
+            doze = (w.doze_s(), w.spin_s()) if w.expected_s > SHORT_S else None
+            self.native.arm(ins, outs, self._shapes_known[0], self.seq, w.expected_s, CLIENT_SPIN_MAX_S, SHORT_S, doze)
             return fn, self.native.address
 
     def resume_native(self, code: int, outputs: list[np.ndarray], wait_s: float | None):
@@ -306,11 +307,12 @@ class LocalBurstChannel:
         self.seq = max(self.seq, int(words[native_burst.SEQ]))
         runs = int(words[native_burst.RUNS])
         if runs != frame.runs:
-            frame.runs = runs
             wait = self.wait
+            for k in range(max(frame.runs, runs - native_burst.RECENT_WORDS), runs):
+                wait.recent.append(words[native_burst.RECENT + k % native_burst.RECENT_WORDS] / 1e9)
+            frame.runs = runs
             wait.expected_s = words[native_burst.EXPECTED_NS] / 1e9
             self.last_s = words[native_burst.LAST_NS] / 1e9
-            wait.recent.append(self.last_s)
             wait.shared = bool(words[native_burst.SHARED])
             self.native_slowest_s = max(self.native_slowest_s, words[native_burst.SLOWEST_NS] / 1e9)
 

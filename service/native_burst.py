@@ -1,20 +1,22 @@
 """The local burst's steady round trip as one native function (``service.native_code``).
 
-``steady(frame)`` does what ``LocalBurstChannel.execute_steady`` does for a short execution:
-each input copied into its slot, the request's sequence number written and posted (the service
-rung on its socket only if it sleeps: ``service.doorbell``), the reply polled for (offering the
-CPU every YIELD_EVERY_S, as the doorbell's poll does) for as long as the wait strategy's
-``spin_s`` would, then, for a success whose output shape records are the known bytes, each
-output copied out of its slot. It runs without the GIL and touches no Python object: its
+``steady(frame)`` does what ``LocalBurstChannel.execute_steady`` does: each input copied into
+its slot, the request's sequence number written and posted (the service rung on its socket only
+if it sleeps: ``service.doorbell``), the reply waited for as the wait strategy would (a long
+execution's doze slept on the clock, then polling, offering the CPU every YIELD_EVERY_S as the
+doorbell's poll does, for as long as ``spin_s``), then, for a success whose output shape records
+are the known bytes, each output copied out of its slot. It runs without the GIL and touches no Python object: its
 arguments are the 8-byte words of a frame (``Frame``), which the channel fills when it arms it.
 
 It answers DONE, or hands the invoke back to Python: NOT_RUN (the frame is not armed: nothing
 was sent), PENDING (the request is posted, its reply not seen within the polling: the channel
 goes on waiting for it, blocking), OTHER (a reply came that is not a plain success with the
-known shapes: the channel decodes it). A DONE updates the frame's expected round trip as
-``WaitStrategy.observe`` does, and disarms the frame when the strategy would no longer poll
-(an execution grown longer than SHORT_S, a reply saying other clients take turns), so that the
-next invoke runs the Python path, which dozes or blocks.
+known shapes: the channel decodes it). A DONE records its round trip as ``WaitStrategy.observe``
+does (the estimate, the recent replies), and disarms the frame when the strategy would wait
+otherwise for the next reply (the estimate crossed SHORT_S either way, a reply came during the
+doze, a reply says other clients take turns), so that the next invoke runs the Python path,
+which decides again. The doze sleeps on the clock, not on the socket as the Python path's does:
+a reply during it waits for the doze's end, and disarms.
 
 Closing: ``Frame.disarm`` clears ARMED and then waits while BUSY is set; ``steady`` sets BUSY
 and then reads ARMED (Dekker's order, fenced on both sides): a channel is never unmapped under
@@ -37,12 +39,18 @@ DONE, NOT_RUN, PENDING, OTHER = 0, 1, 2, 3
 NAME = "nnhal_burst_steady"
 #: The frame's words.
 (ARMED, BUSY, SEQ, N_IN, INS, N_OUT, OUTS, HEADER_SEQ, POSTED, PEER_WAITING, PEER_POSTED, FD, CLOCK, CLOCK_ID,
- YIELD, SEND, EXPECTED_NS, SPIN_MAX_NS, SHORT_NS, REPLY, SHAPES, KNOWN, KNOWN_WORDS, POSTED_AT_NS, LAST_NS,
- SLOWEST_NS, SHARED, RUNS, WORDS) = range(29)
+ YIELD, SEND, SLEEP, EXPECTED_NS, SPIN_MAX_NS, SHORT_NS, LONG, DOZE_NS, SPIN_NS, REPLY, SHAPES, KNOWN, KNOWN_WORDS,
+ POSTED_AT_NS, LAST_NS, SLOWEST_NS, SHARED, WOKEN, RUNS, RECENT) = range(34)
+#: RECENT: the last RECENT_WORDS round trips (``WaitStrategy.recent``'s entries), round trip k at
+#: RECENT + k % RECENT_WORDS.
+RECENT_WORDS = 8
+WORDS = RECENT + RECENT_WORDS
+TIMER_ABSTIME = 1
 #: The polling's margin over twice the expected round trip (``WaitStrategy.spin_s``).
 SPIN_EXTRA_NS = 20_000
 MSG_DONTWAIT, MSG_NOSIGNAL = 0x40, 0x4000
 
+_LIBC = ("clock_gettime", "sched_yield", "send", "clock_nanosleep")
 _lock = threading.Lock()
 _address: int | None = None
 _failed = False
@@ -55,7 +63,7 @@ def steady_address() -> int | None:
     with _lock:
         if _address is None and not _failed:
             compiled = None
-            if native_code.enabled() and all(map(native_code.libc_address, ("clock_gettime", "sched_yield", "send"))):
+            if native_code.enabled() and all(map(native_code.libc_address, _LIBC)):
                 compiled = native_code.compile_ir(_module())
             _failed = compiled is None
             _address = None if compiled is None else compiled.address(NAME)
@@ -77,6 +85,7 @@ class Frame:
         w[FD] = fd
         w[CLOCK], w[CLOCK_ID] = native_code.libc_address("clock_gettime"), time.CLOCK_MONOTONIC
         w[YIELD], w[SEND] = native_code.libc_address("sched_yield"), native_code.libc_address("send")
+        w[SLEEP] = native_code.libc_address("clock_nanosleep")
         self._tables: tuple = ()  # held: the words point into them
         self.runs = 0  # RUNS when the channel last looked
 
@@ -85,9 +94,12 @@ class Frame:
         return self.words.ctypes.data
 
     def arm(self, ins: list[tuple[int, int, int]], outs: list[tuple[int, int, int]], known: bytes, seq: int,
-            expected_s: float, spin_max_s: float, short_s: float) -> None:
+            expected_s: float, spin_max_s: float, short_s: float, doze: tuple[float, float] | None = None) -> None:
         """Arm for requests copying ``ins`` and ``outs`` ((destination, source, bytes) each), whose
-        replies' shape records are ``known``, the last request posted being ``seq``."""
+        replies' shape records are ``known``, the last request posted being ``seq``. ``doze``: for
+        executions expected longer than ``short_s``, (the doze, the polling after it) that the wait
+        strategy gives now: kept while armed (a reply within the doze disarms, so that Python
+        shortens it); else the polling follows the expected round trip as ``WaitStrategy.spin_s``."""
         w = self.words
         tables = [np.array([v for t in ins for v in t] or [0], np.int64),
                   np.array([v for t in outs for v in t] or [0], np.int64),
@@ -99,7 +111,9 @@ class Frame:
         w[SEQ] = seq
         w[EXPECTED_NS] = max(1, round(expected_s * 1e9))
         w[SPIN_MAX_NS], w[SHORT_NS] = round(spin_max_s * 1e9), round(short_s * 1e9)
-        w[SHARED] = 0
+        w[LONG] = doze is not None
+        w[DOZE_NS], w[SPIN_NS] = (0, 0) if doze is None else (round(doze[0] * 1e9), round(doze[1] * 1e9))
+        w[SHARED] = w[WOKEN] = 0
         w[ARMED] = 1
 
     def disarm(self) -> None:
@@ -195,15 +209,31 @@ def _module():
     b.branch(polling)  # a failed send: the service's backstop looks again, or the Python wait finds it gone
 
     b.position_at_end(polling)
+    peer = as_ptr(word(PEER_POSTED))
+    last = b.sub(seq, c64(1))
+    doze = word(DOZE_NS)
+    b.store(c64(0), at(WOKEN))
+    sleep, awake = block("sleep"), block("awake")
+    b.cbranch(b.icmp_signed(">", doze, c64(0)), sleep, awake)
+    b.position_at_end(sleep)  # until the doze's end (an interrupted sleep polls longer, nothing else)
+    until = b.add(start, doze)
+    b.store(b.sdiv(until, c64(1_000_000_000)), timespec)
+    b.store(b.srem(until, c64(1_000_000_000)), b.gep(timespec, [c64(1)]))
+    sleep_type = ir.FunctionType(i32, [i32, i32, i64.as_pointer(), i64.as_pointer()])
+    b.call(as_ptr(word(SLEEP), sleep_type), [b.trunc(word(CLOCK_ID), i32), ir.Constant(i32, TIMER_ABSTIME),
+                                              timespec, ir.Constant(i64.as_pointer(), None)])
+    came = b.icmp_signed("!=", b.load_atomic(peer, "acquire", 8), last)  # during the doze: it was too long
+    b.store(b.zext(came, i64), at(WOKEN))
+    b.branch(awake)
+    b.position_at_end(awake)
     expected = word(EXPECTED_NS)
     spin = b.add(b.mul(expected, c64(2)), c64(SPIN_EXTRA_NS))
     spin_max = word(SPIN_MAX_NS)
     spin = b.select(b.icmp_signed("<", spin, spin_max), spin, spin_max)
-    end = b.add(start, spin)
+    spin = b.select(b.icmp_signed("!=", word(LONG), c64(0)), word(SPIN_NS), spin)
+    end = b.add(b.add(start, doze), spin)
     offer_at = b.alloca(i64)
     b.store(start, offer_at)
-    peer = as_ptr(word(PEER_POSTED))
-    last = b.sub(seq, c64(1))
     poll, check, maybe, offer, got, pending = (block(s) for s in ("poll", "check", "maybe", "offer", "got", "pending"))
     b.branch(poll)
     b.position_at_end(poll)
@@ -257,14 +287,19 @@ def _module():
     b.store(took, at(LAST_NS))
     slowest = word(SLOWEST_NS)
     b.store(b.select(b.icmp_signed(">", took, slowest), took, slowest), at(SLOWEST_NS))
-    b.store(b.add(word(RUNS), c64(1)), at(RUNS))
+    # WaitStrategy.observe: a reply that came during the doze is recorded as due by the doze's end
+    woken = b.icmp_signed("!=", word(WOKEN), c64(0))
+    runs = word(RUNS)
+    b.store(b.select(woken, word(DOZE_NS), took), b.gep(frame, [b.add(b.srem(runs, c64(RECENT_WORDS)), c64(RECENT))]))
+    b.store(b.add(runs, c64(1)), at(RUNS))
     flags = b.load(b.inttoptr(b.add(reply, c64(wire.REP_FLAGS_AT)), i32.as_pointer()))
     shared = b.icmp_unsigned("!=", b.and_(flags, ir.Constant(i32, wire.REPLY_SHARED)), ir.Constant(i32, 0))
-    long = b.icmp_signed(">", expected, word(SHORT_NS))
+    # the strategy's kind of wait changes (a doze, or none) when the estimate crosses SHORT_NS
+    crossed = b.icmp_unsigned("!=", b.zext(b.icmp_signed(">", expected, word(SHORT_NS)), i64), word(LONG))
     stop, done = block("stop"), block("done")
     b.store(b.zext(shared, i64), at(SHARED))
-    b.cbranch(b.or_(shared, long), stop, done)
-    b.position_at_end(stop)  # the strategy would not poll for the next one: Python waits for it
+    b.cbranch(b.or_(b.or_(shared, crossed), woken), stop, done)
+    b.position_at_end(stop)  # the strategy would wait otherwise for the next one: Python does
     b.store_atomic(c64(0), at(ARMED), "seq_cst", 8)
     b.branch(done)
     b.position_at_end(done)

@@ -105,7 +105,7 @@ def test_the_native_path_stands_down_when_the_strategy_would_not_poll(client):
     with pm.local_burst() as lb:
         lb.execute([a, b], [out])
         w = lb.channel.wait
-        for setting in ({"core_free": False}, {"shared": True}, {"expected_s": 5e-3}):
+        for setting in ({"core_free": False}, {"shared": True}, {"expected_s": None}):
             w.core_free, w.shared, w.expected_s = True, False, 50e-6
             for name, value in setting.items():
                 setattr(w, name, value)
@@ -150,3 +150,48 @@ def test_closing_waits_for_a_native_round_trip_and_stops_the_next(client):
     t.join(10)
     assert not t.is_alive() and codes[-1] in (native_burst.NOT_RUN, native_burst.PENDING), codes[-5:]
     assert steady(frame) == native_burst.NOT_RUN
+
+
+def test_a_long_execution_is_dozed_through_as_the_strategy_says(client):
+    """Executions expected longer than SHORT_S: the native round trip sleeps the strategy's doze
+    and polls after it. A reply that came during the doze is right, recorded as due by the doze's
+    end, and disarms (the strategy shortens the next doze); one that came while polling keeps it."""
+    from service.local_burst_client import SHORT_S
+    pm = client.prepare_model(add_model((2, 3)))
+    a, b, out = np.ones((2, 3), np.float32), np.ones((2, 3), np.float32), np.empty((2, 3), np.float32)
+    with pm.local_burst() as lb:
+        lb.execute([a, b], [out])
+        w = lb.channel.wait
+        w.core_free, w.shared, w.expected_s = True, False, 4 * SHORT_S
+        w.recent.clear()
+        w.recent.append(4 * SHORT_S)  # a doze of about 3.4 ms: this execution replies well within it
+        fn, frame = lb.arm_native([a, b], [out])
+        words = lb.channel.native.words
+        doze = words[native_burst.DOZE_NS] / 1e9
+        assert words[native_burst.LONG] == 1 and 2 * SHORT_S < doze < 4 * SHORT_S
+        a += 1
+        code = STEADY(fn)(frame)
+        assert code in (native_burst.DONE, native_burst.PENDING)
+        if code == native_burst.PENDING:  # descheduled past the polling: finished in Python
+            lb.resume_native(code, [out])
+        else:
+            assert words[native_burst.WOKEN] == 1 and STEADY(fn)(frame) == native_burst.NOT_RUN
+            lb.channel._take_native()
+            assert w.recent[-1] == pytest.approx(doze)
+        np.testing.assert_array_equal(out, a + b)
+        # no doze (the recent replies were quick), the execution still expected long: polled for
+        w.shared, w.expected_s = False, 4 * SHORT_S
+        w.recent.clear()
+        w.recent.append(30e-6)
+        fn, frame = lb.arm_native([a, b], [out])
+        assert words[native_burst.LONG] == 1 and words[native_burst.DOZE_NS] == 0
+        done = 0
+        for _ in range(5):
+            a += 1
+            code = STEADY(fn)(frame)
+            if code != native_burst.DONE:
+                lb.resume_native(code, [out])
+                break
+            done += 1
+            np.testing.assert_array_equal(out, a + b)
+        assert done >= 1 and lb.channel.native_runs >= 1
