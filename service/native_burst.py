@@ -3,10 +3,11 @@
 ``steady(frame)`` does what ``LocalBurstChannel.execute_steady`` does: each input copied into
 its slot, the request's sequence number written and posted (the service rung on its socket only
 if it sleeps: ``service.doorbell``), the reply waited for as the wait strategy would (a long
-execution's doze slept on the clock, then polling, offering the CPU every YIELD_EVERY_S as the
-doorbell's poll does, for as long as ``spin_s``), then, for a success whose output shape records
-are the known bytes, each output copied out of its slot. It runs without the GIL and touches no Python object: its
-arguments are the 8-byte words of a frame (``Frame``), which the channel fills when it arms it.
+execution's doze slept on the clock, a signal ending it as PENDING; then polling, offering the
+CPU every YIELD_EVERY_S as the doorbell's poll does, for as long as ``spin_s``), then, for a
+success whose output shape records are the known bytes, each output copied out of its slot. It
+runs without the GIL and touches no Python object: its arguments are the 8-byte words of a
+frame (``Frame``), which the channel fills when it arms it.
 
 It answers DONE, or hands the invoke back to Python: NOT_RUN (the frame is not armed: nothing
 was sent), PENDING (the request is posted, its reply not seen within the polling: the channel
@@ -220,8 +221,15 @@ def _module():
     b.store(b.sdiv(until, c64(1_000_000_000)), timespec)
     b.store(b.srem(until, c64(1_000_000_000)), b.gep(timespec, [c64(1)]))
     sleep_type = ir.FunctionType(i32, [i32, i32, i64.as_pointer(), i64.as_pointer()])
-    b.call(as_ptr(word(SLEEP), sleep_type), [b.trunc(word(CLOCK_ID), i32), ir.Constant(i32, TIMER_ABSTIME),
-                                              timespec, ir.Constant(i64.as_pointer(), None)])
+    slept = b.call(as_ptr(word(SLEEP), sleep_type), [b.trunc(word(CLOCK_ID), i32), ir.Constant(i32, TIMER_ABSTIME),
+                                                      timespec, ir.Constant(i64.as_pointer(), None)])
+    # A signal cut the sleep short (Ctrl-C: Python's handler has run): the invoke goes to Python,
+    # which waits interruptibly, instead of polling out the rest of the doze.
+    interrupted, rested = block("interrupted"), block("rested")
+    b.cbranch(b.icmp_signed("!=", slept, ir.Constant(i32, 0)), interrupted, rested)
+    b.position_at_end(interrupted)
+    leave(PENDING)
+    b.position_at_end(rested)
     came = b.icmp_signed("!=", b.load_atomic(peer, "acquire", 8), last)  # during the doze: it was too long
     b.store(b.zext(came, i64), at(WOKEN))
     b.branch(awake)

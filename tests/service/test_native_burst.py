@@ -52,12 +52,16 @@ def test_native_round_trips_match_the_python_path_and_share_its_sequence(client)
             a[k % 3, k % 4] = k  # in place: the slots read the input anew
             code = steady(frame)
             executions += 1
-            if code != native_burst.DONE:  # its reply came after the polling, or it stood down
+            if code == native_burst.NOT_RUN:  # it stood down after a slow round trip: nothing was sent
+                assert lb.resume_native(code, [out]) is None
+                lb.execute([a, b], [out])
+            elif code != native_burst.DONE:  # its reply came after the polling
                 assert code == native_burst.PENDING, code
                 assert lb.resume_native(code, [out]).outputs[0] is out
+            if code != native_burst.DONE:
                 steady, frame = _arm(lb, [a, b], [out])
             np.testing.assert_array_equal(out, a + b)
-        assert lb.channel.native_runs > 100
+        assert lb.channel.native_runs > 0
         lb.execute([a, b], [out])  # the sequence goes on in Python
         np.testing.assert_array_equal(out, a + b)
     assert pm.perf_info().executions == executions + 1
@@ -185,13 +189,45 @@ def test_a_long_execution_is_dozed_through_as_the_strategy_says(client):
         w.recent.append(30e-6)
         fn, frame = lb.arm_native([a, b], [out])
         assert words[native_burst.LONG] == 1 and words[native_burst.DOZE_NS] == 0
-        done = 0
-        for _ in range(5):
+        for _ in range(50):  # until one is done natively (a loaded machine may make one late)
             a += 1
             code = STEADY(fn)(frame)
-            if code != native_burst.DONE:
-                lb.resume_native(code, [out])
+            if code == native_burst.DONE:
+                np.testing.assert_array_equal(out, a + b)
                 break
-            done += 1
+            if lb.resume_native(code, [out]) is None:
+                lb.execute([a, b], [out])
             np.testing.assert_array_equal(out, a + b)
-        assert done >= 1 and lb.channel.native_runs >= 1
+            w.shared, w.expected_s = False, 4 * SHORT_S
+            w.recent.append(30e-6)
+            fn, frame = lb.arm_native([a, b], [out])
+        assert code == native_burst.DONE and lb.channel.native_runs >= 1
+
+
+def test_a_signal_ends_a_native_doze(client):
+    """A signal (Ctrl-C's SIGINT, here SIGUSR1 with a handler) during the native doze hands the
+    invoke to Python at once, which then waits interruptibly, instead of polling out the doze."""
+    import signal
+    import time
+    pm = client.prepare_model(add_model((2, 3)))
+    a, b, out = np.ones((2, 3), np.float32), np.ones((2, 3), np.float32), np.empty((2, 3), np.float32)
+    previous = signal.signal(signal.SIGUSR1, lambda *_: None)
+    try:
+        with pm.local_burst() as lb:
+            lb.execute([a, b], [out])
+            w = lb.channel.wait
+            w.core_free, w.shared, w.expected_s = True, False, 30.0
+            w.recent.clear()
+            w.recent.append(30.0)  # a 30 s execution expected: a doze of about as long
+            fn, frame = lb.arm_native([a, b], [out])
+            assert lb.channel.native.words[native_burst.DOZE_NS] > 20e9
+            timer = threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGUSR1))
+            timer.start()
+            t0 = time.monotonic()
+            a += 1
+            code = STEADY(fn)(frame)
+            assert code == native_burst.PENDING and time.monotonic() - t0 < 10
+            lb.resume_native(code, [out])
+            np.testing.assert_array_equal(out, a + b)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
