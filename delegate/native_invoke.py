@@ -60,20 +60,26 @@ class NativeInvoke:
         self.words[PYTHON] = python_invoke
         self.words[RC] = NOT_CALLED
         self._keys = np.zeros(2, np.int64)  # held: the words point at it
+        self._keys_of: object = None  # the ``same`` token the keys were read for
 
     @property
     def address(self) -> int:
         return self.words.ctypes.data
 
-    def arm(self, ctx: capi.TfLiteContext, tensors: tuple[int, ...], fn: int, arg: int) -> None:
-        """Call ``fn(arg)`` for the next invokes while none of ``tensors`` (their indexes) moves."""
-        base = TENSOR_WORDS * np.asarray(tensors, np.int64)
-        index = (base[:, None] + np.asarray(KEY_WORDS, np.int64)[None, :]).reshape(-1)
-        array = np.ctypeslib.as_array((ctypes.c_int64 * (ctx.tensors_size * TENSOR_WORDS)).from_address(ctx.tensors))
-        self._keys = np.stack([index, array[index]], axis=1).reshape(-1).copy()
+    def arm(self, ctx: capi.TfLiteContext, tensors: tuple[int, ...], fn: int, arg: int, same: object = None) -> None:
+        """Call ``fn(arg)`` for the next invokes while none of ``tensors`` (their indexes) moves.
+        ``same``: a token that is the same object only while none of them moved (the list
+        ``DelegateContext.arrays`` returns): the words already read for it are kept."""
         w = self.words
-        w[FN], w[ARG], w[TENSORS] = fn, arg, ctx.tensors
-        w[N_KEYS], w[KEYS] = len(index), self._keys.ctypes.data
+        if same is None or same is not self._keys_of or ctx.tensors != w[TENSORS]:
+            base = TENSOR_WORDS * np.asarray(tensors, np.int64)
+            index = (base[:, None] + np.asarray(KEY_WORDS, np.int64)[None, :]).reshape(-1)
+            array = np.ctypeslib.as_array(
+                (ctypes.c_int64 * (ctx.tensors_size * TENSOR_WORDS)).from_address(ctx.tensors))
+            self._keys = np.stack([index, array[index]], axis=1).reshape(-1).copy()
+            self._keys_of = same
+            w[TENSORS], w[N_KEYS], w[KEYS] = ctx.tensors, len(index), self._keys.ctypes.data
+        w[FN], w[ARG] = fn, arg
         w[ARMED] = 1
 
     def disarm(self) -> None:

@@ -248,7 +248,7 @@ class NnhalKernel(SimpleDelegateKernel):
                 if runner is self.burst and self.native_invoke is not None and not self.constant_outputs:
                     armed = runner.arm_native(inputs, outputs, **timeouts)
                     if armed is not None:
-                        self.native_invoke.arm(context.ctx, self._io_tensors, *armed)
+                        self.native_invoke.arm(context.ctx, self._io_tensors, *armed, same=self._io_from)
             except ServiceError as e:
                 if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
                     raise

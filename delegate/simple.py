@@ -362,7 +362,7 @@ class PythonDelegate:
             kernel = self.impl.create_kernel()
             # The node's user_data: the address of its words, which the trampoline reads.
             slot = NativeInvoke(self._invoke_address)
-            if self.impl.native_invoke:
+            if self._native_cb is not None and self.impl.native_invoke:  # TFLite calls the trampoline
                 kernel.native_invoke = slot
             kernel.init(context, kp)
             self.kernels[slot.address] = (kernel, context)

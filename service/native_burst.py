@@ -88,6 +88,7 @@ class Frame:
         w[YIELD], w[SEND] = native_code.libc_address("sched_yield"), native_code.libc_address("send")
         w[SLEEP] = native_code.libc_address("clock_nanosleep")
         self._tables: tuple = ()  # held: the words point into them
+        self._tables_of: tuple | None = None  # what they were made of (``arm``'s ins, outs, known)
         self.runs = 0  # RUNS when the channel last looked
 
     @property
@@ -102,13 +103,14 @@ class Frame:
         strategy gives now: kept while armed (a reply within the doze disarms, so that Python
         shortens it); else the polling follows the expected round trip as ``WaitStrategy.spin_s``."""
         w = self.words
-        tables = [np.array([v for t in ins for v in t] or [0], np.int64),
-                  np.array([v for t in outs for v in t] or [0], np.int64),
-                  np.frombuffer(known + b"\0" * (-len(known) % 8) or b"\0" * 8, np.int64).copy()]
-        self._tables = tuple(tables)
-        w[N_IN], w[INS] = len(ins), tables[0].ctypes.data
-        w[N_OUT], w[OUTS] = len(outs), tables[1].ctypes.data
-        w[KNOWN], w[KNOWN_WORDS] = tables[2].ctypes.data, math.ceil(len(known) / 8)
+        if (ins, outs, known) != self._tables_of:  # else the tables of the last arm are these
+            tables = [np.array([v for t in ins for v in t] or [0], np.int64),
+                      np.array([v for t in outs for v in t] or [0], np.int64),
+                      np.frombuffer(known + b"\0" * (-len(known) % 8) or b"\0" * 8, np.int64).copy()]
+            self._tables, self._tables_of = tuple(tables), (ins, outs, known)
+            w[N_IN], w[INS] = len(ins), tables[0].ctypes.data
+            w[N_OUT], w[OUTS] = len(outs), tables[1].ctypes.data
+            w[KNOWN], w[KNOWN_WORDS] = tables[2].ctypes.data, math.ceil(len(known) / 8)
         w[SEQ] = seq
         w[EXPECTED_NS] = max(1, round(expected_s * 1e9))
         w[SPIN_MAX_NS], w[SHORT_NS] = round(spin_max_s * 1e9), round(short_s * 1e9)
