@@ -120,11 +120,9 @@ class Frame:
         w[ARMED] = 1
 
     def disarm(self) -> None:
-        """No native round trip runs after this returns (one under way is waited for: its polling
-        is bounded by SPIN_MAX_NS)."""
+        """No native round trip runs after this returns: one under way (on another thread) is
+        waited for, its wait bounded by its doze and the polling after it."""
         w = self.words
-        if not w[ARMED]:
-            return
         w[ARMED] = 0
         fence()
         while w[BUSY]:
