@@ -63,10 +63,6 @@ def _allow_uids(specs: list[str] | None) -> set[int] | None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    import faulthandler
-    import signal
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack, to stderr
-
     from service.server import default_cache_dir, serve  # logging: configured in main (--log-level, $NNHAL_LOG)
     if (args.tls_cert is None) != (args.tls_key is None):
         print("nnhal serve: --tls-cert and --tls-key go together", file=sys.stderr)
@@ -481,6 +477,9 @@ TFLITE_TOOLS = ("report", "inference-diff", "benchmark")
 
 
 def main(argv: list[str] | None = None) -> int:
+    import faulthandler
+    import signal
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack, to stderr
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
     args, extras = parser.parse_known_args(argv)

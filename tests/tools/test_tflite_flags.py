@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -28,8 +30,20 @@ TOOLS = {"report": ("report",), "inference_diff": ("inference-diff", "--num_runs
 
 
 def _cli(*args, timeout=240):
-    return subprocess.run([sys.executable, "-m", "nnhal.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    """The tool's run; one that outlives ``timeout`` fails the test with every thread's stack (the
+    CLI dumps them on SIGUSR1), where a hang's cause is."""
+    p = subprocess.Popen([sys.executable, "-m", "nnhal.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"nnhal {args[0]} did not end within {timeout} s; its output:\n{out[-2000:]}\n"
+                    f"its threads:\n{err[-8000:]}")
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def _error_lines(r: subprocess.CompletedProcess) -> list[str]:
