@@ -1,7 +1,9 @@
 """The client half of the shared-memory burst (wire format: ``service.burst_wire``).
 
 Each input is copied once into its slot; each output is copied once out of its slot, into the
-caller's array when one is given (the delegate gives TFLite's output tensors).
+caller's array when one is given (the delegate gives TFLite's output tensors). A steady round
+trip can be armed to run as native code (``arm_native``, ``service.native_burst``), which hands
+back to ``resume_native`` whatever it does not finish.
 """
 from __future__ import annotations
 
