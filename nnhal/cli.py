@@ -479,7 +479,10 @@ TFLITE_TOOLS = ("report", "inference-diff", "benchmark")
 def main(argv: list[str] | None = None) -> int:
     import faulthandler
     import signal
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack, to stderr
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack, to stderr
+    except (OSError, ValueError):  # stderr is not a file (main called with it captured): no dump then
+        pass
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
     args, extras = parser.parse_known_args(argv)
