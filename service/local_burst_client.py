@@ -214,8 +214,7 @@ class LocalBurstChannel:
         but its first): their slots, byte views and copies are the ones it prepared. None: not that
         case, nothing was sent (``execute`` serves it)."""
         with self.lock:
-            if self.closed or not self._out_copies or not _same(inputs, self._in_from) \
-                    or not _same(outputs, self._out_to) or list(map(_SHAPE, inputs)) != self._in_shapes:
+            if self.closed or not self._laid_out_for(inputs, outputs):
                 return None
             if self.native is not None:
                 self._take_native()
@@ -225,6 +224,12 @@ class LocalBurstChannel:
             wire.write_header(view, seq, len(inputs), self._n_outputs, False, timeout_ns, loop_timeout_ns)
             self._round_trip(seq, wait_s)
             return self._steady_reply(outputs)
+
+    def _laid_out_for(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> bool:
+        """Whether the last execution copied its outputs into these very ``outputs`` from these
+        very ``inputs``, shaped as then: their slots, byte views and copies are ready."""
+        return bool(self._out_copies) and _same(inputs, self._in_from) and _same(outputs, self._out_to) \
+            and list(map(_SHAPE, inputs)) == self._in_shapes
 
     def _steady_reply(self, outputs: list[np.ndarray]):
         """``execute_steady``'s answer once the reply is in: the outputs copied into ``outputs``."""
@@ -248,19 +253,18 @@ class LocalBurstChannel:
         with self.lock:
             w = self.wait
             if self.closed or not w.core_free or w.shared or w.expected_s is None \
-                    or not self._out_copies or not _same(inputs, self._in_from) \
-                    or not _same(outputs, self._out_to) or list(map(_SHAPE, inputs)) != self._in_shapes \
+                    or not self._laid_out_for(inputs, outputs) \
                     or not all(a.flags.c_contiguous for a in inputs) \
                     or not all(o.flags.c_contiguous and o.flags.writeable for o in outputs):
                 return None
             fn = native_burst.steady_address()
             if fn is None:
                 return None
+            base = _address_of(self.mem)
             if self.native is None:
-                self.native = native_burst.Frame(_address_of(self.mem), self.sock.fileno())
+                self.native = native_burst.Frame(base, self.sock.fileno())
             self._take_native()
             wire.write_header(self.view, self.seq, len(inputs), self._n_outputs, False, timeout_ns, loop_timeout_ns)
-            base = _address_of(self.mem)
             ins = [(base + start, a.ctypes.data, a.nbytes) for (start, _, _), a in zip(self._in_slots, inputs)]
             outs = [(o.ctypes.data, v.ctypes.data, o.nbytes) for o, v in zip(outputs, self._out_views)]
             doze = (w.doze_s(), w.spin_s()) if w.expected_s > SHORT_S else None
