@@ -29,12 +29,17 @@ def _native_invokes(it, ref, kernel, rng, at_least: int = 20, limit: int = 400) 
                 f"{channel.wait.core_free}, expected {channel.wait.expected_s})")
 
 
+def _delegated(address: str, dtype=np.float32):
+    """head_model through the delegate and on TFLite's reference kernels: (the delegate's
+    Interpreter, the reference's, its one kernel)."""
+    model = head_model(dtype)
+    d = load_delegate(address)
+    return interpreter(model, d), interpreter(model), d.impl.kernels[0]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int8])
 def test_steady_invokes_run_natively_with_tflites_results(server, dtype):
-    model = head_model(dtype)
-    d = load_delegate(server.address)
-    it, ref = interpreter(model, d), interpreter(model)
-    kernel = d.impl.kernels[0]
+    it, ref, kernel = _delegated(server.address, dtype)
     assert kernel.native_invoke is not None
     _native_invokes(it, ref, kernel, np.random.default_rng(1))
     # TFLite allocating again may move every buffer: the trampoline sees it and Python runs and re-arms
@@ -45,10 +50,7 @@ def test_steady_invokes_run_natively_with_tflites_results(server, dtype):
 
 def test_the_switch_keeps_every_invoke_in_python(server, monkeypatch):
     monkeypatch.setenv("NNHAL_NATIVE_INVOKE", "0")
-    model = head_model(np.float32)
-    d = load_delegate(server.address)
-    it, ref = interpreter(model, d), interpreter(model)
-    kernel = d.impl.kernels[0]
+    it, ref, kernel = _delegated(server.address)
     assert kernel.native_invoke is None
     rng = np.random.default_rng(3)
     for _ in range(50):
@@ -58,10 +60,7 @@ def test_the_switch_keeps_every_invoke_in_python(server, monkeypatch):
 
 
 def test_service_killed_while_invokes_run_natively(server):
-    model = head_model(np.float32)
-    d = load_delegate(server.address)
-    it, ref = interpreter(model, d), interpreter(model)
-    kernel = d.impl.kernels[0]
+    it, ref, kernel = _delegated(server.address)
     rng = np.random.default_rng(4)
     _native_invokes(it, ref, kernel, rng)
     server.proc.kill()
@@ -79,10 +78,7 @@ def test_service_stopped_while_invokes_run_natively(tmp_path, monkeypatch):
     monkeypatch.setenv("NNHAL_EXECUTE_WAIT_MIN_S", "1")
     server = ServerProcess(tmp_path)
     try:
-        model = head_model(np.float32)
-        d = load_delegate(server.address)
-        it, ref = interpreter(model, d), interpreter(model)
-        kernel = d.impl.kernels[0]
+        it, ref, kernel = _delegated(server.address)
         rng = np.random.default_rng(5)
         _native_invokes(it, ref, kernel, rng)
         with stopped(server):
@@ -94,7 +90,7 @@ def test_service_stopped_while_invokes_run_natively(tmp_path, monkeypatch):
         assert_outputs_equal(returns(run, it, xs), run(ref, xs))
         assert kernel.remote is not None and kernel.fallbacks == 1
         _native_invokes(it, ref, kernel, rng)
-        del it, d, kernel
+        del it, kernel
         assert server.stop() == 0 and "Traceback" not in server.output(), server.output()
     finally:
         server.stop()
