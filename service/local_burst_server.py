@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from hal.backends import compute_threads
+from hal.backends import compute_threads, host_memory
 from hal.errors import HalError
 from hal.model import DataLocation, Request, RequestArgument
 from hal.types import ErrorStatus
@@ -132,7 +132,7 @@ class LocalBurstServer:
                     pass
 
     def _run(self) -> None:
-        fd, mem, view, data, bell = -1, None, None, None, None
+        fd, mem, view, data, bell, pinned = -1, None, None, None, None, None
         try:
             conn, _ = self.listener.accept()
             self.conn = conn
@@ -145,6 +145,7 @@ class LocalBurstServer:
             os.ftruncate(fd, self.size)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             mem = mmap.mmap(fd, self.size)
+            pinned = host_memory.pin(mem)  # a device backend's copies read and write the slots in place
             socket.send_fds(conn, [wire.HANDSHAKE.pack(self.size, compute_threads())], [fd])
             view = memoryview(mem)
             data = view[wire.DATA_OFFSET:]
@@ -169,6 +170,8 @@ class LocalBurstServer:
                 log.info("local burst ended: %s", e)
         finally:
             self._bound = self._steady = self._early = None  # drop views into the mapping before releasing it
+            if pinned is not None:
+                pinned.release()  # nothing runs on this burst's slots any more
             if bell is not None:
                 bell.release()
             for v in (data, view):

@@ -25,8 +25,9 @@ that uses it: editing one backend invalidates only the entries compiled with it.
 
 Modules: ``kernel`` (Kernel, the float16 adapter), ``backend`` (Backend and its identity),
 ``registry`` (which backends exist and what they take), ``policy`` (the preference order and
-the threads kernels may use), ``graph`` (backends that compile runs of operations). This package
-re-exports their public names.
+the threads kernels may use), ``graph`` (backends that compile runs of operations),
+``host_memory`` (shared host memory a device backend copies in place). This package re-exports
+the public names of the first five.
 """
 from hal.backends.backend import Backend, ExtensionBackend  # noqa: F401
 from hal.backends.kernel import (  # noqa: F401

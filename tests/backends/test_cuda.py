@@ -134,17 +134,25 @@ def _scaled_error(got: list, want: list) -> float:
     return max(float(np.max(np.abs(g - w)) / max(float(np.max(np.abs(w))), 1e-30)) for g, w in zip(got, want))
 
 
-@pytest.mark.parametrize("name", ["mobilenet_like", "face_landmark_like", "efficientnet_b0"])
-def test_whole_float_models_are_one_partition_within_1e_4_of_the_output_scale(backend, name):
-    """EfficientNet's squeeze-excite gate is spread over the feature map by a nearest Resize in
-    onnxruntime's lowering (ort/gate.py): the program runs it, so the model is one partition."""
+def _example(name: str):
     from delegate.mapping import convert_partition
     from delegate.tfl import read_model
     from nnhal import examples
     build = {"mobilenet_like": lambda: examples.mobilenet_like(np.float32, input_size=32, width=8),
              "face_landmark_like": lambda: examples.face_landmark_like(input_size=48),
-             "efficientnet_b0": lambda: examples.efficientnet_b0(input_size=32)}[name]
-    model = convert_partition(read_model(build())).model
+             "efficientnet_b0": lambda: examples.efficientnet_b0(input_size=32),
+             "blazeface_like": lambda: examples.blazeface_like(np.float32, 64),
+             "pose_landmark_like": lambda: examples.pose_landmark_like(64)}[name]
+    return convert_partition(read_model(build())).model
+
+
+@pytest.mark.parametrize("name", ["mobilenet_like", "face_landmark_like", "efficientnet_b0", "blazeface_like",
+                                  "pose_landmark_like"])
+def test_whole_float_models_are_one_partition_within_1e_4_of_the_output_scale(backend, name):
+    """EfficientNet's squeeze-excite gate is spread over the feature map by a nearest Resize in
+    onnxruntime's lowering (ort/gate.py): the program runs it, so the model is one partition. On a
+    GPU the float32 programs run their convolutions fused with the adds and ReLUs after them."""
+    model = _example(name)
     compiled = compile_model(model, backend_order=ORDER)
     assert [s.backend for s in compiled.static_plan.program] == [backend.name]
     shape = model.main.operands[model.main.input_indexes[0]].dimensions
@@ -254,3 +262,55 @@ def test_a_bound_run_reads_and_writes_the_callers_arrays(backend):
     run()
     for g, w in zip(outs, part.ctx.executable([x]), strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+@needs_gpu
+def test_convolutions_fuse_with_their_add_and_relu_in_float32_only(backend):
+    """BlazeFace's Conv -> Add -> Relu chains run as cuDNN's fused call in float32 (within 1e-4 of
+    the reference: the whole-model test), apart in a relaxed (float16) program."""
+    for relaxed, fused in ((False, True), (True, False)):
+        model = _example("blazeface_like")
+        model.relax_computation_float32_to_float16 = relaxed
+        compiled = compile_model(model, backend_order=ORDER)
+        program = compiled.static_plan.program[0].ctx.executable.program
+        assert (program.node_types["ConvAddRelu"] > 0) == fused, program.node_types
+        shape = model.main.operands[model.main.input_indexes[0]].dimensions
+        x = np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)
+        want = execute(compile_model(model, backend_order=["reference"]), [x])
+        assert _scaled_error(execute(compiled, [x]), want) <= (1e-4 if not relaxed else 2e-2)
+
+
+@needs_gpu
+def test_a_bound_run_copies_straight_between_page_locked_slots_and_the_gpu(backend):
+    """Arrays in a mapping pinned through hal.backends.host_memory (what a local burst does with
+    its slots) are read and written by the copy engine in place, with the same results as staged
+    copies; once released they are not page-locked any more."""
+    import mmap
+
+    from hal.backends import host_memory
+    compiled = compile_model(_split_model(), backend_order=ORDER)
+    part = next(s for s in compiled.static_plan.program if s.backend == "cuda")
+    x = _x()
+    want = part.ctx.executable([x])
+    region = mmap.mmap(-1, 1 << 20)
+    pinned = host_memory.pin(region)
+    assert pinned
+    try:
+        slot = np.frombuffer(region, x.dtype, x.size, 0).reshape(x.shape)
+        slot[...] = x
+        offsets = np.cumsum([4096] + [w.nbytes + 4096 - w.nbytes % 4096 for w in want])
+        outs = [np.frombuffer(region, w.dtype, w.size, int(o)).reshape(w.shape) for w, o in zip(want, offsets)]
+        run = part.ctx.executable.bind([slot], outs)
+        assert run.direct == (1, len(outs))
+        run()
+        for g, w in zip(outs, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+        slot[...] = 0.5  # read anew on each run
+        run()
+        for g, w in zip(outs, part.ctx.executable([slot]), strict=True):
+            np.testing.assert_array_equal(g, w)
+        staged = part.ctx.executable.bind([slot.copy()], [np.empty_like(w) for w in want])
+        assert staged.direct == (0, 0)
+    finally:
+        pinned.release()
+    assert not torch.from_numpy(slot).is_pinned()

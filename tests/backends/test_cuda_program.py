@@ -269,6 +269,25 @@ def test_clip(inputs):
           inputs=inputs, exact=True)
 
 
+def test_clip_bounds_beyond_float16_leave_a_float16_program_unclipped():
+    """The lowerings clip before a float -> int Cast with the integer type's range: in a float16
+    program those bounds are infinite, as the bound tensors converted to float16 were."""
+    x = _f(3, 4) * 100
+    inits = {"lo": np.array(-2.0 ** 31, np.float32), "hi": np.array(2.0 ** 31 - 1, np.float32)}
+    model = _model([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], {"x": x}, inits, ["y"])
+    np.testing.assert_array_equal(_program(model, {"x": x}, half=True)[0], x.astype(np.float16).astype(np.float32))
+
+
+def test_clip_bounds_computed_crossed_and_nan():
+    """Computed bounds clip with tensors; constant ones in one clamp: both as ONNX, NaN kept, a low
+    bound above the high one giving the high one (onnxruntime's min(max(x, lo), hi))."""
+    x = _f(4, 5)
+    x[0, :2] = np.nan
+    check("Clip", {"x": x, "lo": np.array(-0.5, np.float32)}, {"hi": np.array(0.25, np.float32)})
+    check("Clip", {"x": x}, {"lo": np.array(0.5, np.float32), "hi": np.array(-0.25, np.float32)})
+    check("Clip", {"x": x}, {"lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32)})
+
+
 def _lrn(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
     """ONNX's LRN as its spec writes it, in float64: channels c - floor((size-1)/2) through
     c + ceil((size-1)/2). onnxruntime refuses an even size (the spec does not), and onnx's own
@@ -388,3 +407,53 @@ def test_float16_program(op, feeds, inits, attrs):
     (want,), (got,) = _ort(model, feeds), _program(model, feeds, half=True)
     problem = compare(got, want, relaxed=True)
     assert problem is None, problem
+
+
+# --- the GPU's convolution fusion (hal.backends.cuda.fusion): the rewritten graph means the same ---
+
+def _conv_chain(act: str, add: bool, extra_use: str | None = None, group: int = 1, pads=(1, 1, 1, 1)):
+    """x -> Conv [-> Add(., skip)] -> act, with ``extra_use`` ("conv" / "add") read by a second output."""
+    from onnx import numpy_helper  # noqa: F401
+    c = 4
+    feeds = {"x": _f(1, c, 6, 7), "skip": _f(1, c, 6 if pads[2] else 5, 7 if pads[3] else 6)}
+    inits = {"w": _f(c, c // group, 3, 3), "b": _f(c), "lo": np.array(0.0, np.float32),
+             "hi": np.array([6.0], np.float32)}  # a bound of rank 1, as the lowerings may make it
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], kernel_shape=[3, 3], pads=list(pads), group=group)]
+    last = "conv"
+    if add:
+        nodes.append(helper.make_node("Add", ["skip", "conv"], ["add"]))
+        last = "add"
+    if act == "Relu":
+        nodes.append(helper.make_node("Relu", [last], ["y"]))
+    else:
+        nodes.append(helper.make_node("Clip", [last, "lo", "hi" if act == "Relu6" else ""], ["y"]))
+    outputs = ["y"]
+    if extra_use:
+        nodes.append(helper.make_node("Neg", [extra_use], ["other"]))
+        outputs.append("other")
+    if not add:
+        del feeds["skip"]
+    return _model(nodes, feeds, inits, outputs), feeds
+
+
+@pytest.mark.parametrize("act,add,extra_use,group,pads,fused", [
+    ("Relu6", True, None, 1, (1, 1, 1, 1), True),
+    ("Relu", True, None, 1, (1, 1, 1, 1), True),
+    ("Relu0", False, None, 1, (0, 0, 1, 1), True),       # Clip(0, no max), uneven pads
+    ("Relu6", False, None, 1, (1, 1, 1, 1), True),
+    ("Relu6", True, "conv", 1, (1, 1, 1, 1), False),     # the convolution read elsewhere
+    ("Relu6", True, "add", 1, (1, 1, 1, 1), False),      # the sum read elsewhere
+    ("Relu6", True, None, 4, (1, 1, 1, 1), False),       # depthwise: torch's kernel adds its bias
+])
+def test_fused_convolutions_mean_what_the_graph_means(act, add, extra_use, group, pads, fused):
+    from hal.backends.cuda import fusion
+    model, feeds = _conv_chain(act, add, extra_use, group, pads)
+    values = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    nodes = fusion.rewrite(list(model.graph.node), values, {o.name for o in model.graph.output})
+    assert any(n.op_type == "ConvAddRelu" for n in nodes) == fused
+    if fused:
+        assert len(nodes) == 1
+    program = Program(model, {}, torch.device("cpu"), torch.float32, fusion.rewrite)
+    got = [t.numpy() for t in program([torch.from_numpy(v.copy()) for v in feeds.values()])]
+    for g, w in zip(got, _ort(model, feeds), strict=True):
+        assert compare(g, w) is None, compare(g, w)

@@ -1,7 +1,9 @@
 """The shared-memory burst (FMQ path) against a real server process."""
 from __future__ import annotations
 
+import mmap
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -408,3 +410,37 @@ def test_stopped_service_local_burst_times_out_and_closes(server, client, monkey
         lb.close()
     with pm.local_burst() as lb:  # the service resumed: a new session works
         np.testing.assert_array_equal(lb.execute([x, 2 * x]).outputs[0], 3 * x)
+
+
+def test_a_burst_pins_its_mapping_for_device_backends_and_releases_it_when_it_ends(tmp_path):
+    """A registered pinner (what a GPU backend registers: hal.backends.host_memory) is given the
+    burst's whole mapping once, when the burst maps it, and its release runs once, when the burst
+    ends; results are unchanged. The service runs in this process, so it sees this pinner."""
+    from hal.backends import host_memory
+    from service.client import Client
+    from service.server import create_server
+
+    calls: list[tuple] = []
+
+    def pinner(address: int, nbytes: int):
+        calls.append(("pin", address, nbytes))
+        return lambda: calls.append(("release", address, nbytes))
+
+    host_memory.register_pinner(pinner)
+    running = create_server(str(tmp_path / "s.sock"), backends="reference")
+    try:
+        with Client.connect(running.address, timeout_s=30) as client:
+            pm = client.prepare_model(add_model((3, 4)))
+            a, b = np.ones((3, 4), np.float32), np.full((3, 4), 2, np.float32)
+            with pm.local_burst() as lb:
+                for _ in range(3):
+                    np.testing.assert_array_equal(lb.execute([a, b]).outputs[0], a + b)
+                assert [c[0] for c in calls] == ["pin"] and calls[0][1] % mmap.PAGESIZE == 0
+                assert calls[0][2] >= a.nbytes * 3
+            deadline = time.monotonic() + 10
+            while len(calls) < 2 and time.monotonic() < deadline:  # the burst's thread ends after the client
+                time.sleep(0.01)
+            assert calls[1] == ("release", *calls[0][1:])
+    finally:
+        host_memory.unregister_pinner(pinner)
+        running.stop()

@@ -27,10 +27,11 @@ import torch
 from onnx import numpy_helper
 
 from hal import backends
-from hal.backends.cuda import ops_math, ops_nn, ops_resize, ops_tensor  # noqa: F401  (register the operators)
+from hal.backends.cuda import fusion, ops_math, ops_nn, ops_resize, ops_tensor  # noqa: F401  (register the operators)
 from hal.backends.cuda.device import driver_version
 from hal.backends.cuda.program import Program
-from hal.backends.cuda.runner import EagerRunner, GraphRunner
+from hal.backends import host_memory
+from hal.backends.cuda.runner import EagerRunner, GraphRunner, pin
 from hal.backends.graph import GraphBackend
 from hal.backends.ort import BACKEND as ORT_BACKEND
 from hal.backends.ort import lower_partition
@@ -101,7 +102,10 @@ class CudaBackend(GraphBackend):
                 or [vi.name for vi in model.graph.output] != list(artifact.outputs):
             raise ValueError("the cached graph's inputs and outputs are not the partition's")
         float_type = torch.float16 if artifact.half else torch.float32
-        program = Program(model, dict(zip(artifact.initializer_names, artifact.initializers)), self.device, float_type)
+        # float32 only: in float16, cuDNN's fused call was slower than the operators apart (lent H200)
+        rewrite = fusion.rewrite if self.on_gpu and fusion.ENABLED and not artifact.half else None
+        program = Program(model, dict(zip(artifact.initializer_names, artifact.initializers)), self.device, float_type,
+                          rewrite)
         out_types = [_numpy_dtype(vi.type.tensor_type.elem_type) for vi in model.graph.output]
         if not self.on_gpu:
             # torch's CPU kernels take the threads the graph backends are given (process-wide)
@@ -139,4 +143,6 @@ def register(device: str) -> CudaBackend | None:
     except (RuntimeError, ValueError) as e:
         log.warning("cuda backend on %r not registered: %s", device, e)
         return None
+    if backend.on_gpu:
+        host_memory.register_pinner(pin)  # a local burst's slots: copied to and from the GPU in place
     return backends.register_backend(backend)

@@ -2,6 +2,7 @@
 semantics: numpy broadcasting; ReduceSum's axes an input, the other reductions' an attribute)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -103,6 +104,20 @@ def _prelu(node: Node):
 
 @operator("Clip")
 def _clip(node: Node):
+    bounds = [_constant_bound(node, k) for k in (1, 2)]
+    if all(b is not _COMPUTED for b in bounds):  # the lowerings' form: one clamp, one kernel
+        if bounds == [None, None]:
+            return lambda x, *_: x
+        typed: dict[torch.dtype, tuple] = {}
+
+        def clamp(x, *_):
+            b = typed.get(x.dtype)
+            if b is None:  # each bound in x's type, as the tensor form converts it (beyond float16: inf)
+                b = typed[x.dtype] = tuple(None if v is None else torch.from_numpy(v).to(x.dtype).item()
+                                           for v in bounds)
+            return torch.clamp(x, *b)
+        return clamp
+
     def clip(x, low=None, high=None):
         if low is not None:
             x = torch.maximum(x, low.to(x.dtype))
@@ -110,6 +125,18 @@ def _clip(node: Node):
             x = torch.minimum(x, high.to(x.dtype))
         return x
     return clip
+
+
+#: A Clip bound that is a computed input (not an initializer): clipped with tensors.
+_COMPUTED = object()
+
+
+def _constant_bound(node: Node, k: int):
+    """Clip's bound ``k`` (a one-element array), None where it is omitted, _COMPUTED where computed."""
+    if k >= len(node.proto.input) or not node.proto.input[k]:
+        return None
+    value = node.const(k)
+    return _COMPUTED if value is None or value.size != 1 else np.array(value.reshape(()))
 
 
 @operator("Where")

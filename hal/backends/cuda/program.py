@@ -15,6 +15,7 @@ a tuple of tensors. An op type without a builder, or a form a builder does not t
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,22 +33,30 @@ class Unsupported(Exception):
 
 Fn = Callable[..., Any]
 Builder = Callable[["Node"], Fn]
-_BUILDERS: dict[str, Builder] = {}
+#: (domain, op type) -> builder; ONNX's own operators under "" (also spelt "ai.onnx").
+_BUILDERS: dict[tuple[str, str], Builder] = {}
+#: A pass over the graph's nodes before the program is built (``fusion.rewrite``): the nodes, the
+#: constant values by name, the graph's output names -> the nodes to run.
+Rewrite = Callable[[list, dict, set], list]
 
 
-def operator(*op_types: str) -> Callable[[Builder], Builder]:
+def _domain(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+def operator(*op_types: str, domain: str = "") -> Callable[[Builder], Builder]:
     def register(builder: Builder) -> Builder:
         for t in op_types:
-            if t in _BUILDERS:
-                raise RuntimeError(f"ONNX operator {t} registered twice")
-            _BUILDERS[t] = builder
+            if (domain, t) in _BUILDERS:
+                raise RuntimeError(f"operator {domain}:{t} registered twice")
+            _BUILDERS[(domain, t)] = builder
         return builder
     return register
 
 
 def operators() -> frozenset[str]:
     """The ONNX op types this program runs."""
-    return frozenset(_BUILDERS)
+    return frozenset(t for d, t in _BUILDERS if d == "")
 
 
 def per_shape(make: Callable[[torch.Tensor], Any]) -> Callable[[torch.Tensor], Any]:
@@ -116,7 +125,7 @@ class Program:
     relaxed partition: the caller converts at the edges)."""
 
     def __init__(self, model: onnx.ModelProto, weights: dict[str, np.ndarray], device: torch.device,
-                 float_type: torch.dtype = torch.float32):
+                 float_type: torch.dtype = torch.float32, rewrite: Rewrite | None = None):
         for opset in model.opset_import:
             if opset.domain in ("", "ai.onnx") and opset.version != OPSET:
                 raise Unsupported(f"opset {opset.version}: the program runs opset {OPSET}")
@@ -138,12 +147,15 @@ class Program:
         self._preset: list[tuple[int, torch.Tensor]] = []
         self._steps: list[tuple[Fn, tuple[int, ...], tuple[int, ...]]] = []
         preset: set[str] = set()
-        for proto in graph.node:
-            if proto.domain not in ("", "ai.onnx"):
-                raise Unsupported(f"{proto.op_type}: domain {proto.domain!r} is not run")
-            builder = _BUILDERS.get(proto.op_type)
+        nodes = list(graph.node)
+        if rewrite is not None:
+            nodes = rewrite(nodes, values, {vi.name for vi in graph.output})
+        #: How many nodes of each op type the program runs (after ``rewrite``).
+        self.node_types = Counter(n.op_type for n in nodes)
+        for proto in nodes:
+            builder = _BUILDERS.get((_domain(proto.domain), proto.op_type))
             if builder is None:
-                raise Unsupported(f"ONNX {proto.op_type} is not run")
+                raise Unsupported(f"{proto.domain or 'ONNX'} {proto.op_type} is not run")
             fn = builder(Node(proto, [values.get(i) if i else None for i in proto.input], float_type))
             for name in proto.input:
                 if name and name in values and name not in preset:

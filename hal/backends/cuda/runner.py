@@ -4,10 +4,11 @@
 output buffers allocated once, and page-locked host buffers beside them: an execution copies each
 input into its host buffer, queues the host-to-device copies (DMA from page-locked memory), the
 replay and the device-to-host copies on one stream, and waits once. A bound run (a local burst's
-shared-memory slots) goes through the same page-locked buffers: registering the slots themselves
-with CUDA would register pages neighbouring slots share (CUDA refuses a page twice, and a refused
-call leaves an error torch reports at its next launch). A float16 program converts at the edges
-inside the graph. One execution at a time per runner (the buffers are the runner's).
+shared-memory slots) copies straight between the slots and the device where the slots are
+page-locked: the burst pins its whole mapping once (``hal.backends.host_memory``, with ``pin``
+below), not slot by slot, since neighbouring slots share pages and CUDA refuses a page twice.
+Slots that are not page-locked go through the host buffers. A float16 program converts at the
+edges inside the graph. One execution at a time per runner (the buffers are the runner's).
 
 Both are called like the onnxruntime backend's executables: ``runner(arrays) -> outputs`` (new
 arrays of the partition's output types) and ``runner.bind(inputs, outputs)``.
@@ -135,33 +136,81 @@ class GraphRunner:
                                                        self.stream)
         return captured
 
-    def _run(self, arrays: list) -> _Captured:
-        """One execution into the captured graph's page-locked output buffers (lock held)."""
-        c = self._capture([a.shape for a in arrays])
-        for h, a in zip(c.host_in, arrays):
-            np.copyto(h.numpy(), a, casting="no")
+    def _run(self, c: _Captured, sources: list[torch.Tensor], targets: list[torch.Tensor]) -> None:
+        """One execution: the page-locked ``sources`` copied into the graph's inputs, the replay,
+        its outputs copied into the page-locked ``targets``, waited for (lock held)."""
         with torch.cuda.stream(self.stream):
-            for d, h in zip(c.device_in, c.host_in):
+            for d, h in zip(c.device_in, sources):
                 d.copy_(h, non_blocking=True)
             c.graph.replay()
-            for h, d in zip(c.host_out, c.device_out):
+            for h, d in zip(targets, c.device_out):
                 h.copy_(d, non_blocking=True)
         self.stream.synchronize()
-        return c
 
     def __call__(self, arrays: list, limits=None) -> list[np.ndarray]:
         with self._lock:
-            return [h.numpy().copy() for h in self._run(arrays).host_out]
+            c = self._capture([a.shape for a in arrays])
+            for h, a in zip(c.host_in, arrays):
+                np.copyto(h.numpy(), a, casting="no")
+            self._run(c, c.host_in, c.host_out)
+            return [h.numpy().copy() for h in c.host_out]
 
     def bind(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> Callable[[], None]:
         """A runner over fixed arrays (a local burst's shared-memory slots): the graph for their
-        shapes captured now; each run copies the inputs' current contents in and the outputs out."""
+        shapes captured now; each run copies the inputs' current contents in and the outputs out,
+        straight from and into each array that is page-locked, else through the host buffers."""
         with self._lock:
-            self._capture([a.shape for a in inputs])
+            c = self._capture([a.shape for a in inputs])
+        direct_in = [_page_locked(a, h.dtype) for a, h in zip(inputs, c.host_in)]
+        direct_out = [_page_locked(o, h.dtype) for o, h in zip(outputs, c.host_out)]
+        sources = [d if d is not None else h for d, h in zip(direct_in, c.host_in)]
+        targets = [d if d is not None else h for d, h in zip(direct_out, c.host_out)]
+        staged_in = [(h.numpy(), a) for d, h, a in zip(direct_in, c.host_in, inputs) if d is None]
+        staged_out = [(o, h.numpy()) for d, h, o in zip(direct_out, c.host_out, outputs) if d is None]
 
         def run(limits=None) -> None:
             with self._lock:
-                for o, h in zip(outputs, self._run(inputs).host_out):
-                    np.copyto(o, h.numpy(), casting="no")
+                for h, a in staged_in:
+                    np.copyto(h, a, casting="no")
+                self._run(c, sources, targets)
+                for o, h in staged_out:
+                    np.copyto(o, h, casting="no")
         run.arrays = (inputs, outputs)  # type: ignore[attr-defined]  (their memory outlives the binding)
+        run.direct = (len(inputs) - len(staged_in), len(outputs) - len(staged_out))  # type: ignore[attr-defined]
         return run
+
+
+def _page_locked(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor | None:
+    """``a`` as a tensor over its own memory where a copy engine can read and write it directly
+    (contiguous, writable, of the graph's type, page-locked), else None."""
+    if not (a.flags.c_contiguous and a.flags.writeable) or a.size == 0:
+        return None
+    t = torch.from_numpy(a)
+    return t if t.dtype == dtype and t.is_pinned() else None
+
+
+#: cudaHostRegisterPortable: page-locked for every CUDA context (the backend's GPU need not be the
+#: calling thread's current one).
+_PORTABLE = 1
+
+
+def pin(address: int, nbytes: int) -> Callable[[], None] | None:
+    """``hal.backends.host_memory``'s pinner for CUDA: the pages registered (cudaHostRegister), so
+    copies between them and a device are DMA; returns their unregistration, or None if refused."""
+    cudart = torch.cuda.cudart()
+    status = cudart.cudaHostRegister(address, nbytes, _PORTABLE)
+    if int(status) != 0:
+        log.warning("cuda backend: %d bytes of shared memory not page-locked (%s): copies are staged",
+                    nbytes, status)
+        _consume_error()
+        return None
+    return lambda: cudart.cudaHostUnregister(address)
+
+
+def _consume_error() -> None:
+    """A refused runtime call leaves its error for the thread's next check, which torch makes
+    after its next kernel launch: one launch here takes it, so no execution reports it."""
+    try:
+        torch.empty(1, device="cuda").fill_(0)
+    except RuntimeError:
+        pass
