@@ -30,7 +30,8 @@ Here, once, in the checkout the session was started in (the one the device tool 
 wheels the GPU machine lacks (the recipe's in shared/gpu/README.md, and pytest's), 36 MB in .whl/,
 which git ignores:
     scripts/gpu_check.sh --download
-Then the device tool's one call (about 7.5 minutes of the command; ``carry``: .whl is ignored):
+Then the device tool's one call (at most 8 minutes of the command, its steps' budgets; about 5 in the runs
+so far; ``carry``: .whl is ignored):
     run(command='export PYTHONUNBUFFERED=1; bash scripts/gpu_check.sh; rc=$?; '
                 'tail -c 11000 "$OUT/results-gpu.md"; exit $rc',
         carry=[".whl"], timeout_s=540)
@@ -53,13 +54,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: The backend order every step runs with: the cuda backend first, then the CPU ones it falls back to.
 ORDER = "cuda,onnxruntime,numba,reference"
-#: (step, title, budget in seconds on the GPU machine, with --quick). Sized by the first runs on a
-#: bare H200 machine (bench/results-gpu.md): loading the backends, where numba compiles its kernels,
-#: took 85 s (once more than 70 s), the GPU tests 129-161 s, the CTS cases 25 s, the float models 35 s.
-STEPS = (("environment", "(a) Environment", 130, 30),
-         ("gpu-tests", "(b) GPU tests: tests/backends/test_cuda.py", 200, 30),
-         ("cts", "(c) NNAPI CTS float32 and relaxed cases, backend order " + ORDER, 60, 30),
-         ("float-bench", "(d) Float models through the delegate, service order " + ORDER, 90, 60))
+#: (step, title, budget in seconds on the GPU machine, with --quick). Sized by the runs on bare H200
+#: machines (bench/results-gpu.md): loading the backends, where numba compiles its kernels, took 85 s
+#: on 2026-11-28 and more than 130 s on 2026-11-30 (its float32 CNN kernels had joined); the GPU tests
+#: 85-161 s, the CTS cases 19-25 s, the float models 35-39 s.
+STEPS = (("environment", "(a) Environment", 190, 30),
+         ("gpu-tests", "(b) GPU tests: tests/backends/test_cuda.py", 170, 30),
+         ("cts", "(c) NNAPI CTS float32 and relaxed cases, backend order " + ORDER, 50, 30),
+         ("float-bench", "(d) Float models through the delegate, service order " + ORDER, 70, 60))
 #: A step stops starting new work this long before its budget ends (then it is killed).
 MARGIN_S = 8
 GPU_TESTS = "tests/backends/test_cuda.py"

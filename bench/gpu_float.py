@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import mmap
 import os
 import sys
 import tempfile
@@ -266,17 +267,28 @@ IN_PROCESS = "hal bound in-process, fp32 (no delegate, no IPC)"
 
 
 def _bound_in_process(data: bytes, x: list[np.ndarray]) -> tuple[Callable[[], object], list[np.ndarray]]:
-    """One execution of the bound partition, and the arrays it writes its outputs to."""
+    """One execution of the bound partition, and the arrays it writes its outputs to: arrays in a
+    mapping pinned as a local burst pins its slots (hal.backends.host_memory)."""
     from delegate.mapping import convert_partition
     from delegate.tfl import read_model
+    from hal.backends import host_memory
     from hal.compiler import compile_model
     from hal.types import ExecutionPreference, Priority
     from service.execution import PreparedModel
 
     compiled = compile_model(convert_partition(read_model(data)).model, backend_order=ORDER.split(","))
     local = PreparedModel("in-process", compiled, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM)
-    outputs = [np.empty(shape, t) for shape, t in local.output_slots()]
-    bound = local.bind([a.copy() for a in x], outputs)
+    slots = local.output_slots()
+    sizes = [a.nbytes for a in x] + [int(np.prod(s)) * np.dtype(t).itemsize for s, t in slots]
+    starts = np.cumsum([0] + [-(-n // 4096) * 4096 for n in sizes])
+    region = mmap.mmap(-1, int(starts[-1]) + 4096)
+    pinned = host_memory.pin(region)
+    inputs = [np.frombuffer(region, a.dtype, a.size, int(o)).reshape(a.shape) for a, o in zip(x, starts)]
+    for slot, a in zip(inputs, x):
+        slot[...] = a
+    outputs = [np.frombuffer(region, t, int(np.prod(s)), int(o)).reshape(s) for (s, t), o in zip(slots, starts[len(x):])]
+    bound = local.bind(inputs, outputs)
+    del pinned  # held for the process: the arrays keep the mapping alive
     return (lambda: bound(None, 0)), outputs
 
 
