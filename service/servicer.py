@@ -178,6 +178,11 @@ class DeviceServicer(pb_grpc.DeviceServicer):
         #: machine's figures), or `nnhal serve --relative-speed` for every type.
         times = performance.exec_times(driver.backend_order, measured)
         self.exec_times = times if relative_speed is None else dict.fromkeys(times, float(relative_speed))
+        #: Relaxed float32's: float16's where the float backend computes it so (hal.performance.RELAXED);
+        #: a performance file or --relative-speed states float32's.
+        self.relaxed_exec_time = self.exec_times[int(OperandType.TENSOR_FLOAT32)]
+        if relative_speed is None and not measured:
+            self.relaxed_exec_time = performance.relaxed_exec_time(driver.backend_order, times)
         #: Opens the local burst a prepare asks for with its reply (the server sets it).
         self.bursts: PreparedModelServicer | None = None
 
@@ -210,11 +215,11 @@ class DeviceServicer(pb_grpc.DeviceServicer):
         def perf(exec_time: float) -> pb.PerformanceInfo:
             return pb.PerformanceInfo(exec_time=exec_time, power_usage=1.0)  # power: not known
 
-        float32 = perf(self.exec_times[int(OperandType.TENSOR_FLOAT32)])  # relaxed: computed in float32
+        relaxed = perf(self.relaxed_exec_time)  # float16 where the float backend computes it so
         other = perf(performance.slowest(self.exec_times))  # control flow: hal's Python interpreter
         return pb.Capabilities(
-            relaxed_float32_to_float16_performance_scalar=float32,
-            relaxed_float32_to_float16_performance_tensor=float32,
+            relaxed_float32_to_float16_performance_scalar=relaxed,
+            relaxed_float32_to_float16_performance_tensor=relaxed,
             operand_performance=[pb.OperandPerformance(type=t, info=perf(v)) for t, v in self.exec_times.items()],
             if_performance=other, while_performance=other)
 

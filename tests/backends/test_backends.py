@@ -118,6 +118,18 @@ def test_backends_cli():
         assert b["performance"] == {OperandType(t).name: v for t, v in stated(b["name"]).items()}
 
 
+def test_relaxed_float32_is_the_float_backends_float16_figure_where_it_states_one(monkeypatch):
+    """getCapabilities' relaxed figure: the float32 backend's own (hal.performance.RELAXED), else
+    its float32 figure, since it computes a relaxed model in float32."""
+    from hal import performance
+    from hal.types import OperandType
+    order = [n for n in ("onnxruntime", "reference") if backends.get(n) is not None]
+    times, f32 = performance.exec_times(order), int(OperandType.TENSOR_FLOAT32)
+    assert performance.relaxed_exec_time(order, times) == times[f32]
+    monkeypatch.setitem(performance.RELAXED, order[0], times[f32] / 2)
+    assert performance.relaxed_exec_time(order, times) == times[f32] / 2
+
+
 def test_service_reports_the_assignment_and_reasons(server):
     with Client.connect(server.address) as c:
         remote = c.prepare_model(_add_then_softmax())
