@@ -27,10 +27,10 @@ import torch
 from onnx import numpy_helper
 
 from hal import backends
+from hal.backends import host_memory
 from hal.backends.cuda import fusion, ops_math, ops_nn, ops_resize, ops_tensor  # noqa: F401  (register the operators)
 from hal.backends.cuda.device import driver_version
 from hal.backends.cuda.program import Program
-from hal.backends import host_memory
 from hal.backends.cuda.runner import EagerRunner, GraphRunner, pin
 from hal.backends.graph import GraphBackend
 from hal.backends.ort import BACKEND as ORT_BACKEND
