@@ -75,7 +75,8 @@ def rewrite(nodes: list[onnx.NodeProto], values: dict[str, np.ndarray], outputs:
             continue
         inputs = list(conv.input) + [""] * (3 - len(conv.input)) + ([z] if z is not None else [])
         fused = helper.make_node("ConvAddRelu", inputs, [nodes[act_at].output[0]], domain=DOMAIN,
-                                 name=f"{conv.name or conv.output[0]}_fused", **_conv_attrs(conv))
+                                 name=f"{conv.name or conv.output[0]}_fused")
+        fused.attribute.extend(conv.attribute)
         if high is not None:
             fused.attribute.append(helper.make_attribute("clip_max", float(high)))
         replaced[act_at] = fused
@@ -109,10 +110,6 @@ def _relu_bound(act: onnx.NodeProto, values: dict[str, np.ndarray]):
 def _scalar(value: np.ndarray | None) -> float | None:
     """A constant bound (a one-element array of any rank) as a float; None where not constant."""
     return None if value is None or np.size(value) != 1 else float(np.asarray(value).reshape(-1)[0])
-
-
-def _conv_attrs(conv: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in conv.attribute}
 
 
 @operator("ConvAddRelu", domain=DOMAIN)
