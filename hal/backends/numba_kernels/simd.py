@@ -11,7 +11,7 @@ depthwise weights, is only compiled where the CPU has AVX-512 VNNI (depthwise.py
   int32 lanes (shared with the VNNI GEMM's epilogue).
 - ``dw_run_3x3`` / ``dw_run_5x5``: a run of DEPTHWISE_CONV_2D output pixels for 16 channels:
   weights in registers, every tap unrolled and branch-free (masked loads), the requantization,
-  one masked store per pixel.
+  one masked store per pixel (without ``BYTE_MASKS``, plain moves for a run inside the image).
 - ``copy_bytes``: short byte runs (im2col rows) as 64-byte masked moves (AVX-512BW; else the C
   library's memmove); ``fill_copy``: a run then pad bytes (PAD's rows).
 - ``add_run`` / ``mul_run``: 8-bit ADD/SUB and MUL computed as TFLite computes them (lut.py checks
@@ -63,6 +63,12 @@ def l2_bytes() -> int | None:
 #: hold 8 lanes, two per vector: 6 vectors (12 registers) leave a weight vector and a broadcast
 #: its registers too; a tile that keeps more spills its sums to the stack at every step.
 ACCUMULATORS = 16 if "avx512f" in cpu_features() else 6
+#: Whether the CPU masks byte lanes (AVX-512BW). Without it LLVM makes a masked move of bytes one
+#: conditional move per byte: there ``copy_bytes`` and ``fill_copy`` call the C library's memmove
+#: and memset (an AVX2 core moved a 36-byte run in 75 ns masked, 4 ns so; 4 KB in 4.9 us and
+#: 66 ns), and a depthwise run whose taps all lie inside the image, on 16 channels, takes plain
+#: moves.
+BYTE_MASKS = "avx512bw" in cpu_features()
 
 
 def splat(builder, value, vec_type):
@@ -313,28 +319,54 @@ def _dw_run(fh: int, fw: int):
                     builder.gep(w_ptr, [builder.add(ch_v, builder.mul(ir.Constant(i64, t), tap_v))]),
                     v32.as_pointer()), align=4) for t in range(len(taps))]
 
-            j, _, close = counted_loop(builder, "dw", npix_v)
-            pixel = builder.add(x_base, builder.mul(j, x_step_v))
-            loaded = [masked_load(builder, builder.gep(x_ptr, [builder.add(pixel, off)]), v8, lanes_on, zp8)
-                      for lanes_on, off in taps]
-            acc = bias
-            if paired:
-                v16i16 = ir.VectorType(ir.IntType(16), 2 * LANES)
-                interleave = ir.Constant(ir.VectorType(i32, 2 * LANES),
-                                         [k // 2 + LANES * (k % 2) for k in range(2 * LANES)])
-                for q, wv in enumerate(weights):
-                    xa = loaded[2 * q]
-                    xb = loaded[2 * q + 1] if 2 * q + 1 < len(loaded) else xa  # its weight is 0
-                    pair = builder.shuffle_vector(xa, xb, interleave)
-                    pair = builder.sext(pair, v16i16) if signed else builder.zext(pair, v16i16)
-                    acc = builder.call(dot, [acc, builder.bitcast(pair, v32), wv])
-            else:
-                for xv, wv in zip(loaded, weights):
-                    acc = builder.add(acc, builder.mul(builder.sext(xv, v32) if signed else builder.zext(xv, v32), wv))
-            q = requantize_lanes(builder, acc, mult, left, right, ozp, lo, hi)
-            dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, ch_v), builder.mul(j, o_step_v))])
-            masked_store(builder, builder.trunc(q, v8), dst, keep)
-            close()
+            def pixels(plain: bool) -> None:
+                """The run's loop: every load and store masked, or (``plain``: every tap inside the
+                image, 16 channels) plain moves."""
+                j, _, close = counted_loop(builder, "dw_plain" if plain else "dw", npix_v)
+                pixel = builder.add(x_base, builder.mul(j, x_step_v))
+                if plain:
+                    loaded = [builder.load(builder.bitcast(builder.gep(x_ptr, [builder.add(pixel, off)]),
+                                                           v8.as_pointer()), align=1) for _, off in taps]
+                else:
+                    loaded = [masked_load(builder, builder.gep(x_ptr, [builder.add(pixel, off)]), v8, lanes_on,
+                                          zp8) for lanes_on, off in taps]
+                q = _accumulate(loaded)
+                dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, ch_v), builder.mul(j, o_step_v))])
+                if plain:
+                    builder.store(builder.trunc(q, v8), builder.bitcast(dst, v8.as_pointer()), align=1)
+                else:
+                    masked_store(builder, builder.trunc(q, v8), dst, keep)
+                close()
+
+            def _accumulate(loaded):
+                acc = bias
+                if paired:
+                    v16i16 = ir.VectorType(ir.IntType(16), 2 * LANES)
+                    interleave = ir.Constant(ir.VectorType(i32, 2 * LANES),
+                                             [k // 2 + LANES * (k % 2) for k in range(2 * LANES)])
+                    for p, wv in enumerate(weights):
+                        xa = loaded[2 * p]
+                        xb = loaded[2 * p + 1] if 2 * p + 1 < len(loaded) else xa  # its weight is 0
+                        pair = builder.shuffle_vector(xa, xb, interleave)
+                        pair = builder.sext(pair, v16i16) if signed else builder.zext(pair, v16i16)
+                        acc = builder.call(dot, [acc, builder.bitcast(pair, v32), wv])
+                else:
+                    for xv, wv in zip(loaded, weights):
+                        acc = builder.add(acc, builder.mul(builder.sext(xv, v32) if signed else builder.zext(xv, v32),
+                                                           wv))
+                return requantize_lanes(builder, acc, mult, left, right, ozp, lo, hi)
+
+            if BYTE_MASKS:  # masked moves are as fast as plain ones
+                pixels(False)
+            else:  # masked byte moves are byte by byte: a run wholly inside the image takes plain ones
+                every_tap = ir.Constant(i64, (1 << len(taps)) - 1)
+                inside = builder.and_(builder.icmp_signed(">=", count_v, ir.Constant(count_v.type, LANES)),
+                                      builder.icmp_unsigned("==", builder.and_(valid_v, every_tap), every_tap))
+                with builder.if_else(inside) as (whole, partial):
+                    with whole:
+                        pixels(True)
+                    with partial:
+                        pixels(False)
             return context.get_dummy_value()
         return sig, codegen
     return dw_run
@@ -497,11 +529,6 @@ add_run = _binary(False)
 mul_run = _binary(True)
 
 
-#: Whether the CPU masks stores byte by byte (AVX-512BW). Without it LLVM makes a masked store of
-#: 64 bytes 64 conditional byte stores: ``copy_bytes`` and ``fill_copy`` then call the C library's
-#: memmove and memset instead (on an AVX2 core a 36-byte run took 75 ns masked, 4 ns so; 4 KB took
-#: 4.9 us and 66 ns).
-BYTE_MASKS = "avx512bw" in cpu_features()
 
 
 def _copy_bytes_of(masked: bool):
