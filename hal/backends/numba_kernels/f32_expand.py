@@ -46,14 +46,16 @@ from hal.backends.numba_kernels.simd import copy_bytes, l2_bytes
 #: least ``MIN_WIDTH`` pixels (each of the 1x1 layer's passes over its weights computes one row).
 MIN_BYTES = 1 << 20
 MIN_WIDTH = 32
-#: The expansion rows' buffer: about this many bytes (an L2 cache's share), at least 2·kh rows.
-RING_BYTES = 512 * 1024
-#: Whether blocks are fused on this machine: the ring is to stay in the core's L2 beside the 1x1
-#: layer's weights and input rows, so the L2 must hold twice the ring (an L2 of unknown size
-#: counts as large enough). With a 512 KB L2 (AMD Zen 3) the fused blocks measured slower than the
-#: two layers apart, whatever the ring (MobileNetV2 whole: 9.9 ms with a 512 KB ring, 9.5 with
-#: 4 MB, 9.2 apart; a smaller ring slower still).
-FUSES = (l2_bytes() or 2 * RING_BYTES) >= 2 * RING_BYTES
+#: The expansion rows' buffer: about this many bytes, at least 2·kh rows: half the core's L2 (an L2 of
+#: unknown size counts as 1 MB), at most 512 KB. The ring is to stay in L2 beside the 1x1 layer's
+#: weights and input rows.
+RING_BYTES = min(512 * 1024, (l2_bytes() or 1 << 20) // 2)
+#: Whether blocks are fused on this machine: where the L2 holds a ring of at least 256 KB. With a
+#: 512 KB L2 (AMD Zen 3) and a 256 KB ring, MobileNetV2 whole ran 4-7% faster fused than apart,
+#: paired with LiteRT in one process (1.09-1.16x LiteRT apart, 1.05-1.09x fused); a 512 KB ring
+#: there was 2% slower than 256 KB, and before the ring's rows moved by memmove (simd.copy_bytes)
+#: every fused form there was slower than apart.
+FUSES = RING_BYTES >= 256 * 1024
 
 _RO, _RW, _GEOMETRY = ro(np.float32, 1), rw(np.float32, 1), ro(np.int64, 1)
 _SIG = [numba.void(_RO, _RO, _RO, _GEOMETRY, _RO, numba.int64, _RO, _RO, _GEOMETRY, _RO, rw(np.int64, 1), _RW,
