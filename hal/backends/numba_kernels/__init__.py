@@ -12,7 +12,7 @@ How it stays exact and fast:
   layer whose input channels are a multiple of 4 reads its taps in place through a plan-time
   indirection table (zero-point bytes for padding); others gather their rows in bytes. Without
   VNNI: float32 BLAS sgemm (exact for 8-bit products in K chunks below 2^24), then one fused
-  requantization pass.
+  requantization pass (requant_rows.py: 16 lanes at a time where every shift is a right shift).
 - int8 BATCH_MATMUL (batch_matmul.py): each batch slice one GEMM on the same tiles, the right-hand
   side packed at plan time where it is constant (else at each execution), both zero points folded.
 - DEPTHWISE_CONV_2D (depthwise.py): 16 channels × a run of output pixels per call, out-of-image

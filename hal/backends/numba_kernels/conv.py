@@ -16,7 +16,18 @@ import numba
 import numpy as np
 
 from hal import quant
-from hal.backends.numba_kernels import BACKEND, amx, amx_conv, depthwise, fc_float, gemm, lut, row_segments, vnni
+from hal.backends.numba_kernels import (
+    BACKEND,
+    amx,
+    amx_conv,
+    depthwise,
+    fc_float,
+    gemm,
+    lut,
+    requant_rows,
+    row_segments,
+    vnni,
+)
 from hal.backends.numba_kernels.fixedpoint import clamp, multiply_by_quantized_multiplier, multiply_right_shift, ro, rw
 from hal.backends.numba_kernels.lazy import njit
 from hal.operations.common import F32 as FLOAT32
@@ -56,6 +67,8 @@ class GemmData:
     out_w: int = 1
     #: every shift <= 0 and multiplier >= 0: the requantization's cheaper right-shift-only form
     right_only: bool = False
+    #: where ``right_only``: requant_rows' per-channel arrays (its 16-lane requantization)
+    lanes: tuple | None = None
 
 
 def supports(ctx: OperationContext) -> str | None:
@@ -90,9 +103,17 @@ def _gemm_data(ctx: OperationContext, w2d: np.ndarray, out_c: int, bias: np.ndar
     max_product = 128 * max(1, int(np.abs(wq).max()) if wq.size else 1)
     chunks = np.array(quant.exact_float32_chunks(wq.shape[0], max_product), dtype=np.int64)
     mult, shift, ozp, lo, hi = _requant(ctx, out_c)
-    return GemmData(np.ascontiguousarray(wq.astype(np.float32)), bias, chunks, shift0,
-                    float(x.zero_point - shift0), mult, shift, ozp, lo, hi,
-                    right_only=_right_only(mult, shift))
+    return _with_lanes(GemmData(np.ascontiguousarray(wq.astype(np.float32)), bias, chunks, shift0,
+                                float(x.zero_point - shift0), mult, shift, ozp, lo, hi))
+
+
+def _with_lanes(d: GemmData) -> GemmData:
+    """``d`` with ``right_only`` and ``lanes`` made from its bias, multipliers and shifts (a group
+    of a GROUPED_CONV_2D: once it has its own part of them, ``plan_grouped``)."""
+    d.right_only = _right_only(d.multipliers, d.shifts)
+    own = np.shape(d.multipliers) == np.shape(d.shifts) == d.bias.shape
+    d.lanes = requant_rows.lanes(d.bias, d.multipliers, d.shifts) if d.right_only and own else None
+    return d
 
 
 def _right_only(multipliers: np.ndarray, shifts: np.ndarray) -> bool:
@@ -211,7 +232,7 @@ def plan_grouped(ctx: OperationContext) -> GroupedData | IntGemm:
         part = slice(g * oc_g, (g + 1) * oc_g)
         d = _gemm_data(ctx, w[part].reshape(oc_g, -1).T, oc_g, ctx.input(BIAS).value[part])
         d.multipliers, d.shifts = mult[part].copy(), shift[part].copy()
-        d.right_only = _right_only(d.multipliers, d.shifts)
+        _with_lanes(d)
         d.filter_h, d.filter_w = p.rows.filter, p.cols.filter
         d.stride_h, d.stride_w, d.pad_top, d.pad_left = p.rows.stride, p.cols.stride, p.rows.pad_head, p.cols.pad_head
         d.out_h, d.out_w = p.rows.out, p.cols.out
@@ -311,6 +332,10 @@ def _gemm(d: GemmData, a: np.ndarray) -> np.ndarray:
 
 def _finish(d: GemmData, acc: np.ndarray, dtype: np.dtype) -> np.ndarray:
     out = np.empty(acc.shape, dtype=dtype)
+    if d.lanes is not None and acc.dtype == np.float32 and acc.flags.c_contiguous:
+        requant_rows.requantize(acc.reshape(-1), acc.shape[0], acc.shape[1], *d.lanes, d.output_zp, d.act_min,
+                                d.act_max, out.reshape(-1))
+        return out
     (_requantize_right if d.right_only else _requantize)(acc, d.bias, d.multipliers, d.shifts, d.output_zp,
                                                        d.act_min, d.act_max, out)
     return out
