@@ -43,13 +43,18 @@ def timed(fn, n: int, warmup: int) -> list[float]:
     return out
 
 
+#: A service's first start after the sources changed compiles the numba kernels (2-3 minutes on a
+#: 2-core machine) before it answers.
+START_TIMEOUT_S = 300
+
+
 def start_server(sock: str, *extra: str) -> subprocess.Popen:
     """`nnhal serve` on ``sock`` with a cache directory of its own next to it (never the user's
     cache; services with other backend preferences would reject each other's entries)."""
     cache = str(Path(sock).parent / f"cache-{Path(sock).stem}")
     proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "--socket", sock, "--cache-dir", cache,
                              "--log-level", "warning", *extra], stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline and proc.poll() is None:
         if answers("unix:" + sock):
             return proc
