@@ -20,6 +20,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from hal.backends.numba_kernels.f32_simd import _lanes_below, _load
 from hal.backends.numba_kernels.fixedpoint import ro, rw
 from hal.backends.numba_kernels.lazy import njit
 from hal.backends.numba_kernels.simd import LANES, _data, counted_loop, requantize_lanes, splat
@@ -54,18 +55,14 @@ def _row(typingctx, acc, a_off, bias, mult, right, zp, lo, hi, out, o_off, n):
         zp, lo, hi = (splat(builder, builder.trunc(v, i32), v32) for v in (zp_v, lo_v, hi_v))
         zero = ir.Constant(v32, [0] * LANES)
         scratch = cgutils.alloca_once(builder, v8)
-        lane = ir.Constant(v32, list(range(LANES)))
 
         def vec(ptr, at, vtype):
             return builder.load(builder.bitcast(builder.gep(ptr, [at]), vtype.as_pointer()), align=4)
         c, _, close = counted_loop(builder, "ch", n_v, step=LANES)
         left = builder.sub(n_v, c)
         whole = builder.icmp_signed(">=", left, ir.Constant(i64, LANES))
-        keep = builder.icmp_signed("<", lane, splat(builder, builder.trunc(left, i32), v32))
-        masked_load = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vf, [vf.as_pointer(), i32, keep.type, vf]), "llvm.masked.load.v16f32.p0")
-        src = builder.bitcast(builder.gep(ap, [builder.add(a_off_v, c)]), vf.as_pointer())
-        sums = builder.call(masked_load, [src, ir.Constant(i32, 4), keep, ir.Constant(vf, [0.0] * LANES)])
+        sums = _load(builder, builder.gep(ap, [builder.add(a_off_v, c)]), _lanes_below(builder, left),
+                     ir.Constant(vf, [0.0] * LANES))
         v = builder.add(builder.fptosi(sums, v32), vec(bp, c, v32))
         q = builder.trunc(requantize_lanes(builder, v, vec(mp, c, v32), zero, vec(rp, c, v32), zp, lo, hi,
                                            shifts_left=False), v8)
