@@ -330,7 +330,7 @@ def _dw_run(fh: int, fw: int):
                 else:
                     loaded = [masked_load(builder, builder.gep(x_ptr, [builder.add(pixel, off)]), v8, lanes_on,
                                           zp8) for lanes_on, off in taps]
-                q = _accumulate(loaded)
+                q = requantized(loaded)
                 dst = builder.gep(o_ptr, [builder.add(builder.add(o_off_v, ch_v), builder.mul(j, o_step_v))])
                 if plain:
                     builder.store(builder.trunc(q, v8), builder.bitcast(dst, v8.as_pointer()), align=1)
@@ -338,7 +338,7 @@ def _dw_run(fh: int, fw: int):
                     masked_store(builder, builder.trunc(q, v8), dst, keep)
                 close()
 
-            def _accumulate(loaded):
+            def requantized(loaded):
                 acc = bias
                 if paired:
                     v16i16 = ir.VectorType(ir.IntType(16), 2 * LANES)
